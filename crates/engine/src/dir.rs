@@ -1,0 +1,118 @@
+//! The data directory: its identity file, its lock, and its layout (docs/FORMAT.md, "Directory").
+//!
+//! ```text
+//! DIR/ROAMKV        identity: "roamkv data directory\nformat 1\nlower rocksdb\n"
+//! DIR/LOCK          held with an exclusive flock while an Engine (or `roamkv check`) has it open
+//! DIR/log/*.seg     commit-log segments
+//! DIR/lower/        the lower tier's own files (rocksdb/ or leveldb/)
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::lower::LowerTierKind;
+
+pub const IDENTITY_FILE: &str = "ROAMKV";
+pub const LOCK_FILE: &str = "LOCK";
+pub const LOG_DIR: &str = "log";
+pub const LOWER_DIR: &str = "lower";
+pub const FORMAT_VERSION: u32 = 1;
+const IDENTITY_FIRST_LINE: &str = "roamkv data directory";
+
+/// An open data directory. The flock is released when this is dropped (or the process dies).
+#[derive(Debug)]
+pub struct DataDir {
+    pub path: PathBuf,
+    pub lower_tier: LowerTierKind,
+    _lock: File,
+}
+
+impl DataDir {
+    pub fn log_dir(&self) -> PathBuf {
+        self.path.join(LOG_DIR)
+    }
+    pub fn lower_dir(&self) -> PathBuf {
+        self.path.join(LOWER_DIR)
+    }
+
+    /// Opens `path`, creating it if it does not exist or is empty, with the lower tier
+    /// `for_new` (default RocksDB). An existing directory keeps the lower tier it was made with.
+    pub fn open(path: &Path, for_new: Option<LowerTierKind>) -> Result<DataDir> {
+        let identity = path.join(IDENTITY_FILE);
+        let exists = identity.exists();
+        if !exists {
+            if path.exists() {
+                let not_empty = fs::read_dir(path)
+                    .context(|| format!("listing {}", path.display()))?
+                    .next()
+                    .is_some();
+                if not_empty {
+                    return Err(Error::NotADataDirectory {
+                        path: path.to_path_buf(),
+                        reason: format!("it is not empty and has no {IDENTITY_FILE} file"),
+                    });
+                }
+            }
+            fs::create_dir_all(path).context(|| format!("creating {}", path.display()))?;
+        }
+        let lock = lock(path)?;
+        let lower_tier = if exists {
+            read_identity(&identity)?
+        } else {
+            let kind = for_new.unwrap_or_default();
+            fs::create_dir_all(path.join(LOG_DIR)).context(|| format!("creating {}/{LOG_DIR}", path.display()))?;
+            fs::create_dir_all(path.join(LOWER_DIR)).context(|| format!("creating {}/{LOWER_DIR}", path.display()))?;
+            write_identity(path, kind)?;
+            kind
+        };
+        Ok(DataDir { path: path.to_path_buf(), lower_tier, _lock: lock })
+    }
+}
+
+fn lock(path: &Path) -> Result<File> {
+    let lock_path = path.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .context(|| format!("opening {}", lock_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: path.to_path_buf() }),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::Io { context: format!("locking {}", lock_path.display()), source: e }),
+    }
+}
+
+fn write_identity(path: &Path, kind: LowerTierKind) -> Result<()> {
+    let text = format!("{IDENTITY_FIRST_LINE}\nformat {FORMAT_VERSION}\nlower {}\n", kind.name());
+    let tmp = path.join(format!("{IDENTITY_FILE}.tmp"));
+    fs::write(&tmp, text).context(|| format!("writing {}", tmp.display()))?;
+    File::open(&tmp).and_then(|f| f.sync_all()).context(|| format!("syncing {}", tmp.display()))?;
+    fs::rename(&tmp, path.join(IDENTITY_FILE)).context(|| format!("renaming {}", tmp.display()))?;
+    crate::segment::sync_dir(path)
+}
+
+fn read_identity(identity: &Path) -> Result<LowerTierKind> {
+    let dir = identity.parent().unwrap_or(identity).to_path_buf();
+    let bad = |reason: String| Error::NotADataDirectory { path: dir.clone(), reason };
+    let text = fs::read_to_string(identity).map_err(|e| bad(format!("cannot read {IDENTITY_FILE}: {e}")))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(IDENTITY_FIRST_LINE) {
+        return Err(bad(format!("{IDENTITY_FILE} does not start with \"{IDENTITY_FIRST_LINE}\"")));
+    }
+    let version: u32 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("format "))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| bad(format!("{IDENTITY_FILE} has no format line")))?;
+    if version != FORMAT_VERSION {
+        return Err(Error::FormatVersion { path: dir.clone(), found: version, expected: FORMAT_VERSION });
+    }
+    lines
+        .next()
+        .and_then(|l| l.strip_prefix("lower "))
+        .and_then(LowerTierKind::from_name)
+        .ok_or_else(|| bad(format!("{IDENTITY_FILE} names no known lower tier")))
+}

@@ -1,0 +1,785 @@
+//! The engine: the write path (validation, group commit, apply), the read path, departure.
+//!
+//! Concurrency: one `Mutex<State>` guards the mapping table, the upper-tier indexes and the
+//! log's bookkeeping. Writers encode and checksum their records *outside* it, then take it
+//! briefly to place the records in the log and queue them. The first queued writer that finds
+//! no leader becomes the leader: it takes every queued record, releases the lock, writes them
+//! with one pwrite per segment touched and (in `Sync` mode) one fdatasync, retakes the lock,
+//! applies them to the indexes (or the lower tier) in log order, and wakes the others. This is
+//! LevelDB's `BuildBatchGroup` idea; `lead_group` is the one place that syncs the log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::dir::DataDir;
+use crate::error::{Error, Result};
+use crate::key;
+use crate::limits::{self, SEGMENT_HEADER_BYTES};
+use crate::lower::{LowerOp, LowerTier};
+use crate::mapping::{DeviceId, MappingTable, Tier};
+use crate::options::{Durability, Options};
+use crate::record::{self, Body, Decode};
+use crate::segment::Segment;
+use crate::spares::Spares;
+use crate::stats::{Counters, Stats, TierStats};
+use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
+
+/// One reading, as the caller writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub device: &'a str,
+    pub sensor: &'a str,
+    pub ts_ms: i64,
+    pub value: &'a [u8],
+}
+
+/// One reading, as a read returns it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Reading {
+    pub device: String,
+    pub sensor: String,
+    pub ts_ms: i64,
+    pub value: Vec<u8>,
+}
+
+/// A live log segment and how many upper-tier records still keep it alive.
+pub(crate) struct LiveSegment {
+    pub segment: Arc<Segment>,
+    pub live_records: u64,
+}
+
+/// Bytes queued for one segment, written by the next leader with one pwrite.
+pub(crate) struct Chunk {
+    pub segment: Arc<Segment>,
+    pub offset: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// A queued record: which device incarnation it belongs to and where its bytes are.
+pub(crate) struct QueuedRecord {
+    pub device: DeviceId,
+    pub chunk: usize,
+    pub at: usize,
+    pub len: usize,
+}
+
+pub(crate) struct LogState {
+    pub segments: BTreeMap<u64, LiveSegment>,
+    pub active: Arc<Segment>,
+    /// Next free byte of the active segment: where the next queued record goes.
+    pub tail: u64,
+    pub queue: Vec<Chunk>,
+    pub queued_records: Vec<QueuedRecord>,
+    pub queued_bytes: usize,
+    pub next_ticket: u64,
+    pub committed_ticket: u64,
+    pub leader_active: bool,
+    /// End of the last record written and applied. Index entries added later lie beyond it.
+    pub applied_end: LogPosition,
+    /// Segments written since their last fdatasync (Periodic and None modes).
+    pub unsynced: BTreeSet<u64>,
+    /// The preparer has been asked for a segment to follow the active one.
+    pub spare_wanted: bool,
+}
+
+pub(crate) struct State {
+    pub map: MappingTable,
+    pub log: LogState,
+    pub poisoned: Option<String>,
+    /// The lower tier has writes that are not yet persisted (its WAL is off).
+    pub lower_dirty: bool,
+    pub index_bytes: u64,
+    pub last_maintenance_error: Option<String>,
+}
+
+pub(crate) struct Recovery {
+    pub ms: u64,
+    pub records: u64,
+    pub cut: Option<String>,
+}
+
+pub(crate) struct Inner {
+    pub dir: DataDir,
+    pub options: Options,
+    pub state: Mutex<State>,
+    /// Signalled when a group is committed (or the engine is poisoned).
+    pub group_done: Condvar,
+    pub spares: Spares,
+    pub lower: Box<dyn LowerTier>,
+    pub counters: Counters,
+    /// Held for the whole of a migration pass: one at a time.
+    pub migration: Mutex<()>,
+    pub shutdown: Mutex<bool>,
+    pub shutdown_signal: Condvar,
+    pub recovery: Recovery,
+}
+
+/// The embedded engine. Cheap to share across threads by reference (`&Engine` is `Sync`).
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+    closed: bool,
+}
+
+pub(crate) fn validate_id(what: &'static str, id: &str, max: usize) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::EmptyId { what });
+    }
+    if id.len() > max {
+        return Err(Error::IdTooLong { what, len: id.len(), max });
+    }
+    if id.as_bytes().contains(&0) {
+        return Err(Error::IdContainsNul { what });
+    }
+    Ok(())
+}
+
+fn validate_device(device: &str) -> Result<()> {
+    validate_id("device", device, limits::DEVICE_ID_BYTES_MAX)
+}
+fn validate_sensor(sensor: &str) -> Result<()> {
+    validate_id("sensor", sensor, limits::SENSOR_ID_BYTES_MAX)
+}
+
+/// Bytes of a reading as the user sees them: the key's parts and the value.
+pub(crate) fn user_bytes(device: &str, sensor: &str, value: &[u8]) -> u64 {
+    (device.len() + sensor.len() + 8 + value.len()) as u64
+}
+
+/// A batch encoded outside the lock: records with unsealed headers and their payload CRCs.
+struct EncodedBatch {
+    bytes: Vec<u8>,
+    /// (start, len, payload_crc) per record.
+    records: Vec<(usize, usize, u32)>,
+    user_bytes: u64,
+}
+
+impl Engine {
+    /// Opens (or creates) the data directory and recovers from its log. See recovery.rs.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Engine> {
+        let inner = Arc::new(Inner::open(dir.as_ref(), options)?);
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| Error::Io { context: format!("starting thread {name}"), source: e })
+        };
+        let preparer = Arc::clone(&inner);
+        threads.push(spawn("roamkv-segments", Box::new(move || preparer.run_segment_preparer()))?);
+        if inner.options.background_maintenance {
+            let maintainer = Arc::clone(&inner);
+            threads.push(spawn("roamkv-maintain", Box::new(move || maintainer.run_maintenance()))?);
+        }
+        if let Durability::Periodic { interval_ms } = inner.options.durability {
+            let flusher = Arc::clone(&inner);
+            threads.push(spawn("roamkv-flush", Box::new(move || flusher.run_periodic_sync(interval_ms)))?);
+        }
+        Ok(Engine { inner, threads, closed: false })
+    }
+
+    pub fn put(&self, device: &str, sensor: &str, ts_ms: i64, value: &[u8]) -> Result<()> {
+        self.put_batch(&[Record { device, sensor, ts_ms, value }])
+    }
+
+    /// Writes the records atomically (after a crash, all or none of them are there) and returns
+    /// when they are acknowledged under the configured durability. On an input error nothing
+    /// is written.
+    pub fn put_batch(&self, records: &[Record<'_>]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let batch = encode_batch(records, self.inner.options.segment_bytes)?;
+        let inner = &*self.inner;
+        let mut st = inner.state.lock();
+        while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
+            inner.group_done.wait(&mut st);
+        }
+        inner.check_poisoned(&st)?;
+
+        // Mapping table first: devices seen for the first time get a REGISTER record, placed
+        // before the batch in the same contiguous run.
+        let now_ms = inner.options.clock.now_ms();
+        let mut ids = Vec::with_capacity(records.len());
+        let mut new_devices: Vec<(DeviceId, &str)> = Vec::new();
+        for r in records {
+            let id = match st.map.id(r.device) {
+                Some(id) => id,
+                None => {
+                    let id = st.map.register(r.device, Tier::Upper, now_ms);
+                    new_devices.push((id, r.device));
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let register_bytes: usize =
+            new_devices.iter().map(|(_, d)| record::HEADER_BYTES + 10 + d.len()).sum();
+        let (segment, offset) = inner.place(&mut st, register_bytes + batch.bytes.len())?;
+        let seq_low = segment.seq_low();
+
+        let mut bytes = Vec::with_capacity(register_bytes + batch.bytes.len());
+        let mut placed = Vec::with_capacity(new_devices.len() + records.len());
+        for (id, device) in &new_devices {
+            let at = bytes.len();
+            record::encode_register(&mut bytes, seq_low, device, now_ms);
+            placed.push((*id, at, bytes.len() - at));
+        }
+        let base = bytes.len();
+        bytes.extend_from_slice(&batch.bytes);
+        let last = batch.records.len() - 1;
+        for (i, (start, len, payload_crc)) in batch.records.iter().enumerate() {
+            let at = base + start;
+            record::seal(&mut bytes[at..at + len], seq_low, i == last, *payload_crc);
+            placed.push((ids[i], at, *len));
+        }
+        let ticket = inner.enqueue(&mut st, segment, offset, bytes, placed);
+        inner.wait_for(st, ticket)?;
+
+        Counters::add(&inner.counters.user_bytes, batch.user_bytes);
+        Counters::add(&inner.counters.user_records, records.len() as u64);
+        if inner.state.lock().index_bytes > inner.options.index_bytes_max {
+            inner.migrate_for_memory()?;
+        }
+        Ok(())
+    }
+
+    /// The device leaves this edge: its upper-tier data is dropped at once without rewriting
+    /// anything (one small DEPART record is logged); a settled device's readings are removed
+    /// from the lower tier with a range delete. Unknown devices are a no-op.
+    pub fn depart(&self, device: &str) -> Result<()> {
+        validate_device(device)?;
+        let inner = &*self.inner;
+        let mut st = inner.state.lock();
+        inner.check_poisoned(&st)?;
+        let Some(id) = st.map.unmap(device) else { return Ok(()) };
+        let len = record::HEADER_BYTES + 2 + device.len();
+        let (segment, offset) = inner.place(&mut st, len)?;
+        let mut bytes = Vec::with_capacity(len);
+        record::encode_depart(&mut bytes, segment.seq_low(), device);
+        let ticket = inner.enqueue(&mut st, segment, offset, bytes, vec![(id, 0, len)]);
+        inner.wait_for(st, ticket)?;
+        Counters::add(&inner.counters.departures, 1);
+        Ok(())
+    }
+
+    pub fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
+        validate_device(device)?;
+        validate_sensor(sensor)?;
+        Ok(self.read(device, Some(sensor), ts_ms, ts_ms.saturating_add(1), true)?.pop().map(|r| r.value))
+    }
+
+    /// Readings of one device (one sensor, if given) with from_ms <= ts < to_ms, in (sensor, ts) order.
+    pub fn scan(&self, device: &str, sensor: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<Reading>> {
+        validate_device(device)?;
+        if let Some(sensor) = sensor {
+            validate_sensor(sensor)?;
+        }
+        self.read(device, sensor, from_ms, to_ms, false)
+    }
+
+    fn read(&self, device: &str, sensor: Option<&str>, from_ms: i64, to_ms: i64, point: bool) -> Result<Vec<Reading>> {
+        // A read may race with a migration that retires and recycles the segment it is reading:
+        // the record then carries another segment's sequence. Retry: the device is settled now.
+        const ATTEMPTS: usize = 4;
+        let mut last_error = None;
+        for _ in 0..ATTEMPTS {
+            match self.inner.read_once(device, sensor, from_ms, to_ms, point) {
+                Ok(readings) => return Ok(readings),
+                Err(ReadError::Moved(e)) => last_error = Some(e),
+                Err(ReadError::Fatal(e)) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::Lower("read retries exhausted".into())))
+    }
+
+    /// Runs due migrations and retires segments now (the background thread does this every
+    /// `maintenance_interval_ms`; with `background_maintenance: false` the caller does).
+    pub fn maintain(&self) -> Result<()> {
+        self.inner.maintain()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The data directory's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir.path
+    }
+
+    /// Stops background work, syncs the log and persists the lower tier.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        *self.inner.shutdown.lock() = true;
+        self.inner.shutdown_signal.notify_all();
+        self.inner.spares.shut_down();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        self.inner.sync_unsynced()?;
+        self.inner.lower.persist()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            eprintln!("roamkv: closing {}: {e}", self.inner.dir.path.display());
+        }
+    }
+}
+
+/// Checks one record against the engine's limits without writing it (what `put` checks first).
+pub fn validate_record(r: &Record<'_>) -> Result<()> {
+    validate_device(r.device)?;
+    validate_sensor(r.sensor)?;
+    if r.value.len() > limits::VALUE_BYTES_MAX {
+        return Err(Error::ValueTooLarge { len: r.value.len(), max: limits::VALUE_BYTES_MAX });
+    }
+    Ok(())
+}
+
+fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBatch> {
+    let mut total = 0usize;
+    for r in records {
+        validate_record(r)?;
+        total += record::put_len(r.device, r.sensor, r.value);
+    }
+    // Room for one REGISTER record per record, in the worst case, must also fit in a segment.
+    let worst = total + records.len() * (record::HEADER_BYTES + 10 + limits::DEVICE_ID_BYTES_MAX);
+    let capacity = (segment_bytes - SEGMENT_HEADER_BYTES) as usize;
+    if records.len() > limits::BATCH_RECORDS_MAX || total > limits::BATCH_BYTES_MAX || worst > capacity {
+        return Err(Error::BatchTooLarge {
+            records: records.len(),
+            bytes: total,
+            max_records: limits::BATCH_RECORDS_MAX,
+            max_bytes: limits::BATCH_BYTES_MAX.min(capacity),
+        });
+    }
+    let mut bytes = Vec::with_capacity(total);
+    let mut placed = Vec::with_capacity(records.len());
+    let mut user = 0;
+    for r in records {
+        let start = bytes.len();
+        let crc = record::encode_put_unsealed(&mut bytes, r.device, r.sensor, r.ts_ms, r.value);
+        placed.push((start, bytes.len() - start, crc));
+        user += user_bytes(r.device, r.sensor, r.value);
+    }
+    Ok(EncodedBatch { bytes, records: placed, user_bytes: user })
+}
+
+pub(crate) enum ReadError {
+    /// The record was not where the index said: the device moved tiers meanwhile.
+    Moved(Error),
+    Fatal(Error),
+}
+
+impl From<Error> for ReadError {
+    fn from(e: Error) -> Self {
+        ReadError::Fatal(e)
+    }
+}
+
+impl Inner {
+    pub(crate) fn check_poisoned(&self, st: &State) -> Result<()> {
+        match &st.poisoned {
+            Some(reason) => Err(Error::Poisoned(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Reserves `len` contiguous bytes in the log, moving to a fresh segment if the active one
+    /// lacks room. Waits for the segment preparer if no spare is ready (back-pressure).
+    fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> Result<(Arc<Segment>, u64)> {
+        if st.log.tail + len as u64 > st.log.active.bytes {
+            let segment = match self.spares.take() {
+                Ok(segment) => Arc::new(segment),
+                Err(e) => {
+                    st.poisoned = Some(e.to_string());
+                    self.group_done.notify_all();
+                    return Err(e);
+                }
+            };
+            debug_assert!(segment.seq > st.log.active.seq);
+            st.log.segments.insert(segment.seq, LiveSegment { segment: Arc::clone(&segment), live_records: 0 });
+            st.log.active = segment;
+            st.log.tail = SEGMENT_HEADER_BYTES;
+            st.log.spare_wanted = false;
+        }
+        let offset = st.log.tail;
+        st.log.tail += len as u64;
+        if !st.log.spare_wanted && st.log.tail > st.log.active.bytes / 2 {
+            st.log.spare_wanted = true;
+            self.spares.want();
+        }
+        assert!(st.log.tail <= st.log.active.bytes, "a placed run overflows its segment");
+        Ok((Arc::clone(&st.log.active), offset))
+    }
+
+    /// Queues sealed records for the next group commit; returns the ticket to wait for.
+    fn enqueue(
+        &self,
+        st: &mut State,
+        segment: Arc<Segment>,
+        offset: u64,
+        bytes: Vec<u8>,
+        records: Vec<(DeviceId, usize, usize)>,
+    ) -> u64 {
+        let log = &mut st.log;
+        log.queued_bytes += bytes.len();
+        let (chunk, base) = match log.queue.last_mut() {
+            Some(last) if Arc::ptr_eq(&last.segment, &segment) && last.offset + last.bytes.len() as u64 == offset => {
+                let base = last.bytes.len();
+                last.bytes.extend_from_slice(&bytes);
+                (log.queue.len() - 1, base)
+            }
+            _ => {
+                log.queue.push(Chunk { segment, offset, bytes });
+                (log.queue.len() - 1, 0)
+            }
+        };
+        log.queued_records
+            .extend(records.into_iter().map(|(device, at, len)| QueuedRecord { device, chunk, at: base + at, len }));
+        log.next_ticket += 1;
+        log.next_ticket
+    }
+
+    /// Waits until `ticket` is committed, leading a group commit when no one else is.
+    fn wait_for<'a>(&'a self, mut st: MutexGuard<'a, State>, ticket: u64) -> Result<()> {
+        loop {
+            if st.log.committed_ticket >= ticket {
+                return Ok(());
+            }
+            self.check_poisoned(&st)?;
+            if st.log.leader_active {
+                self.group_done.wait(&mut st);
+            } else {
+                st = self.lead_group(st)?;
+            }
+        }
+    }
+
+    /// Writes everything queued as one group: one pwrite per segment touched, then (Sync) one
+    /// fdatasync per segment, the older segment first so that a later segment never holds data
+    /// that an earlier one lacks. Then applies the group in log order.
+    fn lead_group<'a>(&'a self, mut st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
+        let chunks = std::mem::take(&mut st.log.queue);
+        let records = std::mem::take(&mut st.log.queued_records);
+        let last_ticket = st.log.next_ticket;
+        st.log.queued_bytes = 0;
+        st.log.leader_active = true;
+        let sync = self.options.durability == Durability::Sync;
+        drop(st);
+
+        let written = (|| -> Result<u64> {
+            let mut bytes = 0;
+            for (i, chunk) in chunks.iter().enumerate() {
+                chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
+                bytes += chunk.bytes.len() as u64;
+                let segment_done = chunks.get(i + 1).is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
+                if sync && segment_done {
+                    chunk.segment.sync_data()?;
+                    Counters::add(&self.counters.fdatasyncs, 1);
+                }
+            }
+            Ok(bytes)
+        })();
+
+        let mut st = self.state.lock();
+        st.log.leader_active = false;
+        let result = written.and_then(|bytes| {
+            Counters::add(&self.counters.log_bytes_written, bytes);
+            Counters::add(&self.counters.group_commits, 1);
+            if !sync {
+                st.log.unsynced.extend(chunks.iter().map(|c| c.segment.seq));
+            }
+            self.apply_group(&mut st, &chunks, &records)
+        });
+        match result {
+            Ok(()) => {
+                if let Some(last) = chunks.last() {
+                    st.log.applied_end =
+                        LogPosition { segment_seq: last.segment.seq, offset: last.offset + last.bytes.len() as u64 };
+                }
+                st.log.committed_ticket = last_ticket;
+                self.group_done.notify_all();
+                Ok(st)
+            }
+            Err(e) => {
+                // A failed write or sync leaves the file's state unknown (fsyncgate): refuse
+                // every later write; reopening recovers from what reached the disk.
+                st.poisoned = Some(e.to_string());
+                self.group_done.notify_all();
+                Err(e)
+            }
+        }
+    }
+
+    fn apply_group(&self, st: &mut State, chunks: &[Chunk], records: &[QueuedRecord]) -> Result<()> {
+        let mut lower_ops = Vec::new();
+        for queued in records {
+            let chunk = &chunks[queued.chunk];
+            let bytes = &chunk.bytes[queued.at..queued.at + queued.len];
+            let Decode::Record(decoded) = record::decode(bytes, chunk.segment.seq_low()) else {
+                panic!("a record the engine just encoded does not decode");
+            };
+            let position = LogPosition { segment_seq: chunk.segment.seq, offset: chunk.offset + queued.at as u64 };
+            apply(&self.counters, st, &mut lower_ops, queued.device, &decoded.body, position, queued.len as u32);
+        }
+        self.write_lower(st, &lower_ops)
+    }
+
+    pub(crate) fn write_lower(&self, st: &mut State, ops: &[LowerOp]) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        st.lower_dirty = true;
+        self.lower.write(ops)
+    }
+
+    fn read_once(
+        &self,
+        device: &str,
+        sensor: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        point: bool,
+    ) -> Result<Vec<Reading>, ReadError> {
+        let located: Vec<(String, IndexEntry, Arc<Segment>)> = {
+            let st = self.state.lock();
+            let Some((_, entry)) = st.map.lookup(device) else { return Ok(Vec::new()) };
+            if entry.tier == Tier::Lower {
+                drop(st);
+                return Ok(self.read_lower(device, sensor, from_ms, to_ms, point)?);
+            }
+            let hits = match (point, sensor) {
+                (true, Some(sensor)) => entry.index.get(sensor, from_ms).map(|e| (sensor, e)).into_iter().collect(),
+                _ => entry.index.range(sensor, from_ms, to_ms),
+            };
+            hits.into_iter()
+                .map(|(sensor, e)| {
+                    let segment = &st.log.segments.get(&e.segment_seq).expect("indexed records live in live segments").segment;
+                    (sensor.to_owned(), e, Arc::clone(segment))
+                })
+                .collect()
+        };
+        let mut readings = Vec::with_capacity(located.len());
+        for (sensor, entry, segment) in located {
+            let bytes = segment.read_record(entry.offset as u64, entry.len)?;
+            let moved = |reason: String| {
+                ReadError::Moved(Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason })
+            };
+            match record::decode(&bytes, segment.seq_low()) {
+                Decode::Record(d) => match d.body {
+                    Body::Put { device: d_device, sensor: d_sensor, ts_ms, value }
+                        if d_device == device && d_sensor == sensor && ts_ms == entry.ts_ms =>
+                    {
+                        readings.push(Reading { device: device.into(), sensor, ts_ms, value: value.to_vec() })
+                    }
+                    other => return Err(moved(format!("index points at another record ({other:?})"))),
+                },
+                Decode::End => return Err(moved("index points at no record of this segment".into())),
+                Decode::Corrupt(reason) => {
+                    // Recycled segments fail the sequence check (End), not the checksum: a
+                    // checksum failure here is damage on disk.
+                    return Err(ReadError::Fatal(Error::Corrupt {
+                        file: segment.path.clone(),
+                        offset: entry.offset as u64,
+                        reason,
+                    }));
+                }
+            }
+        }
+        Ok(readings)
+    }
+
+    fn read_lower(&self, device: &str, sensor: Option<&str>, from_ms: i64, to_ms: i64, point: bool) -> Result<Vec<Reading>> {
+        if let (true, Some(sensor)) = (point, sensor) {
+            let value = self.lower.get(&key::reading_key(device, sensor, from_ms))?;
+            return Ok(value
+                .map(|value| Reading { device: device.into(), sensor: sensor.into(), ts_ms: from_ms, value })
+                .into_iter()
+                .collect());
+        }
+        let (start, end) = key::reading_range(device, sensor, from_ms, to_ms);
+        let mut readings = Vec::new();
+        let mut bad_key = None;
+        self.lower.scan(&start, &end, &mut |k, v| {
+            match key::parse_reading_key(k) {
+                Some((_, sensor, ts_ms)) if (from_ms..to_ms).contains(&ts_ms) => readings.push(Reading {
+                    device: device.into(),
+                    sensor: sensor.into(),
+                    ts_ms,
+                    value: v.to_vec(),
+                }),
+                Some(_) => {}
+                None => bad_key = Some(k.to_vec()),
+            }
+            bad_key.is_none()
+        })?;
+        match bad_key {
+            Some(k) => Err(Error::Lower(format!("malformed key {k:?} in the lower tier"))),
+            None => Ok(readings),
+        }
+    }
+
+    /// fdatasyncs every segment written since its last sync (Periodic and None modes).
+    pub(crate) fn sync_unsynced(&self) -> Result<()> {
+        let segments: Vec<Arc<Segment>> = {
+            let mut st = self.state.lock();
+            let unsynced = std::mem::take(&mut st.log.unsynced);
+            unsynced.iter().filter_map(|seq| st.log.segments.get(seq).map(|l| Arc::clone(&l.segment))).collect()
+        };
+        for segment in segments {
+            segment.sync_data()?;
+            Counters::add(&self.counters.fdatasyncs, 1);
+        }
+        Ok(())
+    }
+
+    fn run_periodic_sync(&self, interval_ms: u64) {
+        let interval = std::time::Duration::from_millis(interval_ms);
+        loop {
+            {
+                let mut stop = self.shutdown.lock();
+                if !*stop {
+                    self.shutdown_signal.wait_for(&mut stop, interval);
+                }
+                if *stop {
+                    return;
+                }
+            }
+            if let Err(e) = self.sync_unsynced() {
+                let mut st = self.state.lock();
+                st.poisoned = Some(e.to_string());
+                self.group_done.notify_all();
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let (upper, lower_devices, index_bytes, live_segments, maintenance_error) = {
+            let st = self.state.lock();
+            let mut upper = TierStats::default();
+            let mut lower_devices = 0;
+            for (_, entry) in st.map.entries() {
+                match entry.tier {
+                    Tier::Upper | Tier::Migrating => {
+                        upper.devices += 1;
+                        upper.records += entry.index.records;
+                        upper.bytes += entry.index.record_bytes;
+                    }
+                    Tier::Lower => lower_devices += 1,
+                }
+            }
+            (upper, lower_devices, st.index_bytes, st.log.segments.len() as u64, st.last_maintenance_error.clone())
+        };
+        let (lower_records, lower_bytes) = self.lower.estimate();
+        let c = &self.counters;
+        Stats {
+            user_bytes: Counters::get(&c.user_bytes),
+            user_records: Counters::get(&c.user_records),
+            log_bytes_written: Counters::get(&c.log_bytes_written),
+            log_preallocated_bytes: Counters::get(&c.log_preallocated_bytes),
+            lower_bytes_written: self.lower.bytes_written(),
+            reclaimed_bytes_without_write: Counters::get(&c.reclaimed_bytes_without_write),
+            upper,
+            lower: TierStats { devices: lower_devices, records: lower_records, bytes: lower_bytes },
+            index_bytes,
+            index_bytes_max: self.options.index_bytes_max,
+            migrations: Counters::get(&c.migrations),
+            migrated_records: Counters::get(&c.migrated_records),
+            departures: Counters::get(&c.departures),
+            fdatasyncs: Counters::get(&c.fdatasyncs),
+            group_commits: Counters::get(&c.group_commits),
+            live_segments,
+            segments_recycled: Counters::get(&c.segments_recycled),
+            recovery_ms: self.recovery.ms,
+            recovered_records: self.recovery.records,
+            recovery_cut: self.recovery.cut.clone(),
+            last_maintenance_error: maintenance_error,
+        }
+    }
+}
+
+pub(crate) fn hold(log: &mut LogState, segment_seq: u64) {
+    log.segments.get_mut(&segment_seq).expect("records are placed in live segments").live_records += 1;
+}
+
+/// Releases every segment hold of a device leaving the upper tier.
+pub(crate) fn release(log: &mut LogState, index: &DeviceIndex) {
+    for (seq, n) in &index.segment_records {
+        let live = log.segments.get_mut(seq).expect("held segments are live");
+        live.live_records = live.live_records.checked_sub(*n).expect("segment holds never go negative");
+    }
+}
+
+/// Applies one logged record to the in-memory state (live path and recovery alike).
+pub(crate) fn apply(
+counters: &Counters,
+st: &mut State,
+    lower_ops: &mut Vec<LowerOp>,
+    id: DeviceId,
+    body: &Body<'_>,
+    position: LogPosition,
+    len: u32,
+) {
+    let State { map, log, index_bytes, .. } = st;
+    let Some(entry) = map.entry_mut(id) else {
+        return; // the incarnation is gone (departed and already dropped)
+    };
+    match *body {
+        Body::Register { .. } => {
+            if entry.tier != Tier::Lower {
+                let before = entry.index.index_bytes();
+                entry.index.hold_segment(position.segment_seq);
+                *index_bytes += entry.index.index_bytes() - before;
+                hold(log, position.segment_seq);
+            }
+        }
+        Body::Put { device, sensor, ts_ms, value } => match entry.tier {
+            Tier::Upper | Tier::Migrating => {
+                let index_entry = IndexEntry {
+                    ts_ms,
+                    segment_seq: position.segment_seq,
+                    offset: u32::try_from(position.offset).expect("segment offsets fit in u32"),
+                    len,
+                };
+                let before = entry.index.index_bytes();
+                entry.index.insert(sensor, index_entry);
+                entry.index.hold_segment(position.segment_seq);
+                *index_bytes += entry.index.index_bytes() - before;
+                hold(log, position.segment_seq);
+            }
+            Tier::Lower => lower_ops.push(LowerOp::Put(key::reading_key(device, sensor, ts_ms), value.to_vec())),
+        },
+        Body::Depart { device } => match entry.tier {
+            Tier::Upper => {
+                let Some(entry) = map.remove(id) else { return };
+                Counters::add(&counters.reclaimed_bytes_without_write, entry.index.record_bytes);
+                *index_bytes -= entry.index.index_bytes();
+                release(log, &entry.index);
+            }
+            Tier::Migrating => entry.departed = true,
+            Tier::Lower => {
+                let (start, end) = key::device_reading_range(device);
+                lower_ops.push(LowerOp::DeleteRange(start, end));
+                lower_ops.push(LowerOp::Delete(key::device_key(device)));
+                map.remove(id);
+            }
+        },
+    }
+}

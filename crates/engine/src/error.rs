@@ -1,0 +1,61 @@
+//! The engine's one error type. Expected failures (bad input, bad bytes on disk, I/O errors,
+//! a locked directory) are variants; broken invariants are panics.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what} id is empty")]
+    EmptyId { what: &'static str },
+    #[error("{what} id is {len} bytes, the limit is {max}")]
+    IdTooLong { what: &'static str, len: usize, max: usize },
+    #[error("{what} id contains a NUL byte (ids are names; NUL separates key components)")]
+    IdContainsNul { what: &'static str },
+    #[error("value is {len} bytes, the limit is {max}")]
+    ValueTooLarge { len: usize, max: usize },
+    #[error("batch of {records} records / {bytes} encoded bytes is over the limit ({max_records} records, {max_bytes} bytes)")]
+    BatchTooLarge { records: usize, bytes: usize, max_records: usize, max_bytes: usize },
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    #[error("{path} is not a roamkv data directory: {reason}")]
+    NotADataDirectory { path: PathBuf, reason: String },
+    #[error("{path} is locked by another process (its LOCK file is held)")]
+    Locked { path: PathBuf },
+    #[error("{path} has format version {found}; this build reads version {expected}")]
+    FormatVersion { path: PathBuf, found: u32, expected: u32 },
+    #[error("corrupt data in {file} at offset {offset}: {reason}")]
+    Corrupt { file: PathBuf, offset: u64, reason: String },
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    #[error("lower tier: {0}")]
+    Lower(String),
+    #[error("the engine stopped accepting writes after an earlier failure: {0}")]
+    Poisoned(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attaches the file (or action) to an I/O error, so every message names what failed.
+pub(crate) trait IoContext<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| Error::Io { context: context(), source })
+    }
+}
+
+impl Error {
+    /// True for errors caused by the caller's input; such calls changed nothing.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::EmptyId { .. }
+                | Error::IdTooLong { .. }
+                | Error::IdContainsNul { .. }
+                | Error::ValueTooLarge { .. }
+                | Error::BatchTooLarge { .. }
+        )
+    }
+}

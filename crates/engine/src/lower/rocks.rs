@@ -1,0 +1,142 @@
+//! RocksDB as the lower tier (rust-rocksdb, RocksDB's bundled C++ build).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rocksdb::statistics::Ticker;
+use rocksdb::{
+    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IngestExternalFileOptions, IteratorMode,
+    Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
+};
+
+use super::{LowerOp, LowerTier};
+use crate::error::{Error, IoContext, Result};
+
+pub struct RocksLower {
+    db: DB,
+    options: Options,
+    ingest_dir: PathBuf,
+    ingest_seq: AtomicU64,
+    ingested_bytes: AtomicU64,
+}
+
+fn lower_err(e: rocksdb::Error) -> Error {
+    Error::Lower(format!("rocksdb: {e}"))
+}
+
+impl RocksLower {
+    /// `memory_bytes` is split: half block cache, half memtables (two write buffers).
+    pub fn open(dir: &Path, memory_bytes: u64) -> Result<RocksLower> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.enable_statistics();
+        options.set_compression_type(DBCompressionType::None);
+        options.set_max_background_jobs(2);
+        options.set_bytes_per_sync(1 << 20);
+        let write_buffer_bytes = (memory_bytes / 4).max(1 << 20) as usize;
+        options.set_write_buffer_size(write_buffer_bytes);
+        options.set_max_write_buffer_number(2);
+        options.set_target_file_size_base(write_buffer_bytes as u64);
+        let cache = Cache::new_lru_cache((memory_bytes / 2).max(1 << 20) as usize);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_bloom_filter(10.0, false);
+        options.set_block_based_table_factory(&table);
+        let db = DB::open(&options, dir.join("rocksdb")).map_err(lower_err)?;
+        let ingest_dir = dir.join("ingest");
+        std::fs::create_dir_all(&ingest_dir).context(|| format!("creating {}", ingest_dir.display()))?;
+        Ok(RocksLower {
+            db,
+            options,
+            ingest_dir,
+            ingest_seq: AtomicU64::new(0),
+            ingested_bytes: AtomicU64::new(0),
+        })
+    }
+
+    fn no_wal() -> WriteOptions {
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        wo
+    }
+}
+
+impl LowerTier for RocksLower {
+    fn ingest_sorted(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let n = self.ingest_seq.fetch_add(1, Ordering::Relaxed);
+        let path = self.ingest_dir.join(format!("migrate-{n}.sst"));
+        let mut writer = SstFileWriter::create(&self.options);
+        writer.open(&path).map_err(lower_err)?;
+        for (key, value) in entries {
+            writer.put(key, value).map_err(lower_err)?;
+        }
+        writer.finish().map_err(lower_err)?;
+        let bytes = std::fs::metadata(&path).context(|| format!("stat {}", path.display()))?.len();
+        let mut ingest = IngestExternalFileOptions::default();
+        // Move (hard-link) the file instead of copying it: the run is written exactly once.
+        ingest.set_move_files(true);
+        self.db.ingest_external_file_opts(&ingest, vec![&path]).map_err(lower_err)?;
+        // With move_files RocksDB links the file into its directory; our name is just a leftover link.
+        let _ = std::fs::remove_file(&path);
+        self.ingested_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
+    fn write(&self, ops: &[LowerOp]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for op in ops {
+            match op {
+                LowerOp::Put(k, v) => batch.put(k, v),
+                LowerOp::Delete(k) => batch.delete(k),
+                LowerOp::DeleteRange(start, end) => batch.delete_range(start, end),
+            }
+        }
+        self.db.write_opt(batch, &Self::no_wal()).map_err(lower_err)
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get(key).map_err(lower_err)
+    }
+
+    fn scan(&self, start: &[u8], end: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(end.to_vec());
+        for item in self.db.iterator_opt(IteratorMode::From(start, Direction::Forward), read) {
+            let (key, value) = item.map_err(lower_err)?;
+            if !visit(&key, &value) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn persist(&self) -> Result<()> {
+        self.db.flush().map_err(lower_err)
+    }
+
+    fn bytes_written(&self) -> u64 {
+        self.ingested_bytes.load(Ordering::Relaxed)
+            + self.options.get_ticker_count(Ticker::FlushWriteBytes)
+            + self.options.get_ticker_count(Ticker::CompactWriteBytes)
+    }
+
+    fn estimate(&self) -> (u64, u64) {
+        let prop = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        (prop("rocksdb.estimate-num-keys"), prop("rocksdb.live-sst-files-size"))
+    }
+
+    fn verify(&self) -> Result<u64> {
+        let mut read = ReadOptions::default();
+        read.set_verify_checksums(true);
+        read.fill_cache(false);
+        let mut keys = 0;
+        for item in self.db.iterator_opt(IteratorMode::Start, read) {
+            item.map_err(lower_err)?;
+            keys += 1;
+        }
+        Ok(keys)
+    }
+}

@@ -1,0 +1,89 @@
+//! The Object Mapping Table (paper 002, Fig. 6): device -> {tier, first-seen time, store}.
+//! Every put, get, scan and depart goes through it.
+//!
+//! Devices are named by the caller but held by an in-memory id, one per *incarnation*: a
+//! device that departs and comes back is a new incarnation, so that log records queued for the
+//! old one can never be applied to the new one.
+
+use std::collections::HashMap;
+
+use crate::upper::DeviceIndex;
+
+pub type DeviceId = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// New device, inside its management time: records in the log, indexed in memory.
+    Upper,
+    /// Being moved to the lower tier; still served from the upper index until the switch.
+    Migrating,
+    /// Settled: its readings live in the LSM tree.
+    Lower,
+}
+
+#[derive(Debug)]
+pub struct DeviceEntry {
+    pub name: Box<str>,
+    pub tier: Tier,
+    pub registered_at_ms: u64,
+    /// The upper-tier store (empty once settled).
+    pub index: DeviceIndex,
+    /// Departed while migrating: the migration finishes by deleting what it moved.
+    pub departed: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct MappingTable {
+    names: HashMap<Box<str>, DeviceId>,
+    devices: HashMap<DeviceId, DeviceEntry>,
+    next_id: DeviceId,
+}
+
+impl MappingTable {
+    pub fn id(&self, name: &str) -> Option<DeviceId> {
+        self.names.get(name).copied()
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<(DeviceId, &DeviceEntry)> {
+        let id = self.id(name)?;
+        Some((id, self.devices.get(&id)?))
+    }
+
+    pub fn entry(&self, id: DeviceId) -> Option<&DeviceEntry> {
+        self.devices.get(&id)
+    }
+
+    pub fn entry_mut(&mut self, id: DeviceId) -> Option<&mut DeviceEntry> {
+        self.devices.get_mut(&id)
+    }
+
+    /// A new incarnation of `name`, which must not be mapped now.
+    pub fn register(&mut self, name: &str, tier: Tier, registered_at_ms: u64) -> DeviceId {
+        debug_assert!(!self.names.contains_key(name));
+        self.next_id += 1;
+        let id = self.next_id;
+        self.names.insert(name.into(), id);
+        self.devices.insert(
+            id,
+            DeviceEntry { name: name.into(), tier, registered_at_ms, index: DeviceIndex::default(), departed: false },
+        );
+        id
+    }
+
+    /// Unmaps the name (new puts start a new incarnation); the entry stays until `remove`.
+    pub fn unmap(&mut self, name: &str) -> Option<DeviceId> {
+        self.names.remove(name)
+    }
+
+    pub fn remove(&mut self, id: DeviceId) -> Option<DeviceEntry> {
+        let entry = self.devices.remove(&id)?;
+        if self.names.get(&entry.name) == Some(&id) {
+            self.names.remove(&entry.name);
+        }
+        Some(entry)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (DeviceId, &DeviceEntry)> {
+        self.devices.iter().map(|(id, e)| (*id, e))
+    }
+}

@@ -1,0 +1,326 @@
+//! Opening a data directory: rebuild the mapping table and the upper-tier indexes by reading
+//! the live log segments sequentially, cut a torn tail, and re-apply logged writes of settled
+//! devices to the lower tier (whose own WAL is off). Also the offline `check`.
+//!
+//! Replay rules (docs/ENGINE.md, "Recovery"):
+//! - Settled devices are known first, from their mapping keys in the lower tier.
+//! - REGISTER of an unknown device starts an upper-tier incarnation (with its original time).
+//! - PUT of an upper device is indexed; of a settled device, re-put into the lower tier
+//!   (idempotent: the same key and value); of an unknown device, skipped (it departed and
+//!   its REGISTER was retired with everything before the departure).
+//! - DEPART drops the device: from the index, or with a range delete from the lower tier.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::dir::DataDir;
+use crate::engine::{Inner, LiveSegment, LogState, Recovery, State, apply};
+use crate::error::{Error, IoContext, Result};
+use crate::key;
+use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::lower::{LowerOp, LowerTier, LowerTierKind, rocks::RocksLower};
+use crate::mapping::{MappingTable, Tier};
+use crate::options::Options;
+use crate::record::Body;
+use crate::segment::{self, ScanEnd, Segment};
+use crate::spares::Spares;
+use crate::stats::Counters;
+use crate::upper::LogPosition;
+
+/// Lower-tier writes are replayed in batches of this many operations.
+const REPLAY_LOWER_BATCH_OPS: usize = 10_000;
+
+fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
+    match dir.lower_tier {
+        LowerTierKind::RocksDb => Ok(Box::new(RocksLower::open(&dir.lower_dir(), memory_bytes)?)),
+        #[cfg(feature = "leveldb")]
+        LowerTierKind::LevelDb => Ok(Box::new(crate::lower::level::LevelLower::open(&dir.lower_dir(), memory_bytes)?)),
+        #[cfg(not(feature = "leveldb"))]
+        LowerTierKind::LevelDb => Err(Error::InvalidOptions("this build has no LevelDB support".into())),
+    }
+}
+
+/// Live segment files of a log directory, in sequence order. Half-made or retired files left by
+/// a crash are deleted.
+fn list_segments(log_dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
+    let mut found = Vec::new();
+    for dirent in std::fs::read_dir(log_dir).context(|| format!("listing {}", log_dir.display()))? {
+        let dirent = dirent.context(|| format!("listing {}", log_dir.display()))?;
+        let name = dirent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if segment::is_incomplete_segment_name(name) {
+            std::fs::remove_file(dirent.path()).context(|| format!("removing {}", dirent.path().display()))?;
+        } else if let Some(seq) = segment::parse_segment_name(name) {
+            found.push((seq, dirent.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The segment that holds the end of the log: the last one with data or damage.
+fn last_written(ends: &[ScanEnd]) -> usize {
+    ends.iter()
+        .rposition(|e| e.data_end > SEGMENT_HEADER_BYTES || e.damage.is_some())
+        .unwrap_or(0)
+}
+
+/// Damage that is not a torn tail: a bad record anywhere but at the end of the log, or one
+/// with valid records of its segment after it.
+fn mid_log_damage(segment: &Segment, end: &ScanEnd, is_last: bool) -> Option<Error> {
+    let (offset, reason) = end.damage.clone()?;
+    if let Some(valid) = end.valid_record_after {
+        return Some(Error::Corrupt {
+            file: segment.path.clone(),
+            offset,
+            reason: format!("{reason}; valid records follow at offset {valid}, so this is not a torn tail"),
+        });
+    }
+    (!is_last).then(|| Error::Corrupt {
+        file: segment.path.clone(),
+        offset,
+        reason: format!("{reason}; later segments hold data, so this is not a torn tail"),
+    })
+}
+
+impl Inner {
+    pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
+        options.validate()?;
+        let started = Instant::now();
+        let dir = DataDir::open(path, Some(options.lower_tier))?;
+        let lower = open_lower(&dir, options.lower_memory_bytes)?;
+        let counters = Counters::default();
+        let log_dir = dir.log_dir();
+
+        let mut map = MappingTable::default();
+        load_settled_devices(lower.as_ref(), &mut map)?;
+
+        let mut segments: Vec<Arc<Segment>> = Vec::new();
+        for (seq, path) in list_segments(&log_dir)? {
+            segments.push(Arc::new(Segment::open(&path, seq)?));
+        }
+        if segments.is_empty() {
+            let (segment, written) = Segment::create(&log_dir, 1, options.segment_bytes)?;
+            Counters::add(&counters.log_preallocated_bytes, written);
+            segments.push(Arc::new(segment));
+        }
+        let next_seq = segments.last().map_or(1, |s| s.seq + 1);
+
+        let mut st = State {
+            map,
+            log: LogState {
+                segments: segments
+                    .iter()
+                    .map(|s| (s.seq, LiveSegment { segment: Arc::clone(s), live_records: 0 }))
+                    .collect::<BTreeMap<_, _>>(),
+                active: Arc::clone(&segments[0]),
+                tail: SEGMENT_HEADER_BYTES,
+                queue: Vec::new(),
+                queued_records: Vec::new(),
+                queued_bytes: 0,
+                next_ticket: 0,
+                committed_ticket: 0,
+                leader_active: false,
+                applied_end: LogPosition { segment_seq: segments[0].seq, offset: SEGMENT_HEADER_BYTES },
+                unsynced: BTreeSet::new(),
+                spare_wanted: false,
+            },
+            poisoned: None,
+            lower_dirty: false,
+            index_bytes: 0,
+            last_maintenance_error: None,
+        };
+
+        // Replay every segment in order.
+        let mut ends = Vec::with_capacity(segments.len());
+        let mut lower_ops: Vec<LowerOp> = Vec::new();
+        let mut records = 0u64;
+        for segment in &segments {
+            let data = segment.read_all()?;
+            let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
+                let position = LogPosition { segment_seq: segment.seq, offset };
+                replay(&counters, &mut st, &mut lower_ops, &decoded.body, position, decoded.len as u32);
+                records += 1;
+                if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
+                    lower.write(&lower_ops)?;
+                    lower_ops.clear();
+                    st.lower_dirty = true;
+                }
+                Ok(())
+            })?;
+            ends.push(end);
+        }
+        if !lower_ops.is_empty() {
+            lower.write(&lower_ops)?;
+            st.lower_dirty = true;
+        }
+
+        let last = last_written(&ends);
+        for (i, (segment, end)) in segments.iter().zip(&ends).enumerate() {
+            if let Some(error) = mid_log_damage(segment, end, i == last) {
+                return Err(error);
+            }
+        }
+        let active = Arc::clone(&segments[last]);
+        let data_end = ends[last].data_end;
+        let cut = match &ends[last].damage {
+            Some((offset, reason)) => {
+                // Zero the torn bytes, so that records written after this point can never be
+                // followed by leftovers of the torn batch that happen to decode.
+                let zeros = vec![0u8; (active.bytes - data_end) as usize];
+                active.write_at(&zeros, data_end)?;
+                active.sync_data()?;
+                Some(format!("{}@{} ({reason} at offset {offset})", active.path.display(), data_end))
+            }
+            None => None,
+        };
+        st.log.active = Arc::clone(&active);
+        st.log.tail = data_end;
+        st.log.applied_end = LogPosition { segment_seq: active.seq, offset: data_end };
+
+        // Empty segments after the end of the log were made ahead of need: they are the spares.
+        let mut ready = VecDeque::new();
+        for segment in segments.drain(last + 1..) {
+            st.log.segments.remove(&segment.seq);
+            let segment = Arc::try_unwrap(segment).map_err(|_| {
+                Error::Lower("internal: a spare segment is still referenced after recovery".into())
+            })?;
+            ready.push_back(segment);
+        }
+
+        let recovery = Recovery { ms: started.elapsed().as_millis() as u64, records, cut };
+        Ok(Inner {
+            spares: Spares::new(ready, next_seq),
+            dir,
+            options,
+            state: Mutex::new(st),
+            group_done: Condvar::new(),
+            lower,
+            counters,
+            migration: Mutex::new(()),
+            shutdown: Mutex::new(false),
+            shutdown_signal: Condvar::new(),
+            recovery,
+        })
+    }
+}
+
+fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result<()> {
+    let mut bad = None;
+    lower.scan(&[key::DEVICE_TAG], &[key::DEVICE_TAG + 1], &mut |k, v| {
+        let name = std::str::from_utf8(&k[1..]).ok();
+        match (name, key::decode_device_value(v)) {
+            (Some(name), Some(registered_at_ms)) if map.id(name).is_none() => {
+                map.register(name, Tier::Lower, registered_at_ms);
+                true
+            }
+            _ => {
+                bad = Some(k.to_vec());
+                false
+            }
+        }
+    })?;
+    match bad {
+        Some(k) => Err(Error::Lower(format!("malformed device mapping key {k:?} in the lower tier"))),
+        None => Ok(()),
+    }
+}
+
+fn replay(
+    counters: &Counters,
+    st: &mut State,
+    lower_ops: &mut Vec<LowerOp>,
+    body: &Body<'_>,
+    position: LogPosition,
+    len: u32,
+) {
+    let id = match *body {
+        Body::Register { device, registered_at_ms } => match st.map.id(device) {
+            Some(_) => return, // settled already (its mapping key is in the lower tier)
+            None => st.map.register(device, Tier::Upper, registered_at_ms),
+        },
+        Body::Put { device, .. } => match st.map.id(device) {
+            Some(id) => id,
+            None => return,
+        },
+        Body::Depart { device } => match st.map.unmap(device) {
+            Some(id) => id,
+            None => return,
+        },
+    };
+    apply(counters, st, lower_ops, id, body, position, len);
+}
+
+/// What `check` found.
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    pub segments: u64,
+    pub records: u64,
+    pub lower_keys: u64,
+    /// A torn tail at the end of the log (normal after a crash; the next open cuts it).
+    pub torn_tail: Option<String>,
+    /// Damage: bad headers, bad records in the middle of the log, lower-tier checksum errors.
+    pub problems: Vec<String>,
+}
+
+/// Verifies every checksum of a data directory without changing it: every record of every
+/// live segment, and every block of the lower tier. Takes the directory's lock.
+pub fn check(path: &Path) -> Result<CheckReport> {
+    if !path.join(crate::dir::IDENTITY_FILE).exists() {
+        return Err(Error::NotADataDirectory {
+            path: path.to_path_buf(),
+            reason: format!("it has no {} file", crate::dir::IDENTITY_FILE),
+        });
+    }
+    let dir = DataDir::open(path, None)?;
+    let mut report = CheckReport::default();
+    let mut opened = Vec::new();
+    for (seq, file) in list_segments_readonly(&dir.log_dir())? {
+        report.segments += 1;
+        match Segment::open(&file, seq) {
+            Ok(segment) => opened.push(segment),
+            Err(e) => report.problems.push(e.to_string()),
+        }
+    }
+    let mut ends = Vec::new();
+    for segment in &opened {
+        let data = segment.read_all()?;
+        let end = segment::scan(&data, segment.seq_low(), |_, _| {
+            report.records += 1;
+            Ok(())
+        })?;
+        ends.push(end);
+    }
+    if !opened.is_empty() {
+        let last = last_written(&ends);
+        for (i, (segment, end)) in opened.iter().zip(&ends).enumerate() {
+            if let Some(error) = mid_log_damage(segment, end, i == last) {
+                report.problems.push(error.to_string());
+            } else if let Some((offset, reason)) = &end.damage {
+                report.torn_tail = Some(format!("{} at offset {offset}: {reason}", segment.path.display()));
+            }
+        }
+    }
+    match open_lower(&dir, 16 << 20).and_then(|lower| lower.verify()) {
+        Ok(keys) => report.lower_keys = keys,
+        Err(e) => report.problems.push(e.to_string()),
+    }
+    Ok(report)
+}
+
+/// Like `list_segments`, but deletes nothing.
+fn list_segments_readonly(log_dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
+    let mut found = Vec::new();
+    for dirent in std::fs::read_dir(log_dir).context(|| format!("listing {}", log_dir.display()))? {
+        let dirent = dirent.context(|| format!("listing {}", log_dir.display()))?;
+        if let Some(seq) = dirent.file_name().to_str().and_then(segment::parse_segment_name) {
+            found.push((seq, dirent.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}

@@ -1,0 +1,288 @@
+//! Commit-log segment files: fixed-size, preallocated, recycled (docs/FORMAT.md, "Segment").
+//!
+//! A segment is created once at its full size (header + zeros, fdatasync'd) or recycled from a
+//! retired one, so that appending a record never grows the file or allocates blocks: a commit is
+//! a data write plus fdatasync, with no file-system metadata to journal (DESIGN.md property 4).
+//!
+//! ```text
+//! header (the first 4096 bytes of the file):
+//! offset size field
+//!  0      8   magic "RKVLOG01"
+//!  8      4   format version (u32 LE) = 1
+//! 12      4   reserved, zero
+//! 16      8   segment sequence number (u64 LE), also the file's name
+//! 24      8   segment size in bytes (u64 LE), the file's length
+//! 32      4   crc32c of bytes [0, 32)
+//! 36   4060   zero
+//! records from offset 4096 on (record.rs)
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::record::{self, Decode, Decoded};
+
+pub const MAGIC: &[u8; 8] = b"RKVLOG01";
+pub const FORMAT_VERSION: u32 = 1;
+const HEADER_FIELDS_BYTES: usize = 32;
+
+pub fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:020}.seg"))
+}
+
+/// Parses a segment file name back to its sequence number.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Names of segments being made or retired (interrupted by a crash): deleted on open.
+pub fn is_incomplete_segment_name(name: &str) -> bool {
+    name.ends_with(".seg.tmp") || name.ends_with(".seg.recycling") || name.ends_with(".seg.retired")
+}
+
+fn encode_header(seq: u64, segment_bytes: u64) -> Vec<u8> {
+    let mut header = vec![0u8; SEGMENT_HEADER_BYTES as usize];
+    header[0..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[16..24].copy_from_slice(&seq.to_le_bytes());
+    header[24..32].copy_from_slice(&segment_bytes.to_le_bytes());
+    let crc = crc32c::crc32c(&header[..HEADER_FIELDS_BYTES]);
+    header[32..36].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// One open segment file.
+#[derive(Debug)]
+pub struct Segment {
+    pub seq: u64,
+    pub path: PathBuf,
+    pub bytes: u64,
+    file: File,
+}
+
+impl Segment {
+    /// Low 32 bits of the sequence, as stored in every record.
+    pub fn seq_low(&self) -> u32 {
+        self.seq as u32
+    }
+
+    /// Creates a segment at its full size: writes the header and zeros, fdatasyncs, then gives it
+    /// its final name and syncs the directory. Returns the segment and the bytes written.
+    pub fn create(dir: &Path, seq: u64, bytes: u64) -> Result<(Segment, u64)> {
+        let path = segment_path(dir, seq);
+        let tmp = path.with_extension("seg.tmp");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .context(|| format!("creating segment {}", tmp.display()))?;
+        file.write_all_at(&encode_header(seq, bytes), 0).context(|| format!("writing {}", tmp.display()))?;
+        // Zero-fill in 1 MiB writes: the blocks get allocated now, not during a commit.
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = SEGMENT_HEADER_BYTES;
+        while at < bytes {
+            let n = zeros.len().min((bytes - at) as usize);
+            file.write_all_at(&zeros[..n], at).context(|| format!("zero-filling {}", tmp.display()))?;
+            at += n as u64;
+        }
+        file.sync_all().context(|| format!("syncing {}", tmp.display()))?;
+        fs::rename(&tmp, &path).context(|| format!("renaming {} into place", tmp.display()))?;
+        sync_dir(dir)?;
+        Ok((Segment { seq, path, bytes, file }, bytes))
+    }
+
+    /// Gives a retired segment (`file`, now named `from`) a new life under a new sequence
+    /// number. Its old records stay in place but carry the old sequence, so they read as "end
+    /// of data". Crash-safe: the file passes through a `.seg.recycling` name that open() deletes.
+    pub fn recycle(file: File, from: &Path, bytes: u64, dir: &Path, new_seq: u64) -> Result<Segment> {
+        let path = segment_path(dir, new_seq);
+        let transit = path.with_extension("seg.recycling");
+        fs::rename(from, &transit).context(|| format!("renaming {} for reuse", from.display()))?;
+        file.write_all_at(&encode_header(new_seq, bytes), 0)
+            .context(|| format!("writing header of {}", transit.display()))?;
+        file.sync_data().context(|| format!("syncing {}", transit.display()))?;
+        fs::rename(&transit, &path).context(|| format!("renaming {} into place", transit.display()))?;
+        sync_dir(dir)?;
+        Ok(Segment { seq: new_seq, path, bytes, file })
+    }
+
+    /// Moves a segment out of the log (to `.seg.retired`) and returns a handle for recycling.
+    /// Readers that still hold the segment keep reading the same file.
+    pub fn retire(&self) -> Result<(File, PathBuf)> {
+        let retired = self.path.with_extension("seg.retired");
+        fs::rename(&self.path, &retired).context(|| format!("retiring {}", self.path.display()))?;
+        let file = self.file.try_clone().context(|| format!("reopening {}", retired.display()))?;
+        Ok((file, retired))
+    }
+
+    /// Opens an existing segment and validates its header against its name.
+    pub fn open(path: &Path, expected_seq: u64) -> Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .context(|| format!("opening segment {}", path.display()))?;
+        let len = file.metadata().context(|| format!("stat {}", path.display()))?.len();
+        let corrupt = |offset: u64, reason: String| Error::Corrupt { file: path.to_path_buf(), offset, reason };
+        let mut header = [0u8; 36];
+        if len < SEGMENT_HEADER_BYTES {
+            return Err(corrupt(0, format!("file is {len} bytes, shorter than the segment header")));
+        }
+        file.read_exact_at(&mut header, 0).context(|| format!("reading {}", path.display()))?;
+        if &header[0..8] != MAGIC {
+            return Err(corrupt(0, "bad magic: not a roamkv log segment".into()));
+        }
+        let stored_crc = u32::from_le_bytes([header[32], header[33], header[34], header[35]]);
+        let computed_crc = crc32c::crc32c(&header[..HEADER_FIELDS_BYTES]);
+        if stored_crc != computed_crc {
+            return Err(corrupt(32, format!("header checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})")));
+        }
+        let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        if version != FORMAT_VERSION {
+            return Err(corrupt(8, format!("segment format version {version}, this build reads {FORMAT_VERSION}")));
+        }
+        let seq = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
+        let bytes = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
+        if seq != expected_seq {
+            return Err(corrupt(16, format!("header says segment {seq}, file name says {expected_seq}")));
+        }
+        if bytes != len {
+            return Err(corrupt(24, format!("header says {bytes} bytes, file has {len}")));
+        }
+        Ok(Segment { seq, path: path.to_path_buf(), bytes, file })
+    }
+
+    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
+        debug_assert!(offset >= SEGMENT_HEADER_BYTES && offset + bytes.len() as u64 <= self.bytes);
+        self.file.write_all_at(bytes, offset).context(|| format!("writing {} at {offset}", self.path.display()))
+    }
+
+    pub fn sync_data(&self) -> Result<()> {
+        self.file.sync_data().context(|| format!("fdatasync {}", self.path.display()))
+    }
+
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut buf, offset)
+            .context(|| format!("reading {} bytes of {} at {offset}", len, self.path.display()))?;
+        Ok(buf)
+    }
+
+    /// The whole file, for a sequential recovery or check scan.
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        self.read_at(0, self.bytes as usize)
+    }
+
+    /// Reads and verifies one record (a point read from the upper tier).
+    pub fn read_record(&self, offset: u64, len: u32) -> Result<Vec<u8>> {
+        self.read_at(offset, len as usize)
+    }
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("syncing directory {}", dir.display()))
+}
+
+/// How a segment scan ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanEnd {
+    /// Offset just past the last complete batch: where the next write goes.
+    pub data_end: u64,
+    /// Set when the scan stopped at a bad record or inside a batch: the offset and why.
+    pub damage: Option<(u64, String)>,
+    /// Offset of a valid record of this segment found after the stop point, if any: proof that
+    /// the stop is corruption in the middle of the log, not a torn tail.
+    pub valid_record_after: Option<u64>,
+}
+
+/// Scans a segment's bytes, calling `visit(offset, record)` for each record of each complete
+/// batch, in order. Records of a batch cut short are not visited (batches are atomic).
+pub fn scan(
+    data: &[u8],
+    seq_low: u32,
+    mut visit: impl FnMut(u64, &Decoded<'_>) -> Result<()>,
+) -> Result<ScanEnd> {
+    let mut at = SEGMENT_HEADER_BYTES as usize;
+    let mut batch_start = at;
+    let mut batch: Vec<(u64, Decoded<'_>)> = Vec::new();
+    let stop = loop {
+        match record::decode(&data[at.min(data.len())..], seq_low) {
+            Decode::Record(d) => {
+                batch.push((at as u64, d));
+                at += d.len;
+                if d.batch_end {
+                    for (offset, record) in batch.drain(..) {
+                        visit(offset, &record)?;
+                    }
+                    batch_start = at;
+                }
+            }
+            Decode::End if batch.is_empty() => break None,
+            Decode::End => break Some((batch_start as u64, "batch cut short (no end-of-batch record)".to_string())),
+            Decode::Corrupt(reason) => break Some((at as u64, reason)),
+        }
+    };
+    let search_from = if stop.is_some() { at + 1 } else { at };
+    Ok(ScanEnd {
+        data_end: batch_start as u64,
+        valid_record_after: find_valid_record(data, search_from, seq_low),
+        damage: stop,
+    })
+}
+
+/// The first offset >= `from` holding a valid record of this segment.
+fn find_valid_record(data: &[u8], from: usize, seq_low: u32) -> Option<u64> {
+    let seq_bytes = seq_low.to_le_bytes();
+    let last = data.len().checked_sub(record::HEADER_BYTES)?;
+    (from..=last).find_map(|offset| {
+        if data[offset + 8..offset + 12] != seq_bytes {
+            return None;
+        }
+        match record::decode(&data[offset..], seq_low) {
+            Decode::Record(_) => Some(offset as u64),
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let p = segment_path(Path::new("/x"), 42);
+        let name = p.file_name().and_then(|n| n.to_str()).expect("utf8");
+        assert_eq!(parse_segment_name(name), Some(42));
+        assert_eq!(parse_segment_name("42.seg"), None);
+        assert!(is_incomplete_segment_name("00000000000000000042.seg.tmp"));
+    }
+
+    #[test]
+    fn create_open_recycle() -> Result<()> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (seg, written) = Segment::create(dir.path(), 1, 1 << 20)?;
+        assert_eq!(written, 1 << 20);
+        let (file, retired) = seg.retire()?;
+        let recycled = Segment::recycle(file, &retired, 1 << 20, dir.path(), 7)?;
+        assert!(!segment_path(dir.path(), 1).exists());
+        let reopened = Segment::open(&segment_path(dir.path(), 7), 7)?;
+        assert_eq!((reopened.seq, reopened.bytes), (7, 1 << 20));
+        drop(recycled);
+        assert!(matches!(
+            Segment::open(&segment_path(dir.path(), 7), 8),
+            Err(Error::Corrupt { offset: 16, .. })
+        ));
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! Shared set-up for the engine's integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use roamkv_engine::{Durability, Engine, LowerTierKind, ManualClock, Options};
+
+pub const START_MS: u64 = 1_700_000_000_000;
+pub const MANAGEMENT_MS: u64 = 10_000;
+
+/// Options for deterministic tests: a manual clock, no background thread, 1 MiB segments.
+pub fn options(clock: &Arc<ManualClock>) -> Options {
+    Options {
+        durability: Durability::Sync,
+        management_time_ms: MANAGEMENT_MS,
+        segment_bytes: 1 << 20,
+        lower_memory_bytes: 8 << 20,
+        background_maintenance: false,
+        clock: clock.clone(),
+        ..Options::default()
+    }
+}
+
+pub fn open(dir: &Path, clock: &Arc<ManualClock>) -> Engine {
+    Engine::open(dir, options(clock)).expect("open")
+}
+
+pub fn open_with(dir: &Path, clock: &Arc<ManualClock>, lower: LowerTierKind) -> Engine {
+    Engine::open(dir, Options { lower_tier: lower, ..options(clock) }).expect("open")
+}
+
+pub fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(START_MS))
+}
+
+pub fn value(device: &str, sensor: &str, ts: i64, len: usize) -> Vec<u8> {
+    let seed = format!("{device}/{sensor}/{ts}/");
+    seed.bytes().cycle().take(len).collect()
+}
