@@ -192,6 +192,8 @@ impl Inner {
             ready.push_back(segment);
         }
 
+        // Replayed departures freed space in an earlier session, not this one.
+        counters.reclaimed_bytes_without_write.store(0, std::sync::atomic::Ordering::Relaxed);
         let recovery = Recovery { ms: started.elapsed().as_millis() as u64, records, cut };
         Ok(Inner {
             spares: Spares::new(ready, next_seq),

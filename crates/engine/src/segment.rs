@@ -233,11 +233,14 @@ pub fn scan(
         }
     };
     let search_from = if stop.is_some() { at + 1 } else { at };
-    Ok(ScanEnd {
-        data_end: batch_start as u64,
-        valid_record_after: find_valid_record(data, search_from, seq_low),
-        damage: stop,
-    })
+    let valid_record_after = find_valid_record(data, search_from, seq_low);
+    // An "end of data" with valid records after it is a damaged header (e.g. its sequence
+    // field), not the end: report it, or everything after it would be dropped silently.
+    let damage = match (stop, valid_record_after) {
+        (None, Some(_)) => Some((at as u64, "record header is unreadable (zeroed or not of this segment)".to_string())),
+        (stop, _) => stop,
+    };
+    Ok(ScanEnd { data_end: batch_start as u64, valid_record_after, damage })
 }
 
 /// The first offset >= `from` holding a valid record of this segment.

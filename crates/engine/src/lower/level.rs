@@ -83,6 +83,10 @@ impl LowerTier for LevelLower {
                     self.count(k, &[]);
                 }
                 LowerOp::DeleteRange(start, end) => {
+                    // The range is emulated by iterating the DB, which does not see the puts
+                    // queued in `batch` yet: write those first, or they would survive.
+                    self.db.write(&batch, false).map_err(lower_err)?;
+                    batch.clear();
                     let mut it = self.db.iter();
                     it.seek(start);
                     while it.valid() && it.key() < end.as_slice() {

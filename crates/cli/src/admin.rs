@@ -1,0 +1,344 @@
+//! The operator's commands on a data directory: load, get, scan, depart, stats, check.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use roamkv_engine::{Durability, Engine, LowerTierKind, Options, Record, Stats};
+
+use crate::json::{InputLine, OutputLine};
+
+/// How to open a data directory (shared by every command).
+#[derive(Args, Debug, Clone)]
+pub struct OpenArgs {
+    /// The data directory (created if missing or empty).
+    #[arg(long, value_name = "DIR")]
+    pub data: PathBuf,
+    /// Lower tier for a new data directory: rocksdb or leveldb (an existing one keeps its own).
+    #[arg(long, default_value = "rocksdb", value_parser = parse_lower)]
+    pub lower: LowerTierKind,
+    /// Size of each preallocated commit-log segment, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub segment_mib: u64,
+    /// How long a new device stays in the upper tier before it is migrated, in ms.
+    #[arg(long, default_value_t = 60_000)]
+    pub management_time_ms: u64,
+}
+
+fn parse_lower(text: &str) -> Result<LowerTierKind, String> {
+    LowerTierKind::from_name(text).ok_or_else(|| format!("unknown lower tier {text:?}; valid: rocksdb, leveldb"))
+}
+
+fn parse_durability(text: &str) -> Result<Durability, String> {
+    Durability::parse(text).ok_or_else(|| format!("unknown durability {text:?}; valid: sync, periodic, periodic:MS, none"))
+}
+
+impl OpenArgs {
+    fn open(&self, durability: Durability, background_maintenance: bool) -> Result<Engine, String> {
+        let options = Options {
+            durability,
+            lower_tier: self.lower,
+            segment_bytes: self.segment_mib * 1024 * 1024,
+            management_time_ms: self.management_time_ms,
+            background_maintenance,
+            ..Options::default()
+        };
+        Engine::open(&self.data, options).map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub open: OpenArgs,
+    /// sync (ack after fdatasync), periodic[:MS] (fdatasync every MS), or none.
+    #[arg(long, default_value = "sync", value_parser = parse_durability)]
+    pub durability: Durability,
+    /// Print "acked N" (records acknowledged so far) after every committed batch.
+    #[arg(long)]
+    pub ack: bool,
+    /// Records per batch at most; a batch is also cut whenever stdin has nothing more ready.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+}
+
+/// One parsed input line, owning its strings until the batch is written.
+struct Owned {
+    device: String,
+    sensor: String,
+    ts_ms: i64,
+    value: Vec<u8>,
+}
+
+pub fn load(args: &LoadArgs) -> Result<(), String> {
+    if args.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    let engine = args.open.open(args.durability, true)?;
+    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
+    let mut stdout = std::io::stdout().lock();
+    let mut pending: Vec<Owned> = Vec::with_capacity(args.batch);
+    let mut acked = 0u64;
+    let mut line_number = 0u64;
+    let mut line = String::new();
+
+    let mut commit = |pending: &mut Vec<Owned>, acked: &mut u64| -> Result<(), String> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<Record<'_>> = pending
+            .iter()
+            .map(|o| Record { device: &o.device, sensor: &o.sensor, ts_ms: o.ts_ms, value: &o.value })
+            .collect();
+        engine.put_batch(&records).map_err(|e| format!("writing a batch: {e}"))?;
+        *acked += pending.len() as u64;
+        pending.clear();
+        if args.ack {
+            writeln!(stdout, "acked {acked}").and_then(|_| stdout.flush()).map_err(|e| format!("stdout: {e}"))?;
+        }
+        Ok(())
+    };
+
+    let failure = loop {
+        line.clear();
+        match input.read_line(&mut line) {
+            Ok(0) => break None,
+            Ok(_) => {}
+            Err(e) => break Some(format!("reading stdin after line {line_number}: {e}")),
+        }
+        line_number += 1;
+        if !line.trim().is_empty() {
+            match parse_line(&line) {
+                Ok(owned) => pending.push(owned),
+                Err(message) => break Some(format!("line {line_number}: {message}")),
+            }
+        }
+        // Commit when the batch is full, or when stdin has nothing more ready (so that a slow
+        // producer gets its acks without waiting for a full batch).
+        if pending.len() >= args.batch || input.buffer().is_empty() {
+            if let Err(e) = commit(&mut pending, &mut acked) {
+                break Some(e);
+            }
+        }
+    };
+    // Everything before a bad line stays committed.
+    commit(&mut pending, &mut acked)?;
+    engine.close().map_err(|e| e.to_string())?;
+    match failure {
+        Some(message) => Err(format!("{message} (the {acked} records before it are committed)")),
+        None => {
+            eprintln!("roamkv: loaded {acked} records");
+            Ok(())
+        }
+    }
+}
+
+fn parse_line(line: &str) -> Result<Owned, String> {
+    let parsed: InputLine = serde_json::from_str(line).map_err(|e| format!("not a reading: {e}"))?;
+    let value = parsed.value_bytes()?;
+    let owned = Owned { device: parsed.device, sensor: parsed.sensor, ts_ms: parsed.ts, value };
+    roamkv_engine::validate_record(&Record {
+        device: &owned.device,
+        sensor: &owned.sensor,
+        ts_ms: owned.ts_ms,
+        value: &owned.value,
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(owned)
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub open: OpenArgs,
+    #[arg(long)]
+    pub device: String,
+    #[arg(long)]
+    pub sensor: String,
+    /// Timestamp in ms.
+    #[arg(long)]
+    pub ts: i64,
+}
+
+pub fn get(args: &GetArgs) -> Result<(), String> {
+    let engine = args.open.open(Durability::Sync, false)?;
+    match engine.get(&args.device, &args.sensor, args.ts).map_err(|e| e.to_string())? {
+        Some(value) => print_line(&OutputLine::new(&args.device, &args.sensor, args.ts, &value)),
+        None => Err(format!("no reading of {}/{} at {}", args.device, args.sensor, args.ts)),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub open: OpenArgs,
+    #[arg(long)]
+    pub device: String,
+    #[arg(long)]
+    pub sensor: Option<String>,
+    /// First timestamp (ms, inclusive).
+    #[arg(long, default_value_t = i64::MIN, allow_hyphen_values = true)]
+    pub from: i64,
+    /// End timestamp (ms, exclusive).
+    #[arg(long, default_value_t = i64::MAX, allow_hyphen_values = true)]
+    pub to: i64,
+}
+
+pub fn scan(args: &ScanArgs) -> Result<(), String> {
+    let engine = args.open.open(Durability::Sync, false)?;
+    let readings = engine
+        .scan(&args.device, args.sensor.as_deref(), args.from, args.to)
+        .map_err(|e| e.to_string())?;
+    for r in &readings {
+        print_line(&OutputLine::new(&r.device, &r.sensor, r.ts_ms, &r.value))?;
+    }
+    Ok(())
+}
+
+fn print_line(line: &OutputLine<'_>) -> Result<(), String> {
+    let text = serde_json::to_string(line).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").map_err(|e| format!("stdout: {e}"))
+}
+
+#[derive(Args, Debug)]
+pub struct DepartArgs {
+    #[command(flatten)]
+    pub open: OpenArgs,
+    #[arg(long)]
+    pub device: String,
+}
+
+pub fn depart(args: &DepartArgs) -> Result<(), String> {
+    let engine = args.open.open(Durability::Sync, false)?;
+    engine.depart(&args.device).map_err(|e| e.to_string())?;
+    engine.close().map_err(|e| e.to_string())
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub open: OpenArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn stats(args: &StatsArgs) -> Result<(), String> {
+    let engine = args.open.open(Durability::Sync, false)?;
+    let stats = engine.stats();
+    if args.json {
+        println!("{}", stats_json(&stats));
+    } else {
+        print!("{}", stats_table(&stats));
+    }
+    Ok(())
+}
+
+pub fn stats_json(s: &Stats) -> serde_json::Value {
+    serde_json::json!({
+        "user_bytes": s.user_bytes,
+        "user_records": s.user_records,
+        "log_bytes_written": s.log_bytes_written,
+        "log_preallocated_bytes": s.log_preallocated_bytes,
+        "lower_bytes_written": s.lower_bytes_written,
+        "reclaimed_bytes_without_write": s.reclaimed_bytes_without_write,
+        "write_amplification": s.write_amplification(),
+        "upper": {"devices": s.upper.devices, "records": s.upper.records, "bytes": s.upper.bytes},
+        "lower": {"devices": s.lower.devices, "records_estimate": s.lower.records, "bytes": s.lower.bytes},
+        "index_bytes": s.index_bytes,
+        "index_bytes_max": s.index_bytes_max,
+        "migrations": s.migrations,
+        "migrated_records": s.migrated_records,
+        "departures": s.departures,
+        "group_commits": s.group_commits,
+        "fdatasyncs": s.fdatasyncs,
+        "live_segments": s.live_segments,
+        "segments_recycled": s.segments_recycled,
+        "recovery_ms": s.recovery_ms,
+        "recovered_records": s.recovered_records,
+        "recovery_cut": s.recovery_cut,
+        "last_maintenance_error": s.last_maintenance_error,
+    })
+}
+
+pub fn stats_table(s: &Stats) -> String {
+    let mib = |b: u64| b as f64 / 1_048_576.0;
+    let mut out = String::new();
+    out.push_str(&format!("{:<8} {:>9} {:>12} {:>12}\n", "tier", "devices", "records", "MiB"));
+    out.push_str(&format!("{:<8} {:>9} {:>12} {:>12.2}\n", "upper", s.upper.devices, s.upper.records, mib(s.upper.bytes)));
+    out.push_str(&format!(
+        "{:<8} {:>9} {:>12} {:>12.2}   (records and MiB: the LSM's estimates)\n",
+        "lower",
+        s.lower.devices,
+        s.lower.records,
+        mib(s.lower.bytes)
+    ));
+    out.push_str(&format!(
+        "index memory {:.2} MiB of {:.0} MiB cap ({:.1} bytes/record)\n",
+        mib(s.index_bytes),
+        mib(s.index_bytes_max),
+        if s.upper.records > 0 { s.index_bytes as f64 / s.upper.records as f64 } else { 0.0 }
+    ));
+    out.push_str(&format!(
+        "this session: user {:.2} MiB in {} records; log {:.2} MiB + segment prep {:.2} MiB; lower tier {:.2} MiB\n",
+        mib(s.user_bytes),
+        s.user_records,
+        mib(s.log_bytes_written),
+        mib(s.log_preallocated_bytes),
+        mib(s.lower_bytes_written)
+    ));
+    out.push_str(&format!(
+        "engine write amplification {:.3}; reclaimed without a write {:.2} MiB; {} migrations, {} departures\n",
+        s.write_amplification(),
+        mib(s.reclaimed_bytes_without_write),
+        s.migrations,
+        s.departures
+    ));
+    out.push_str(&format!(
+        "{} group commits, {} fdatasyncs; {} live segments, {} recycled; recovery {} ms over {} records{}\n",
+        s.group_commits,
+        s.fdatasyncs,
+        s.live_segments,
+        s.segments_recycled,
+        s.recovery_ms,
+        s.recovered_records,
+        s.recovery_cut.as_deref().map(|c| format!(", cut torn tail at {c}")).unwrap_or_default()
+    ));
+    out
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The data directory to verify.
+    #[arg(long, value_name = "DIR")]
+    pub data: PathBuf,
+}
+
+pub fn check(args: &CheckArgs) -> ExitCode {
+    match roamkv_engine::check(&args.data) {
+        Ok(report) => {
+            println!(
+                "checked {} segments, {} log records, {} lower-tier keys",
+                report.segments, report.records, report.lower_keys
+            );
+            if let Some(torn) = &report.torn_tail {
+                println!("torn tail (cut on the next open; not damage): {torn}");
+            }
+            for problem in &report.problems {
+                println!("DAMAGE: {problem}");
+            }
+            if report.problems.is_empty() {
+                println!("ok");
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("roamkv: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

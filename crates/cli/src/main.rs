@@ -1,0 +1,60 @@
+//! `roamkv`: the operator's tools for a data directory, the demo, the benchmark and the I/O lab.
+
+mod admin;
+mod demo;
+mod json;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "roamkv", version, about = "Storage for the edge: a two-level key-value engine for devices that come and go, and a lab for flash file systems.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Ingest simulated moving devices into a fresh data directory and show what each tier holds.
+    Demo(demo::DemoArgs),
+    /// Read JSON lines from stdin and write them in batches.
+    Load(admin::LoadArgs),
+    /// Print one reading as a JSON line.
+    Get(admin::GetArgs),
+    /// Print the readings of a device (optionally one sensor and a time range) as JSON lines.
+    Scan(admin::ScanArgs),
+    /// Remove a device from this edge.
+    Depart(admin::DepartArgs),
+    /// Show what each tier holds and the engine's write accounting.
+    Stats(admin::StatsArgs),
+    /// Verify every checksum of a data directory (exit 1 on damage).
+    Check(admin::CheckArgs),
+    /// The TPCx-IoT mobility benchmark against RocksDB, LevelDB and SQLite.
+    Bench(roamkv_bench::cli::BenchArgs),
+    /// The I/O lab: file systems on loop devices, block tracing, SQLite workloads.
+    Lab(roamkv_lab::cli::LabArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Demo(args) => demo::run(&args),
+        Command::Load(args) => admin::load(&args),
+        Command::Get(args) => admin::get(&args),
+        Command::Scan(args) => admin::scan(&args),
+        Command::Depart(args) => admin::depart(&args),
+        Command::Stats(args) => admin::stats(&args),
+        Command::Check(args) => return admin::check(&args),
+        Command::Bench(args) => return roamkv_bench::cli::run(&args),
+        Command::Lab(args) => return roamkv_lab::cli::run(&args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("roamkv: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
