@@ -393,6 +393,11 @@ impl From<Error> for ReadError {
 }
 
 impl Inner {
+    /// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
+    pub(crate) fn zero_fill_segments(&self) -> bool {
+        self.options.durability != Durability::None
+    }
+
     pub(crate) fn check_poisoned(&self, st: &State) -> Result<()> {
         match &st.poisoned {
             Some(reason) => Err(Error::Poisoned(reason.clone())),

@@ -32,8 +32,12 @@ pub const INDEX_BYTES_MAX_DEFAULT: u64 = 256 * 1024 * 1024;
 /// early migrations come in bulk rather than one device per put.
 pub const INDEX_LOW_WATER_PERCENT: u64 = 80;
 
-/// Recycled segments kept ready for reuse; more are deleted (space returns to the file system).
-pub const SPARE_SEGMENTS_MAX: usize = 2;
+/// Retired segments kept for reuse; more are deleted (space returns to the file system).
+/// Retirement comes in bursts (a device that stayed its whole management time pins every
+/// segment after its first record until it settles), so a small pool would delete segments
+/// that are needed again moments later and must then be zero-filled anew: 16 x 64 MiB bounds
+/// the reserve at 1 GiB while keeping steady-state ingest free of zero-fill writes.
+pub const SPARE_SEGMENTS_MAX: usize = 16;
 
 /// Devices migrated together in one sorted run (one SST ingestion), bounding the memory of a
 /// migration pass.

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! offset size field
-//!  0      4   crc32c, little-endian, over bytes [4, 16 + payload_len)
+//!  0      4   crc32c, little-endian, of the payload followed by header bytes [4, 16)
 //!  4      4   payload_len (u32 LE)
 //!  8      4   segment_seq_low: low 32 bits of the segment's sequence number
 //! 12      1   kind: 1 = REGISTER, 2 = PUT, 3 = DEPART
@@ -113,14 +113,13 @@ pub fn encode_depart(out: &mut Vec<u8>, seq_low: u32, device: &str) {
     seal(&mut out[start..], seq_low, true, payload_crc);
 }
 
-/// Writes the segment sequence and flags into a record's header and computes its CRC from the
-/// header bytes and the payload CRC computed earlier (crc32c_combine: the payload is not re-read).
+/// Writes the segment sequence and flags into a record's header and its CRC. The CRC covers the
+/// payload *first*, then the header fields: so sealing under the log's lock only extends the
+/// payload CRC, computed earlier outside the lock, by 12 bytes; the payload is not re-read.
 pub fn seal(record: &mut [u8], seq_low: u32, batch_end: bool, payload_crc: u32) {
     record[8..12].copy_from_slice(&seq_low.to_le_bytes());
     record[13] = if batch_end { FLAG_BATCH_END } else { 0 };
-    let payload_len = u32::from_le_bytes([record[4], record[5], record[6], record[7]]) as usize;
-    let header_crc = crc32c::crc32c(&record[4..HEADER_BYTES]);
-    let crc = crc32c::crc32c_combine(header_crc, payload_crc, payload_len);
+    let crc = crc32c::crc32c_append(payload_crc, &record[4..HEADER_BYTES]);
     record[0..4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -152,7 +151,7 @@ pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
     let Some(payload) = buf.get(HEADER_BYTES..HEADER_BYTES.saturating_add(payload_len)) else {
         return Decode::Corrupt(format!("payload length {payload_len} runs past the end of the segment"));
     };
-    let computed_crc = crc32c::crc32c_append(crc32c::crc32c(&header[4..]), payload);
+    let computed_crc = crc32c::crc32c_append(crc32c::crc32c(payload), &header[4..]);
     if stored_crc != computed_crc {
         return Decode::Corrupt(format!("checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})"));
     }

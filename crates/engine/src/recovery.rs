@@ -104,7 +104,8 @@ impl Inner {
             segments.push(Arc::new(Segment::open(&path, seq)?));
         }
         if segments.is_empty() {
-            let (segment, written) = Segment::create(&log_dir, 1, options.segment_bytes)?;
+            let zero_fill = options.durability != crate::options::Durability::None;
+            let (segment, written) = Segment::create(&log_dir, 1, options.segment_bytes, zero_fill)?;
             Counters::add(&counters.log_preallocated_bytes, written);
             segments.push(Arc::new(segment));
         }

@@ -138,7 +138,8 @@ impl Inner {
                 Ok(segment)
             }
             None => {
-                let (segment, written) = Segment::create(log_dir, seq, self.options.segment_bytes)?;
+                let (segment, written) =
+                    Segment::create(log_dir, seq, self.options.segment_bytes, self.zero_fill_segments())?;
                 Counters::add(&self.counters.log_preallocated_bytes, written);
                 Ok(segment)
             }

@@ -1,0 +1,27 @@
+# The two commands of the README's Quick start, and a few more.
+# Everything builds in the release profile only: RocksDB's C++ (~17-25 min on 2 cores the
+# first time) is then built once and shared by the binary and the tests.
+
+CARGO ?= cargo
+
+.PHONY: demo test build bench-quick lab-quick clean
+
+demo: build
+	./target/release/roamkv demo
+
+test:
+	scripts/install-deps
+	$(CARGO) test --release --workspace --locked
+
+build:
+	scripts/install-deps
+	$(CARGO) build --release --locked -p roamkv
+
+bench-quick: build
+	./target/release/roamkv bench mobility --quick
+
+lab-quick: build
+	./target/release/roamkv lab fs --quick
+
+clean:
+	$(CARGO) clean
