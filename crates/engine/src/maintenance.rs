@@ -10,6 +10,7 @@
 //!    the lower tier as ordinary (unsynced, logged) puts; the device switches to `Lower`; its
 //!    index and segment holds are released. A device that departed meanwhile is deleted from
 //!    the lower tier instead.
+//!
 //! A crash anywhere leaves a consistent state: before step 2 completes, the device is still
 //! an upper device in the log; after it, the lower tier's mapping key says the device is
 //! settled, and recovery re-puts its logged records into the lower tier (idempotent).
@@ -133,11 +134,11 @@ impl Inner {
                 if let Some(entry) = st.map.entry_mut(m.id) {
                     entry.tier = Tier::Upper;
                     // A departure that arrived meanwhile is completed now, as if applied then.
-                    if entry.departed {
-                        if let Some(entry) = st.map.remove(m.id) {
-                            st.index_bytes -= entry.index.index_bytes();
-                            release(&mut st.log, &entry.index);
-                        }
+                    if entry.departed
+                        && let Some(entry) = st.map.remove(m.id)
+                    {
+                        st.index_bytes -= entry.index.index_bytes();
+                        release(&mut st.log, &entry.index);
                     }
                 }
             }

@@ -99,7 +99,7 @@ impl Options {
                 limits::SEGMENT_BYTES_MAX
             ));
         }
-        if self.segment_bytes % 4096 != 0 {
+        if !self.segment_bytes.is_multiple_of(4096) {
             return bad(format!("segment_bytes {} is not a multiple of 4096", self.segment_bytes));
         }
         if self.index_bytes_max < 1 << 20 {
