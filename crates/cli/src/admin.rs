@@ -157,7 +157,7 @@ pub struct GetArgs {
     #[arg(long)]
     pub sensor: String,
     /// Timestamp in ms.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub ts: i64,
 }
 
