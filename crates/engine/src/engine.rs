@@ -566,8 +566,9 @@ impl Inner {
             let st = self.state.lock();
             let Some((_, entry)) = st.map.lookup(device) else { return Ok(Vec::new()) };
             if entry.tier == Tier::Lower {
+                let lower_id = entry.lower_id;
                 drop(st);
-                return Ok(self.read_lower(device, sensor, from_ms, to_ms, point)?);
+                return Ok(self.read_lower(device, lower_id, sensor, from_ms, to_ms, point)?);
             }
             let hits = match (point, sensor) {
                 (true, Some(sensor)) => entry.index.get(sensor, from_ms).map(|e| (sensor, e)).into_iter().collect(),
@@ -610,15 +611,23 @@ impl Inner {
         Ok(readings)
     }
 
-    fn read_lower(&self, device: &str, sensor: Option<&str>, from_ms: i64, to_ms: i64, point: bool) -> Result<Vec<Reading>> {
+    fn read_lower(
+        &self,
+        device: &str,
+        lower_id: u64,
+        sensor: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        point: bool,
+    ) -> Result<Vec<Reading>> {
         if let (true, Some(sensor)) = (point, sensor) {
-            let value = self.lower.get(&key::reading_key(device, sensor, from_ms))?;
+            let value = self.lower.get(&key::reading_key(lower_id, sensor, from_ms))?;
             return Ok(value
                 .map(|value| Reading { device: device.into(), sensor: sensor.into(), ts_ms: from_ms, value })
                 .into_iter()
                 .collect());
         }
-        let (start, end) = key::reading_range(device, sensor, from_ms, to_ms);
+        let (start, end) = key::reading_range(lower_id, sensor, from_ms, to_ms);
         let mut readings = Vec::new();
         let mut bad_key = None;
         self.lower.scan(&start, &end, &mut |k, v| {
@@ -755,7 +764,7 @@ st: &mut State,
                 hold(log, position.segment_seq);
             }
         }
-        Body::Put { device, sensor, ts_ms, value } => match entry.tier {
+        Body::Put { sensor, ts_ms, value, .. } => match entry.tier {
             Tier::Upper | Tier::Migrating => {
                 let index_entry = IndexEntry {
                     ts_ms,
@@ -769,9 +778,9 @@ st: &mut State,
                 *index_bytes += entry.index.index_bytes() - before;
                 hold(log, position.segment_seq);
             }
-            Tier::Lower => lower_ops.push(LowerOp::Put(key::reading_key(device, sensor, ts_ms), value.to_vec())),
+            Tier::Lower => lower_ops.push(LowerOp::Put(key::reading_key(entry.lower_id, sensor, ts_ms), value.to_vec())),
         },
-        Body::Depart { device } => match entry.tier {
+        Body::Depart { .. } => match entry.tier {
             Tier::Upper => {
                 let Some(entry) = map.remove(id) else { return };
                 Counters::add(&counters.reclaimed_bytes_without_write, entry.index.record_bytes);
@@ -780,9 +789,9 @@ st: &mut State,
             }
             Tier::Migrating => entry.departed = true,
             Tier::Lower => {
-                let (start, end) = key::device_reading_range(device);
+                let (start, end) = key::device_reading_range(entry.lower_id);
                 lower_ops.push(LowerOp::DeleteRange(start, end));
-                lower_ops.push(LowerOp::Delete(key::device_key(device)));
+                lower_ops.push(LowerOp::Delete(key::device_key(entry.lower_id)));
                 map.remove(id);
             }
         },

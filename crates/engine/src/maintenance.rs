@@ -33,6 +33,7 @@ use crate::upper::IndexEntry;
 struct Moving {
     id: DeviceId,
     name: String,
+    lower_id: u64,
     registered_at_ms: u64,
     entries: Vec<(Vec<u8>, IndexEntry, Arc<Segment>)>,
 }
@@ -106,9 +107,14 @@ impl Inner {
             let snapshot_end = st.log.applied_end;
             let mut moving = Vec::with_capacity(ids.len());
             for &id in ids {
+                if st.map.entry(id).is_none() {
+                    continue;
+                }
+                // Ids in the order the devices are listed: the run is sorted by construction.
+                let lower_id = st.map.allocate_lower_id();
                 let Some(entry) = st.map.entry(id) else { continue };
                 let entries: Vec<(Vec<u8>, IndexEntry)> =
-                    entry.index.all().map(|(sensor, e)| (key::reading_key(&entry.name, sensor, e.ts_ms), e)).collect();
+                    entry.index.all().map(|(sensor, e)| (key::reading_key(lower_id, sensor, e.ts_ms), e)).collect();
                 let name = entry.name.to_string();
                 let registered_at_ms = entry.registered_at_ms;
                 let entries = entries
@@ -121,13 +127,13 @@ impl Inner {
                 if let Some(entry) = st.map.entry_mut(id) {
                     entry.tier = Tier::Migrating;
                 }
-                moving.push(Moving { id, name, registered_at_ms, entries });
+                moving.push(Moving { id, name, lower_id, registered_at_ms, entries });
             }
             (moving, snapshot_end)
         };
 
         // Step 2.
-        let run = self.build_run(&mut moving).and_then(|run| self.lower.ingest_sorted(&run));
+        let run = self.build_run(&mut moving).and_then(|runs| self.lower.ingest_sorted(&runs));
         if let Err(e) = run {
             let mut st = self.state.lock();
             for m in &moving {
@@ -152,14 +158,14 @@ impl Inner {
         for m in &moving {
             let Some(entry) = st.map.entry(m.id) else { continue };
             if entry.departed {
-                let (start, end) = key::device_reading_range(&m.name);
+                let (start, end) = key::device_reading_range(m.lower_id);
                 ops.push(LowerOp::DeleteRange(start, end));
-                ops.push(LowerOp::Delete(key::device_key(&m.name)));
+                ops.push(LowerOp::Delete(key::device_key(m.lower_id)));
             } else {
                 for (sensor, e) in entry.index.all().filter(|(_, e)| e.position() >= snapshot_end) {
                     let segment = &st.log.segments.get(&e.segment_seq).expect("held segments are live").segment;
                     let value = read_put_value(segment, &e)?;
-                    ops.push(LowerOp::Put(key::reading_key(&m.name, sensor, e.ts_ms), value));
+                    ops.push(LowerOp::Put(key::reading_key(m.lower_id, sensor, e.ts_ms), value));
                 }
                 migrated_records += entry.index.records;
             }
@@ -171,6 +177,7 @@ impl Inner {
                 st.map.remove(m.id);
             } else if let Some(entry) = st.map.entry_mut(m.id) {
                 entry.tier = Tier::Lower;
+                entry.lower_id = m.lower_id;
                 Counters::add(&self.counters.migrations, 1);
             }
         }
@@ -178,24 +185,24 @@ impl Inner {
         self.write_lower(&mut st, &ops)
     }
 
-    /// Reads the moving devices' records and returns the sorted run to ingest: their readings,
-    /// then one mapping key per device (tag 0x02 sorts after all readings).
-    fn build_run(&self, moving: &mut [Moving]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut run = Vec::with_capacity(moving.iter().map(|m| m.entries.len() + 1).sum());
+    /// Reads the moving devices' records and returns the two runs to ingest: their readings,
+    /// and one mapping record per device. Both lie above every key already in the lower tier
+    /// (fresh lower ids), so the LSM can place them in its last level without rewriting.
+    fn build_run(&self, moving: &mut [Moving]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+        let mut readings = Vec::with_capacity(moving.iter().map(|m| m.entries.len()).sum());
         for m in moving.iter_mut() {
             for (k, e, segment) in m.entries.drain(..) {
-                run.push((k, read_put_value(&segment, &e)?));
+                readings.push((k, read_put_value(&segment, &e)?));
             }
         }
-        run.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut devices: Vec<(Vec<u8>, Vec<u8>)> = moving
+        let devices: Vec<(Vec<u8>, Vec<u8>)> = moving
             .iter()
-            .map(|m| (key::device_key(&m.name), key::encode_device_value(m.registered_at_ms)))
+            .map(|m| (key::device_key(m.lower_id), key::encode_device_value(m.registered_at_ms, &m.name)))
             .collect();
-        devices.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        run.extend(devices);
-        debug_assert!(run.windows(2).all(|w| w[0].0 < w[1].0), "a migration run must be strictly sorted");
-        Ok(run)
+        // Ids ascend with the list and each index iterates (sensor, ts) in order: sorted already.
+        assert!(readings.windows(2).all(|w| w[0].0 < w[1].0), "a migration run must be strictly sorted");
+        assert!(devices.windows(2).all(|w| w[0].0 < w[1].0), "device records must be strictly sorted");
+        Ok(vec![readings, devices])
     }
 
     /// Retires the oldest segments that nothing holds: every upper device with records in them

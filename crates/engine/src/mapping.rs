@@ -30,6 +30,8 @@ pub struct DeviceEntry {
     pub index: DeviceIndex,
     /// Departed while migrating: the migration finishes by deleting what it moved.
     pub departed: bool,
+    /// The prefix of its keys in the lower tier, given when it settles (key.rs); 0 = none yet.
+    pub lower_id: u64,
 }
 
 #[derive(Debug, Default)]
@@ -37,6 +39,8 @@ pub struct MappingTable {
     names: HashMap<Box<str>, DeviceId>,
     devices: HashMap<DeviceId, DeviceEntry>,
     next_id: DeviceId,
+    /// Last lower id given out; ids only grow, so every migration run sorts after all earlier data.
+    last_lower_id: u64,
 }
 
 impl MappingTable {
@@ -65,9 +69,27 @@ impl MappingTable {
         self.names.insert(name.into(), id);
         self.devices.insert(
             id,
-            DeviceEntry { name: name.into(), tier, registered_at_ms, index: DeviceIndex::default(), departed: false },
+            DeviceEntry {
+                name: name.into(),
+                tier,
+                registered_at_ms,
+                index: DeviceIndex::default(),
+                departed: false,
+                lower_id: 0,
+            },
         );
         id
+    }
+
+    /// A lower id never given out before (in this process or, via `saw_lower_id`, on disk).
+    pub fn allocate_lower_id(&mut self) -> u64 {
+        self.last_lower_id += 1;
+        self.last_lower_id
+    }
+
+    /// Records a lower id found on disk, so that new ones are larger.
+    pub fn saw_lower_id(&mut self, lower_id: u64) {
+        self.last_lower_id = self.last_lower_id.max(lower_id);
     }
 
     /// Unmaps the name (new puts start a new incarnation); the entry stays until `remove`.

@@ -10,7 +10,7 @@
 //!   its REGISTER was retired with everything before the departure).
 //! - DEPART drops the device: from the index, or with a range delete from the lower tier.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,7 +97,7 @@ impl Inner {
         let log_dir = dir.log_dir();
 
         let mut map = MappingTable::default();
-        load_settled_devices(lower.as_ref(), &mut map)?;
+        let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
 
         let mut segments: Vec<Arc<Segment>> = Vec::new();
         for (seq, path) in list_segments(&log_dir)? {
@@ -144,7 +144,7 @@ impl Inner {
             let data = segment.read_all()?;
             let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
                 let position = LogPosition { segment_seq: segment.seq, offset };
-                replay(&counters, &mut st, &mut lower_ops, &decoded.body, position, decoded.len as u32);
+                replay(&counters, &mut st, &mut catalog, &mut lower_ops, &decoded.body, position, decoded.len as u32);
                 records += 1;
                 if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
                     lower.write(&lower_ops)?;
@@ -212,13 +212,24 @@ impl Inner {
     }
 }
 
-fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result<()> {
+/// Device records of the lower tier, by name: every lower id found for it, ascending.
+type Catalog = HashMap<String, Vec<u64>>;
+
+/// Registers every settled device found in the lower tier (under its newest lower id) and
+/// returns the whole catalog. A name can have more than one id after a crash: it departed
+/// (deletes unsynced, lost) and settled again. The older ids are then stale, and the DEPART that
+/// made them stale is still in the live log (segments are retired only after the lower tier is
+/// persisted), so replay deletes them.
+fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result<Catalog> {
+    let mut catalog: Catalog = HashMap::new();
+    let mut registered_at: HashMap<u64, u64> = HashMap::new();
     let mut bad = None;
     lower.scan(&[key::DEVICE_TAG], &[key::DEVICE_TAG + 1], &mut |k, v| {
-        let name = std::str::from_utf8(&k[1..]).ok();
-        match (name, key::decode_device_value(v)) {
-            (Some(name), Some(registered_at_ms)) if map.id(name).is_none() => {
-                map.register(name, Tier::Lower, registered_at_ms);
+        match (key::parse_device_key(k), key::decode_device_value(v)) {
+            (Some(lower_id), Some((at, name))) => {
+                catalog.entry(name.to_owned()).or_default().push(lower_id);
+                registered_at.insert(lower_id, at);
+                map.saw_lower_id(lower_id);
                 true
             }
             _ => {
@@ -227,15 +238,23 @@ fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result
             }
         }
     })?;
-    match bad {
-        Some(k) => Err(Error::Lower(format!("malformed device mapping key {k:?} in the lower tier"))),
-        None => Ok(()),
+    if let Some(k) = bad {
+        return Err(Error::Lower(format!("malformed device record {k:?} in the lower tier")));
     }
+    for (name, ids) in &catalog {
+        let newest = *ids.last().expect("catalog entries are non-empty");
+        let id = map.register(name, Tier::Lower, registered_at[&newest]);
+        if let Some(entry) = map.entry_mut(id) {
+            entry.lower_id = newest;
+        }
+    }
+    Ok(catalog)
 }
 
 fn replay(
     counters: &Counters,
     st: &mut State,
+    catalog: &mut Catalog,
     lower_ops: &mut Vec<LowerOp>,
     body: &Body<'_>,
     position: LogPosition,
@@ -243,17 +262,26 @@ fn replay(
 ) {
     let id = match *body {
         Body::Register { device, registered_at_ms } => match st.map.id(device) {
-            Some(_) => return, // settled already (its mapping key is in the lower tier)
+            Some(_) => return, // settled already (its device record is in the lower tier)
             None => st.map.register(device, Tier::Upper, registered_at_ms),
         },
         Body::Put { device, .. } => match st.map.id(device) {
             Some(id) => id,
             None => return,
         },
-        Body::Depart { device } => match st.map.unmap(device) {
-            Some(id) => id,
-            None => return,
-        },
+        Body::Depart { device } => {
+            // Every incarnation the lower tier still holds for this name is gone: later ones
+            // are rebuilt from their records, which follow in the live log.
+            for lower_id in catalog.remove(device).unwrap_or_default() {
+                let (start, end) = key::device_reading_range(lower_id);
+                lower_ops.push(LowerOp::DeleteRange(start, end));
+                lower_ops.push(LowerOp::Delete(key::device_key(lower_id)));
+            }
+            match st.map.unmap(device) {
+                Some(id) => id,
+                None => return,
+            }
+        }
     };
     apply(counters, st, lower_ops, id, body, position, len);
 }

@@ -58,10 +58,10 @@ impl LevelLower {
 }
 
 impl LowerTier for LevelLower {
-    fn ingest_sorted(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
+    fn ingest_sorted(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Result<u64> {
         let mut batch = WriteBatch::new();
         let mut bytes = 0u64;
-        for (key, value) in entries {
+        for (key, value) in runs.iter().flatten() {
             batch.put(key, value);
             self.count(key, value);
             bytes += (key.len() + value.len() + 8) as u64;

@@ -43,10 +43,10 @@ pub enum LowerOp {
 }
 
 pub trait LowerTier: Send + Sync {
-    /// Inserts sorted, unique (key, value) pairs as one bulk run; atomic and durable on return
-    /// (an SST file ingestion in RocksDB; a synced write batch in LevelDB, which has no ingestion).
-    /// Returns the bytes written.
-    fn ingest_sorted(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<u64>;
+    /// Inserts runs of sorted, unique (key, value) pairs, the runs' key ranges disjoint, in bulk;
+    /// atomic and durable on return (RocksDB: one SST file per run, ingested in one call;
+    /// LevelDB, which cannot ingest: one synced write batch). Returns the bytes written.
+    fn ingest_sorted(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Result<u64>;
     /// Applies the operations in order, without syncing anything.
     fn write(&self, ops: &[LowerOp]) -> Result<()>;
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;

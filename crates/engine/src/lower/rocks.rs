@@ -62,25 +62,33 @@ impl RocksLower {
 }
 
 impl LowerTier for RocksLower {
-    fn ingest_sorted(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
-        if entries.is_empty() {
+    fn ingest_sorted(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Result<u64> {
+        let mut paths = Vec::new();
+        let mut bytes = 0;
+        for run in runs.iter().filter(|run| !run.is_empty()) {
+            let n = self.ingest_seq.fetch_add(1, Ordering::Relaxed);
+            let path = self.ingest_dir.join(format!("migrate-{n}.sst"));
+            let mut writer = SstFileWriter::create(&self.options);
+            writer.open(&path).map_err(lower_err)?;
+            for (key, value) in run {
+                writer.put(key, value).map_err(lower_err)?;
+            }
+            writer.finish().map_err(lower_err)?;
+            bytes += std::fs::metadata(&path).context(|| format!("stat {}", path.display()))?.len();
+            paths.push(path);
+        }
+        if paths.is_empty() {
             return Ok(0);
         }
-        let n = self.ingest_seq.fetch_add(1, Ordering::Relaxed);
-        let path = self.ingest_dir.join(format!("migrate-{n}.sst"));
-        let mut writer = SstFileWriter::create(&self.options);
-        writer.open(&path).map_err(lower_err)?;
-        for (key, value) in entries {
-            writer.put(key, value).map_err(lower_err)?;
-        }
-        writer.finish().map_err(lower_err)?;
-        let bytes = std::fs::metadata(&path).context(|| format!("stat {}", path.display()))?.len();
         let mut ingest = IngestExternalFileOptions::default();
-        // Move (hard-link) the file instead of copying it: the run is written exactly once.
+        // Move (hard-link) the files instead of copying them: each run is written exactly once.
         ingest.set_move_files(true);
-        self.db.ingest_external_file_opts(&ingest, vec![&path]).map_err(lower_err)?;
-        // With move_files RocksDB links the file into its directory; our name is just a leftover link.
-        let _ = std::fs::remove_file(&path);
+        let outcome = self.db.ingest_external_file_opts(&ingest, paths.iter().collect()).map_err(lower_err);
+        // With move_files RocksDB links the files into its directory; our names are leftovers.
+        for path in &paths {
+            let _ = std::fs::remove_file(path);
+        }
+        outcome?;
         self.ingested_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ok(bytes)
     }
