@@ -1,0 +1,388 @@
+//! The engines under test, behind one trait, each configured explicitly and at equal durability
+//! and memory budget. The configuration each one gets is returned by `describe` and saved with
+//! the results.
+//!
+//! Durability `sync`: every acknowledged batch is fdatasync'd (each engine may group commits):
+//! roamkv `Durability::Sync`; RocksDB `WriteOptions::sync` (fdatasync, use_fsync off); LevelDB
+//! `sync = true`; SQLite WAL with `synchronous=FULL` (built with HAVE_FDATASYNC, so fdatasync).
+//! Durability `none`: nothing is synced on the write path (db_bench's default): roamkv
+//! `Durability::None`, RocksDB/LevelDB `sync = false` with their WAL/log on, SQLite
+//! `synchronous=OFF`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use std::sync::Mutex;
+
+use roamkv_engine::{Durability as RoamDurability, Engine, LowerTierKind, Options as RoamOptions, Record};
+
+pub type Result<T> = std::result::Result<T, String>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineKind {
+    Roamkv,
+    RoamkvLeveldb,
+    Rocksdb,
+    Leveldb,
+    Sqlite,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Roamkv => "roamkv",
+            EngineKind::RoamkvLeveldb => "roamkv-leveldb",
+            EngineKind::Rocksdb => "rocksdb",
+            EngineKind::Leveldb => "leveldb",
+            EngineKind::Sqlite => "sqlite",
+        }
+    }
+    pub fn all() -> [EngineKind; 5] {
+        [EngineKind::Roamkv, EngineKind::RoamkvLeveldb, EngineKind::Rocksdb, EngineKind::Leveldb, EngineKind::Sqlite]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    Sync,
+    None,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::None => "none",
+        }
+    }
+}
+
+/// Everything an engine is opened with; saved with the results.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct EngineConfig {
+    pub kind: EngineKind,
+    pub durability: Durability,
+    /// The engine's own caches and buffers (the cgroup limit, page cache included, is separate).
+    pub engine_memory_bytes: u64,
+    pub management_time_ms: u64,
+}
+
+/// One reading to write.
+pub struct Put<'a> {
+    pub device: &'a str,
+    pub sensor: &'a str,
+    pub ts_ms: i64,
+    pub value: &'a [u8],
+}
+
+pub trait BenchEngine: Send + Sync {
+    fn put_batch(&self, batch: &[Put<'_>]) -> Result<()>;
+    /// Number of readings of device/sensor with from <= ts < to.
+    fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize>;
+    fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>>;
+    fn depart(&self, device: &str) -> Result<()>;
+    /// Orderly close (what an application does on shutdown).
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// The settings each engine gets from the shared budget, as text for the report.
+pub fn describe(config: &EngineConfig) -> String {
+    let m = config.engine_memory_bytes;
+    let sync = config.durability == Durability::Sync;
+    match config.kind {
+        EngineKind::Roamkv | EngineKind::RoamkvLeveldb => format!(
+            "durability {}; management time {} ms; segments 64 MiB; index cap {} MiB; lower tier {} with {} MiB (memtables + block cache), its WAL off",
+            if sync { "sync" } else { "none" },
+            config.management_time_ms,
+            m / 2 >> 20,
+            if config.kind == EngineKind::Roamkv { "RocksDB" } else { "LevelDB (log always on)" },
+            m / 2 >> 20
+        ),
+        EngineKind::Rocksdb => format!(
+            "WAL on; WriteOptions.sync={sync}; write buffer {} MiB x2; block cache {} MiB; bloom 10 bits; no compression; 2 background jobs",
+            m / 4 >> 20,
+            m / 2 >> 20
+        ),
+        EngineKind::Leveldb => format!(
+            "WriteOptions.sync={sync}; write buffer {} MiB; block cache {} MiB; bloom 10 bits; no compression; max file 2 MiB",
+            m / 4 >> 20,
+            m / 2 >> 20
+        ),
+        EngineKind::Sqlite => format!(
+            "journal_mode=WAL; synchronous={}; cache {} MiB; table (device, sensor, ts) PRIMARY KEY WITHOUT ROWID; one connection, writers serialised",
+            if sync { "FULL" } else { "OFF" },
+            m >> 20
+        ),
+    }
+}
+
+pub fn open(config: &EngineConfig, dir: &Path) -> Result<Box<dyn BenchEngine>> {
+    let m = config.engine_memory_bytes;
+    let sync = config.durability == Durability::Sync;
+    let engine: Box<dyn BenchEngine> = match config.kind {
+        EngineKind::Roamkv | EngineKind::RoamkvLeveldb => {
+            let options = RoamOptions {
+                durability: if sync { RoamDurability::Sync } else { RoamDurability::None },
+                management_time_ms: config.management_time_ms,
+                index_bytes_max: (m / 2).max(1 << 20),
+                lower_memory_bytes: m / 2,
+                lower_tier: if config.kind == EngineKind::Roamkv { LowerTierKind::RocksDb } else { LowerTierKind::LevelDb },
+                ..RoamOptions::default()
+            };
+            Box::new(RoamkvEngine(Engine::open(dir, options).map_err(|e| e.to_string())?))
+        }
+        EngineKind::Rocksdb => Box::new(RocksEngine::open(dir, m, sync)?),
+        EngineKind::Leveldb => Box::new(LevelEngine::open(dir, m, sync)?),
+        EngineKind::Sqlite => Box::new(SqliteEngine::open(dir, m, sync)?),
+    };
+    Ok(engine)
+}
+
+struct RoamkvEngine(Engine);
+
+impl BenchEngine for RoamkvEngine {
+    fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
+        let records: Vec<Record<'_>> =
+            batch.iter().map(|p| Record { device: p.device, sensor: p.sensor, ts_ms: p.ts_ms, value: p.value }).collect();
+        self.0.put_batch(&records).map_err(|e| e.to_string())
+    }
+    fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
+        self.0.scan(device, Some(sensor), from_ms, to_ms).map(|r| r.len()).map_err(|e| e.to_string())
+    }
+    fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
+        self.0.get(device, sensor, ts_ms).map_err(|e| e.to_string())
+    }
+    fn depart(&self, device: &str) -> Result<()> {
+        self.0.depart(device).map_err(|e| e.to_string())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        let stats = self.0.stats();
+        eprintln!(
+            "roamkv: {} migrations, {} departures, engine WA {:.3}, index {:.1} MiB",
+            stats.migrations,
+            stats.departures,
+            stats.write_amplification(),
+            stats.index_bytes as f64 / 1048576.0
+        );
+        self.0.close().map_err(|e| e.to_string())
+    }
+}
+
+/// Baseline key: device 0x00 sensor 0x00 ts(BE, sign flipped): byte order = logical order, and
+/// a device's readings are one range (for RocksDB's DeleteRange and LevelDB's iteration).
+fn baseline_key(device: &str, sensor: &str, ts_ms: i64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(device.len() + sensor.len() + 10);
+    key.extend_from_slice(device.as_bytes());
+    key.push(0);
+    key.extend_from_slice(sensor.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&roamkv_engine::key::encode_ts(ts_ms));
+    key
+}
+
+fn device_range(device: &str) -> (Vec<u8>, Vec<u8>) {
+    let mut start = device.as_bytes().to_vec();
+    start.push(0);
+    let mut end = device.as_bytes().to_vec();
+    end.push(1);
+    (start, end)
+}
+
+struct RocksEngine {
+    db: rocksdb::DB,
+    sync: bool,
+}
+
+impl RocksEngine {
+    fn open(dir: &Path, memory_bytes: u64, sync: bool) -> Result<RocksEngine> {
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        options.set_compression_type(rocksdb::DBCompressionType::None);
+        options.set_max_background_jobs(2);
+        options.set_bytes_per_sync(1 << 20);
+        options.set_write_buffer_size((memory_bytes / 4) as usize);
+        options.set_max_write_buffer_number(2);
+        options.set_target_file_size_base(memory_bytes / 4);
+        let cache = rocksdb::Cache::new_lru_cache((memory_bytes / 2) as usize);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_bloom_filter(10.0, false);
+        options.set_block_based_table_factory(&table);
+        let db = rocksdb::DB::open(&options, dir).map_err(|e| e.to_string())?;
+        Ok(RocksEngine { db, sync })
+    }
+    fn write_options(&self) -> rocksdb::WriteOptions {
+        let mut wo = rocksdb::WriteOptions::default();
+        wo.set_sync(self.sync);
+        wo
+    }
+}
+
+impl BenchEngine for RocksEngine {
+    fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
+        let mut wb = rocksdb::WriteBatch::default();
+        for p in batch {
+            wb.put(baseline_key(p.device, p.sensor, p.ts_ms), p.value);
+        }
+        self.db.write_opt(wb, &self.write_options()).map_err(|e| e.to_string())
+    }
+    fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
+        let mut read = rocksdb::ReadOptions::default();
+        read.set_iterate_upper_bound(baseline_key(device, sensor, to_ms));
+        let start = baseline_key(device, sensor, from_ms);
+        let mut n = 0;
+        for item in self.db.iterator_opt(rocksdb::IteratorMode::From(&start, rocksdb::Direction::Forward), read) {
+            item.map_err(|e| e.to_string())?;
+            n += 1;
+        }
+        Ok(n)
+    }
+    fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
+        self.db.get(baseline_key(device, sensor, ts_ms)).map_err(|e| e.to_string())
+    }
+    fn depart(&self, device: &str) -> Result<()> {
+        let (start, end) = device_range(device);
+        let mut wb = rocksdb::WriteBatch::default();
+        wb.delete_range(start, end);
+        self.db.write_opt(wb, &self.write_options()).map_err(|e| e.to_string())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct LevelEngine {
+    db: roamkv_leveldb::Db,
+    sync: bool,
+}
+
+impl LevelEngine {
+    fn open(dir: &Path, memory_bytes: u64, sync: bool) -> Result<LevelEngine> {
+        let options = roamkv_leveldb::Options {
+            write_buffer_bytes: (memory_bytes / 4) as usize,
+            block_cache_bytes: (memory_bytes / 2) as usize,
+            ..roamkv_leveldb::Options::default()
+        };
+        Ok(LevelEngine { db: roamkv_leveldb::Db::open(dir, &options).map_err(|e| e.to_string())?, sync })
+    }
+}
+
+impl BenchEngine for LevelEngine {
+    fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
+        let mut wb = roamkv_leveldb::WriteBatch::new();
+        for p in batch {
+            wb.put(&baseline_key(p.device, p.sensor, p.ts_ms), p.value);
+        }
+        self.db.write(&wb, self.sync).map_err(|e| e.to_string())
+    }
+    fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
+        let end = baseline_key(device, sensor, to_ms);
+        let mut it = self.db.iter();
+        it.seek(&baseline_key(device, sensor, from_ms));
+        let mut n = 0;
+        while it.valid() && it.key() < end.as_slice() {
+            n += 1;
+            it.next();
+        }
+        it.status().map_err(|e| e.to_string())?;
+        Ok(n)
+    }
+    fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
+        self.db.get(&baseline_key(device, sensor, ts_ms)).map_err(|e| e.to_string())
+    }
+    fn depart(&self, device: &str) -> Result<()> {
+        // LevelDB has no range delete: one tombstone per key, as the paper's LevelDB did.
+        let (start, end) = device_range(device);
+        let mut wb = roamkv_leveldb::WriteBatch::new();
+        {
+            let mut it = self.db.iter();
+            it.seek(&start);
+            while it.valid() && it.key() < end.as_slice() {
+                wb.delete(it.key());
+                it.next();
+            }
+            it.status().map_err(|e| e.to_string())?;
+        }
+        self.db.write(&wb, self.sync).map_err(|e| e.to_string())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct SqliteEngine {
+    connection: Mutex<rusqlite::Connection>,
+}
+
+impl SqliteEngine {
+    fn open(dir: &Path, memory_bytes: u64, sync: bool) -> Result<SqliteEngine> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let c = rusqlite::Connection::open(dir.join("readings.db")).map_err(|e| e.to_string())?;
+        let mode: String = c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(|e| e.to_string())?;
+        if mode != "wal" {
+            return Err(format!("SQLite refused WAL mode (got {mode})"));
+        }
+        c.execute_batch(&format!(
+            "PRAGMA synchronous={}; PRAGMA cache_size=-{};
+             CREATE TABLE IF NOT EXISTS readings(device TEXT NOT NULL, sensor TEXT NOT NULL, ts INTEGER NOT NULL,
+                 value BLOB NOT NULL, PRIMARY KEY (device, sensor, ts)) WITHOUT ROWID;",
+            if sync { "FULL" } else { "OFF" },
+            memory_bytes / 1024
+        ))
+        .map_err(|e| e.to_string())?;
+        Ok(SqliteEngine { connection: Mutex::new(c) })
+    }
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, rusqlite::Connection>> {
+        self.connection.lock().map_err(|_| "a SQLite writer panicked".to_string())
+    }
+}
+
+impl BenchEngine for SqliteEngine {
+    fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
+        let mut c = self.lock()?;
+        let tx = c.transaction().map_err(|e| e.to_string())?;
+        {
+            let mut stmt = tx
+                .prepare_cached("INSERT OR REPLACE INTO readings(device, sensor, ts, value) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(|e| e.to_string())?;
+            for p in batch {
+                stmt.execute(rusqlite::params![p.device, p.sensor, p.ts_ms, p.value]).map_err(|e| e.to_string())?;
+            }
+        }
+        tx.commit().map_err(|e| e.to_string())
+    }
+    fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
+        let c = self.lock()?;
+        let n: i64 = c
+            .prepare_cached("SELECT count(*) FROM readings WHERE device = ?1 AND sensor = ?2 AND ts >= ?3 AND ts < ?4")
+            .and_then(|mut s| s.query_row(rusqlite::params![device, sensor, from_ms, to_ms], |r| r.get(0)))
+            .map_err(|e| e.to_string())?;
+        Ok(n as usize)
+    }
+    fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
+        let c = self.lock()?;
+        let mut stmt = c
+            .prepare_cached("SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3")
+            .map_err(|e| e.to_string())?;
+        let mut rows = stmt.query(rusqlite::params![device, sensor, ts_ms]).map_err(|e| e.to_string())?;
+        match rows.next().map_err(|e| e.to_string())? {
+            Some(row) => Ok(Some(row.get(0).map_err(|e| e.to_string())?)),
+            None => Ok(None),
+        }
+    }
+    fn depart(&self, device: &str) -> Result<()> {
+        let c = self.lock()?;
+        c.prepare_cached("DELETE FROM readings WHERE device = ?1")
+            .and_then(|mut s| s.execute([device]))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Shared handle for the writer threads.
+pub type SharedEngine = Arc<dyn BenchEngine>;

@@ -1,0 +1,9 @@
+//! roamkv-bench: the TPCx-IoT mobility benchmark of paper 002, run against roamkv (RocksDB and
+//! LevelDB lower tiers), plain RocksDB, plain LevelDB and SQLite at equal durability and memory
+//! budget, with write amplification measured at the block device. `roamkv bench mobility`.
+pub mod cli;
+pub mod engines;
+pub mod report;
+pub mod runner;
+pub mod worker;
+pub mod workload;

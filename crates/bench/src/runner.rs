@@ -1,0 +1,271 @@
+//! Runs one (engine, threads, durability, scenario) measurement: a fresh file system on a loop
+//! device, the worker in a memory cgroup, the device's own write counters before and after.
+//!
+//! How the device's cost is made visible on a machine with 24 GiB of RAM: the worker process
+//! runs in a cgroup-v1 memory cgroup whose limit covers its page cache as well as its heap
+//! (`check_cgroup_caps_page_cache` proves it on this kernel at the start of every run), so
+//! dirty data must reach the device during the run; after the worker exits the file system is
+//! synced (sync + syncfs) before the counters are read, so delayed write-back is counted too.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use roamkv_lab::devstat::DevStat;
+use roamkv_lab::fixture::{Fixture, FsSpec};
+
+use crate::engines::{Durability, EngineConfig, EngineKind};
+use crate::worker::{WorkerResult, WorkerSpec};
+use crate::workload::WorkloadConfig;
+
+pub type Result<T> = std::result::Result<T, String>;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
+
+/// A memory cgroup (v1) that is removed when dropped.
+pub struct MemoryCgroup {
+    path: PathBuf,
+}
+
+impl MemoryCgroup {
+    pub fn create(name: &str, limit_bytes: u64) -> Result<MemoryCgroup> {
+        let root = Path::new(CGROUP_ROOT);
+        if !root.join("memory.limit_in_bytes").exists() {
+            return Err(format!("no cgroup-v1 memory controller at {CGROUP_ROOT}"));
+        }
+        let path = root.join(name);
+        let _ = std::fs::remove_dir(&path);
+        std::fs::create_dir(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+        let cgroup = MemoryCgroup { path };
+        cgroup.write("memory.limit_in_bytes", &limit_bytes.to_string())?;
+        Ok(cgroup)
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<()> {
+        std::fs::write(self.path.join(file), value).map_err(|e| format!("writing {value} to {}/{file}: {e}", self.path.display()))
+    }
+
+    fn read_u64(&self, file: &str) -> u64 {
+        std::fs::read_to_string(self.path.join(file)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    }
+
+    pub fn add(&self, pid: u32) -> Result<()> {
+        self.write("cgroup.procs", &pid.to_string())
+    }
+
+    pub fn max_usage_bytes(&self) -> u64 {
+        self.read_u64("memory.max_usage_in_bytes")
+    }
+
+    pub fn limit_bytes(&self) -> u64 {
+        self.read_u64("memory.limit_in_bytes")
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // Charged page cache may keep the group busy for a moment: move it to the parent first.
+        let _ = std::fs::write(self.path.join("memory.force_empty"), "0");
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.path).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// Writes 4x the limit through the page cache inside a cgroup, and reports the cgroup's peak
+/// usage: if it stayed at or under the limit, the cgroup caps the page cache.
+pub fn check_cgroup_caps_page_cache(dir: &Path, limit_bytes: u64) -> Result<serde_json::Value> {
+    let cgroup = MemoryCgroup::create("roamkv-bench-cache-check", limit_bytes)?;
+    let file = dir.join("cgroup-check.bin");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("read go; dd if=/dev/zero of='{}' bs=1M count={} status=none", file.display(), 4 * (limit_bytes >> 20)))
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning dd: {e}"))?;
+    cgroup.add(child.id())?;
+    child.stdin.take().map(|mut s| s.write_all(b"go\n")).transpose().map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let written = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&file);
+    let peak = cgroup.max_usage_bytes();
+    Ok(serde_json::json!({
+        "limit_bytes": cgroup.limit_bytes(),
+        "bytes_written_through_page_cache": written,
+        "cgroup_peak_bytes": peak,
+        "caps_page_cache": status.success() && written >= 4 * limit_bytes && peak <= cgroup.limit_bytes(),
+    }))
+}
+
+/// The disk's sequential write bandwidth through the same stack (loop device, file system):
+/// 1 MiB O_DIRECT writes to a new file, then fdatasync. Returns bytes per second.
+pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> Result<f64> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let path = fixture.mount_dir().join("raw.bin");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    // O_DIRECT wants an aligned buffer: over-allocate and pick an aligned 1 MiB window.
+    let backing = vec![0x5au8; (2 << 20) + 4096];
+    let offset = backing.as_ptr().align_offset(4096);
+    let chunk = &backing[offset..offset + (1 << 20)];
+    let started = Instant::now();
+    let mut written = 0;
+    while written < total_bytes {
+        file.write_all(chunk).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        written += chunk.len() as u64;
+    }
+    file.sync_data().map_err(|e| e.to_string())?;
+    Ok(written as f64 / started.elapsed().as_secs_f64())
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunOutcome {
+    pub worker: WorkerResult,
+    pub device: DevStat,
+    pub space_bytes_end: u64,
+    pub cgroup_peak_bytes: u64,
+    pub memory_capped: bool,
+}
+
+/// One measurement, from mkfs to unmount.
+pub fn run_one(
+    fs: FsSpec,
+    image_bytes: u64,
+    engine: EngineConfig,
+    workload: WorkloadConfig,
+    threads: usize,
+    duration_ms: u64,
+    memory_limit_bytes: u64,
+) -> Result<RunOutcome> {
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let spec = WorkerSpec { engine, workload, threads, duration_ms, dir: fixture.mount_dir().join("db") };
+    let spec_json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
+    fixture.quiesce().map_err(|e| e.to_string())?;
+    let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+
+    let name = format!("roamkv-bench-{}", std::process::id());
+    let cgroup = MemoryCgroup::create(&name, memory_limit_bytes);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(["bench", "worker", "--spec"])
+        .arg(&spec_json)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning the worker: {e}"))?;
+    let memory_capped = match &cgroup {
+        Ok(c) => c.add(child.id()).is_ok(),
+        Err(_) => false,
+    };
+    child.stdin.take().map(|mut s| s.write_all(b"go\n")).transpose().map_err(|e| e.to_string())?;
+    let mut stderr_text = String::new();
+    let stderr = child.stderr.take();
+    let stdout = child.stdout.take().ok_or("no worker stdout")?;
+    let last_line = BufReader::new(stdout).lines().map_while(std::result::Result::ok).last();
+    if let Some(mut e) = stderr {
+        let _ = e.read_to_string(&mut stderr_text);
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("{} worker failed ({status}): {}", spec.engine.kind.name(), stderr_text.trim()));
+    }
+    let worker: WorkerResult = last_line
+        .as_deref()
+        .ok_or("the worker printed nothing")
+        .and_then(|l| serde_json::from_str(l).map_err(|_| "the worker's last line is not a result"))
+        .map_err(|e| format!("{e}: {}", stderr_text.trim()))?;
+
+    fixture.quiesce().map_err(|e| e.to_string())?;
+    let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    let space_bytes_end = disk_usage(fixture.mount_dir());
+    let cgroup_peak_bytes = cgroup.as_ref().map_or(0, |c| c.max_usage_bytes());
+    Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped })
+}
+
+/// Bytes allocated on disk under `dir` (st_blocks, so sparse and preallocated space count as
+/// the file system accounts them).
+pub fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+/// RocksDB's own db_bench (Debian's rocksdb-tools, RocksDB 7.8) on the same file system with
+/// the same value size and comparable buffers: a cross-check that our plain-RocksDB setup is
+/// not misconfigured. Returns (command, ops/s) or why it could not run.
+pub fn db_bench_crosscheck(fs: FsSpec, image_bytes: u64, num: u64, value_bytes: usize, memory_bytes: u64, sync: bool) -> Result<(String, f64)> {
+    let binary = ["db_bench", "rocksdb_db_bench"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
+        .ok_or("db_bench not found (Debian package rocksdb-tools)")?;
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let db = fixture.mount_dir().join("dbbench");
+    let args = vec![
+        "--benchmarks=fillrandom".to_string(),
+        format!("--db={}", db.display()),
+        format!("--num={num}"),
+        format!("--value_size={value_bytes}"),
+        "--key_size=32".into(),
+        "--threads=1".into(),
+        format!("--sync={}", sync as u8),
+        "--compression_type=none".into(),
+        format!("--write_buffer_size={}", memory_bytes / 4),
+        "--max_write_buffer_number=2".into(),
+        format!("--cache_size={}", memory_bytes / 2),
+        "--max_background_jobs=2".into(),
+        "--bloom_bits=10".into(),
+    ];
+    let command = format!("{binary} {}", args.join(" "));
+    let out = Command::new(binary).args(&args).output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let ops = parse_db_bench_ops(&text)
+        .ok_or_else(|| format!("could not read db_bench's result: {}", String::from_utf8_lossy(&out.stderr)))?;
+    Ok((command, ops))
+}
+
+/// Reads "fillrandom : 12.567 micros/op 79255 ops/sec ..." (RocksDB 7.8; older ones end "ops/sec;").
+pub fn parse_db_bench_ops(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.trim_start().starts_with("fillrandom"))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| w.trim_end_matches(';') == "ops/sec")?;
+    words.get(at.checked_sub(1)?)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn db_bench_lines_parse() {
+        let new = "fillrandom   :      12.567 micros/op 79255 ops/sec 0.025 seconds 2000 operations;   97.1 MB/s";
+        let old = "fillrandom   :       1.234 micros/op 810372 ops/sec;   89.6 MB/s";
+        assert_eq!(super::parse_db_bench_ops(new), Some(79255.0));
+        assert_eq!(super::parse_db_bench_ops(old), Some(810372.0));
+        assert_eq!(super::parse_db_bench_ops("nothing"), None);
+    }
+}
+
+pub fn engine_config(kind: EngineKind, durability: Durability, engine_memory_bytes: u64, management_time_ms: u64) -> EngineConfig {
+    EngineConfig { kind, durability, engine_memory_bytes, management_time_ms }
+}

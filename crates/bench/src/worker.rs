@@ -1,0 +1,209 @@
+//! The measured process: one engine, N writer threads running the workload for a fixed time,
+//! then read checks. Runs as a child (`roamkv bench worker`) so that it can be placed in a
+//! memory cgroup before it opens the engine and so that its peak RSS is its own.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::engines::{self, BenchEngine, EngineConfig, Put};
+use crate::workload::{Generator, Op, ValuePool, WorkloadConfig, sensor_name, user_bytes};
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct WorkerSpec {
+    pub engine: EngineConfig,
+    pub workload: WorkloadConfig,
+    pub threads: usize,
+    pub duration_ms: u64,
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct WorkerResult {
+    pub puts: u64,
+    pub queries: u64,
+    pub departures: u64,
+    pub user_bytes: u64,
+    pub elapsed_s: f64,
+    /// Latency of one put batch (all its readings acknowledged), in µs.
+    pub put_p50_us: u64,
+    pub put_p99_us: u64,
+    pub put_p999_us: u64,
+    pub query_p99_us: u64,
+    pub peak_rss_bytes: u64,
+    pub read_checks: u64,
+    pub read_check_failures: u64,
+    pub first_failure: Option<String>,
+}
+
+/// Readings each thread remembers for the read check at the end.
+const CHECK_SAMPLE: usize = 64;
+
+struct ThreadOutcome {
+    puts: u64,
+    queries: u64,
+    departures: u64,
+    user_bytes: u64,
+    put_latency: Histogram<u64>,
+    query_latency: Histogram<u64>,
+    /// (device, sensor, ts, still present?)
+    samples: Vec<(String, u32, i64, bool)>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Waits for "go" on stdin (the parent puts us in the cgroup first), runs, prints JSON.
+pub fn main(spec_json: &str) -> Result<(), String> {
+    let spec: WorkerSpec = serde_json::from_str(spec_json).map_err(|e| format!("bad worker spec: {e}"))?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "go" {
+        return Err("worker: expected \"go\" on stdin".into());
+    }
+    let result = run(&spec)?;
+    println!("{}", serde_json::to_string(&result).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
+    std::fs::create_dir_all(&spec.dir).map_err(|e| format!("creating {}: {e}", spec.dir.display()))?;
+    let engine = engines::open(&spec.engine, &spec.dir)?;
+    let pool = ValuePool::new(spec.workload.value_bytes, spec.workload.seed);
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(spec.duration_ms);
+    let outcomes: Vec<Result<ThreadOutcome, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..spec.threads)
+            .map(|t| {
+                let (engine, pool): (&dyn BenchEngine, &ValuePool) = (&*engine, &pool);
+                s.spawn(move || writer(t, engine, pool, &spec.workload, started, deadline))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("writer thread panicked".into()))).collect()
+    });
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let mut result = WorkerResult { elapsed_s, ..WorkerResult::default() };
+    let mut put_latency = histogram();
+    let mut query_latency = histogram();
+    let mut samples = Vec::new();
+    for outcome in outcomes {
+        let o = outcome?;
+        result.puts += o.puts;
+        result.queries += o.queries;
+        result.departures += o.departures;
+        result.user_bytes += o.user_bytes;
+        put_latency.add(&o.put_latency).map_err(|e| e.to_string())?;
+        query_latency.add(&o.query_latency).map_err(|e| e.to_string())?;
+        samples.extend(o.samples);
+    }
+    result.put_p50_us = put_latency.value_at_quantile(0.5);
+    result.put_p99_us = put_latency.value_at_quantile(0.99);
+    result.put_p999_us = put_latency.value_at_quantile(0.999);
+    result.query_p99_us = query_latency.value_at_quantile(0.99);
+
+    // Read checks: readings of devices still present must read back exactly; readings of
+    // departed devices must be gone.
+    for (device, sensor, ts, present) in &samples {
+        result.read_checks += 1;
+        let got = engine.get(device, &sensor_name(*sensor), *ts)?;
+        let ok = match (present, &got) {
+            (true, Some(v)) => v.as_slice() == pool.value_for(device, *sensor, *ts),
+            (false, None) => true,
+            _ => false,
+        };
+        if !ok {
+            result.read_check_failures += 1;
+            result.first_failure.get_or_insert_with(|| {
+                format!("{device}/{}/{ts}: expected {}, got {:?}", sensor_name(*sensor), if *present { "its value" } else { "nothing" }, got.map(|v| v.len()))
+            });
+        }
+    }
+    engine.close()?;
+    result.peak_rss_bytes = peak_rss_bytes();
+    Ok(result)
+}
+
+fn writer(
+    thread: usize,
+    engine: &dyn BenchEngine,
+    pool: &ValuePool,
+    config: &WorkloadConfig,
+    started: Instant,
+    deadline: Instant,
+) -> Result<ThreadOutcome, String> {
+    let now_ms = || started.elapsed().as_millis() as u64;
+    let mut generator = Generator::new(config, thread, now_ms());
+    let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE).map(sensor_name).collect();
+    let mut out = ThreadOutcome {
+        puts: 0,
+        queries: 0,
+        departures: 0,
+        user_bytes: 0,
+        put_latency: histogram(),
+        query_latency: histogram(),
+        samples: Vec::new(),
+    };
+    let mut recent: std::collections::VecDeque<(usize, String, u32, i64)> = Default::default();
+    let mut departed: Vec<(String, u32, i64)> = Vec::new();
+    while Instant::now() < deadline {
+        match generator.next(now_ms()) {
+            Op::Put(batch) => {
+                let puts: Vec<Put<'_>> = batch
+                    .iter()
+                    .map(|&(slot, sensor, ts_ms)| {
+                        let device = generator.device_name(slot);
+                        Put { device, sensor: &sensors[sensor as usize], ts_ms, value: pool.value_for(device, sensor, ts_ms) }
+                    })
+                    .collect();
+                let t = Instant::now();
+                engine.put_batch(&puts)?;
+                out.put_latency.saturating_record(t.elapsed().as_micros() as u64);
+                out.puts += puts.len() as u64;
+                out.user_bytes += puts.iter().map(|p| user_bytes(p.device, p.sensor, p.value.len())).sum::<u64>();
+                if let Some(&(slot, sensor, ts)) = batch.last() {
+                    recent.push_back((slot, generator.device_name(slot).to_string(), sensor, ts));
+                    if recent.len() > CHECK_SAMPLE {
+                        recent.pop_front();
+                    }
+                }
+            }
+            Op::Query { slot, sensor, from_ms, to_ms } => {
+                let t = Instant::now();
+                engine.query(generator.device_name(slot), &sensors[sensor as usize], from_ms, to_ms)?;
+                out.query_latency.saturating_record(t.elapsed().as_micros() as u64);
+                out.queries += 1;
+            }
+            Op::Depart { slot } => {
+                let name = generator.device_name(slot).to_string();
+                engine.depart(&name)?;
+                out.departures += 1;
+                if let Some((_, _, sensor, ts)) = recent.iter().find(|(s, n, _, _)| *s == slot && *n == name) {
+                    if departed.len() < CHECK_SAMPLE / 4 {
+                        departed.push((name.clone(), *sensor, *ts));
+                    }
+                }
+                recent.retain(|(_, n, _, _)| *n != name);
+                generator.replace(slot, now_ms());
+            }
+        }
+    }
+    out.samples.extend(recent.into_iter().map(|(_, name, sensor, ts)| (name, sensor, ts, true)));
+    out.samples.extend(departed.into_iter().map(|(name, sensor, ts)| (name, sensor, ts, false)));
+    Ok(out)
+}
+
+/// VmHWM of this process, from /proc/self/status.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
