@@ -23,6 +23,20 @@ pub type Result<T> = std::result::Result<T, String>;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
 
+/// Makes a fixture whose loop device does direct I/O to its backing file. By default a loop
+/// device writes through the page cache of the machine that holds the image, so a "device"
+/// would partly be RAM; with direct I/O its writes reach the (virtual) disk, and bandwidth
+/// numbers mean the disk. Returns the fixture and whether direct I/O could be switched on.
+pub fn disk_fixture(fs: FsSpec, image_bytes: u64) -> Result<(Fixture, bool)> {
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let direct = Command::new("losetup")
+        .args(["--direct-io=on"])
+        .arg(fixture.device())
+        .status()
+        .is_ok_and(|s| s.success());
+    Ok((fixture, direct))
+}
+
 /// A memory cgroup (v1) that is removed when dropped.
 pub struct MemoryCgroup {
     path: PathBuf,
@@ -105,7 +119,7 @@ pub fn check_cgroup_caps_page_cache(dir: &Path, limit_bytes: u64) -> Result<serd
 /// 1 MiB O_DIRECT writes to a new file, then fdatasync. Returns bytes per second.
 pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> Result<f64> {
     use std::os::unix::fs::OpenOptionsExt;
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let (fixture, _) = disk_fixture(fs, image_bytes)?;
     let path = fixture.mount_dir().join("raw.bin");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -135,6 +149,7 @@ pub struct RunOutcome {
     pub space_bytes_end: u64,
     pub cgroup_peak_bytes: u64,
     pub memory_capped: bool,
+    pub loop_direct_io: bool,
 }
 
 /// One measurement, from mkfs to unmount.
@@ -147,7 +162,7 @@ pub fn run_one(
     duration_ms: u64,
     memory_limit_bytes: u64,
 ) -> Result<RunOutcome> {
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let (fixture, loop_direct_io) = disk_fixture(fs, image_bytes)?;
     let spec = WorkerSpec { engine, workload, threads, duration_ms, dir: fixture.mount_dir().join("db") };
     let spec_json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
     fixture.quiesce().map_err(|e| e.to_string())?;
@@ -190,7 +205,7 @@ pub fn run_one(
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
     let space_bytes_end = disk_usage(fixture.mount_dir());
     let cgroup_peak_bytes = cgroup.as_ref().map_or(0, |c| c.max_usage_bytes());
-    Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped })
+    Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped, loop_direct_io })
 }
 
 /// Bytes allocated on disk under `dir` (st_blocks, so sparse and preallocated space count as
@@ -221,7 +236,7 @@ pub fn db_bench_crosscheck(fs: FsSpec, image_bytes: u64, num: u64, value_bytes: 
         .into_iter()
         .find(|b| Command::new(b).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
         .ok_or("db_bench not found (Debian package rocksdb-tools)")?;
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let (fixture, _) = disk_fixture(fs, image_bytes)?;
     let db = fixture.mount_dir().join("dbbench");
     let args = vec![
         "--benchmarks=fillrandom".to_string(),
@@ -230,6 +245,8 @@ pub fn db_bench_crosscheck(fs: FsSpec, image_bytes: u64, num: u64, value_bytes: 
         format!("--value_size={value_bytes}"),
         "--key_size=32".into(),
         "--threads=1".into(),
+        // Our writers put batches of 16 readings (one WriteBatch each): so does db_bench here.
+        "--batch_size=16".into(),
         format!("--sync={}", sync as u8),
         "--compression_type=none".into(),
         format!("--write_buffer_size={}", memory_bytes / 4),
