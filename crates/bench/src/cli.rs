@@ -140,7 +140,7 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
     let raw = runner::raw_sequential_write(fs, image_bytes, raw_bytes)?;
     println!("raw sequential write bandwidth ({} on a direct-I/O loop device, O_DIRECT 1 MiB): {:.0} MB/s", fs.name(), raw / 1e6);
     let cache_check = {
-        let (fixture, _) = runner::disk_fixture(fs, 4 << 30)?;
+        let fixture = roamkv_lab::fixture::Fixture::create(fs, 4 << 30).map_err(|e| e.to_string())?;
         runner::check_cgroup_caps_page_cache(fixture.mount_dir(), 64 << 20)
             .unwrap_or_else(|e| serde_json::json!({ "caps_page_cache": false, "error": e }))
     };
@@ -222,7 +222,6 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
             peak_rss_bytes: w.peak_rss_bytes,
             cgroup_peak_bytes: chosen.cgroup_peak_bytes,
             memory_capped: chosen.memory_capped,
-            loop_direct_io: chosen.loop_direct_io,
             space_bytes_end: chosen.space_bytes_end,
             read_checks: w.read_checks,
             read_check_failures: w.read_check_failures,

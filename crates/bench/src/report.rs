@@ -34,7 +34,6 @@ pub struct RunRecord {
     pub peak_rss_bytes: u64,
     pub cgroup_peak_bytes: u64,
     pub memory_capped: bool,
-    pub loop_direct_io: bool,
     pub space_bytes_end: u64,
     pub read_checks: u64,
     pub read_check_failures: u64,

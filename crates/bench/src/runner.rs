@@ -1,6 +1,9 @@
 //! Runs one (engine, threads, durability, scenario) measurement: a fresh file system on a loop
 //! device, the worker in a memory cgroup, the device's own write counters before and after.
 //!
+//! The lab's fixtures attach loop devices with direct I/O, so the loop device's writes reach the
+//! (virtual) disk instead of the host's page cache, and bandwidth means the disk's.
+//!
 //! How the device's cost is made visible on a machine with 24 GiB of RAM: the worker process
 //! runs in a cgroup-v1 memory cgroup whose limit covers its page cache as well as its heap
 //! (`check_cgroup_caps_page_cache` proves it on this kernel at the start of every run), so
@@ -22,20 +25,6 @@ use crate::workload::WorkloadConfig;
 pub type Result<T> = std::result::Result<T, String>;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
-
-/// Makes a fixture whose loop device does direct I/O to its backing file. By default a loop
-/// device writes through the page cache of the machine that holds the image, so a "device"
-/// would partly be RAM; with direct I/O its writes reach the (virtual) disk, and bandwidth
-/// numbers mean the disk. Returns the fixture and whether direct I/O could be switched on.
-pub fn disk_fixture(fs: FsSpec, image_bytes: u64) -> Result<(Fixture, bool)> {
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
-    let direct = Command::new("losetup")
-        .args(["--direct-io=on"])
-        .arg(fixture.device())
-        .status()
-        .is_ok_and(|s| s.success());
-    Ok((fixture, direct))
-}
 
 /// A memory cgroup (v1) that is removed when dropped.
 pub struct MemoryCgroup {
@@ -119,7 +108,7 @@ pub fn check_cgroup_caps_page_cache(dir: &Path, limit_bytes: u64) -> Result<serd
 /// 1 MiB O_DIRECT writes to a new file, then fdatasync. Returns bytes per second.
 pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> Result<f64> {
     use std::os::unix::fs::OpenOptionsExt;
-    let (fixture, _) = disk_fixture(fs, image_bytes)?;
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let path = fixture.mount_dir().join("raw.bin");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -149,7 +138,6 @@ pub struct RunOutcome {
     pub space_bytes_end: u64,
     pub cgroup_peak_bytes: u64,
     pub memory_capped: bool,
-    pub loop_direct_io: bool,
 }
 
 /// One measurement, from mkfs to unmount.
@@ -162,7 +150,7 @@ pub fn run_one(
     duration_ms: u64,
     memory_limit_bytes: u64,
 ) -> Result<RunOutcome> {
-    let (fixture, loop_direct_io) = disk_fixture(fs, image_bytes)?;
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let spec = WorkerSpec { engine, workload, threads, duration_ms, dir: fixture.mount_dir().join("db") };
     let spec_json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
     fixture.quiesce().map_err(|e| e.to_string())?;
@@ -205,7 +193,7 @@ pub fn run_one(
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
     let space_bytes_end = disk_usage(fixture.mount_dir());
     let cgroup_peak_bytes = cgroup.as_ref().map_or(0, |c| c.max_usage_bytes());
-    Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped, loop_direct_io })
+    Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped })
 }
 
 /// Bytes allocated on disk under `dir` (st_blocks, so sparse and preallocated space count as
@@ -236,7 +224,7 @@ pub fn db_bench_crosscheck(fs: FsSpec, image_bytes: u64, num: u64, value_bytes: 
         .into_iter()
         .find(|b| Command::new(b).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
         .ok_or("db_bench not found (Debian package rocksdb-tools)")?;
-    let (fixture, _) = disk_fixture(fs, image_bytes)?;
+    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let db = fixture.mount_dir().join("dbbench");
     let args = vec![
         "--benchmarks=fillrandom".to_string(),
