@@ -147,11 +147,20 @@ pub fn run_one(
     engine: EngineConfig,
     workload: WorkloadConfig,
     threads: usize,
+    warmup_ms: u64,
     duration_ms: u64,
     memory_limit_bytes: u64,
 ) -> Result<RunOutcome> {
     let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
-    let spec = WorkerSpec { engine, workload, threads, duration_ms, dir: fixture.mount_dir().join("db") };
+    let spec = WorkerSpec {
+        engine,
+        workload,
+        threads,
+        warmup_ms,
+        duration_ms,
+        dir: fixture.mount_dir().join("db"),
+        device_name: Some(fixture.device_name().to_string()),
+    };
     let spec_json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
     fixture.quiesce().map_err(|e| e.to_string())?;
     let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
@@ -191,6 +200,11 @@ pub fn run_one(
 
     fixture.quiesce().map_err(|e| e.to_string())?;
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    // Bill the device writes of the measured phase (and the final sync), not of the warm-up.
+    let before = match worker.device_at_measure_start {
+        Some((writes, sectors_written, flushes)) => DevStat { writes, sectors_written, flushes, ..before },
+        None => before,
+    };
     let space_bytes_end = disk_usage(fixture.mount_dir());
     let cgroup_peak_bytes = cgroup.as_ref().map_or(0, |c| c.max_usage_bytes());
     Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped })

@@ -16,8 +16,12 @@ pub struct WorkerSpec {
     pub engine: EngineConfig,
     pub workload: WorkloadConfig,
     pub threads: usize,
+    /// Unmeasured warm-up before the measured phase (same workload, continued).
+    pub warmup_ms: u64,
     pub duration_ms: u64,
     pub dir: PathBuf,
+    /// Block device holding `dir` (e.g. "loop3"): its counters are read when measuring starts.
+    pub device_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -36,6 +40,9 @@ pub struct WorkerResult {
     pub read_checks: u64,
     pub read_check_failures: u64,
     pub first_failure: Option<String>,
+    /// The device's counters when the measured phase began (after the warm-up and a syncfs):
+    /// (writes, sectors written, flushes).
+    pub device_at_measure_start: Option<(u64, u64, u64)>,
 }
 
 /// Readings each thread remembers for the read check at the end.
@@ -73,19 +80,28 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
     std::fs::create_dir_all(&spec.dir).map_err(|e| format!("creating {}: {e}", spec.dir.display()))?;
     let engine = engines::open(&spec.engine, &spec.dir)?;
     let pool = ValuePool::new(spec.workload.value_bytes, spec.workload.seed);
+    // One clock for device lifetimes across both phases.
+    let epoch = Instant::now();
+    let mut generators: Vec<Generator> = (0..spec.threads).map(|t| Generator::new(&spec.workload, t, 0)).collect();
+    if spec.warmup_ms > 0 {
+        let deadline = Instant::now() + Duration::from_millis(spec.warmup_ms);
+        for outcome in run_phase(&*engine, &pool, &mut generators, epoch, deadline) {
+            outcome?;
+        }
+    }
+    let device_at_measure_start = match &spec.device_name {
+        Some(name) => {
+            sync_file_system(&spec.dir)?;
+            let stat = roamkv_lab::devstat::DevStat::read(name).map_err(|e| e.to_string())?;
+            Some((stat.writes, stat.sectors_written, stat.flushes))
+        }
+        None => None,
+    };
     let started = Instant::now();
     let deadline = started + Duration::from_millis(spec.duration_ms);
-    let outcomes: Vec<Result<ThreadOutcome, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..spec.threads)
-            .map(|t| {
-                let (engine, pool): (&dyn BenchEngine, &ValuePool) = (&*engine, &pool);
-                s.spawn(move || writer(t, engine, pool, &spec.workload, started, deadline))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("writer thread panicked".into()))).collect()
-    });
+    let outcomes = run_phase(&*engine, &pool, &mut generators, epoch, deadline);
     let elapsed_s = started.elapsed().as_secs_f64();
-    let mut result = WorkerResult { elapsed_s, ..WorkerResult::default() };
+    let mut result = WorkerResult { elapsed_s, device_at_measure_start, ..WorkerResult::default() };
     let mut put_latency = histogram();
     let mut query_latency = histogram();
     let mut samples = Vec::new();
@@ -126,16 +142,42 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
     Ok(result)
 }
 
-fn writer(
-    thread: usize,
+fn run_phase(
     engine: &dyn BenchEngine,
     pool: &ValuePool,
-    config: &WorkloadConfig,
-    started: Instant,
+    generators: &mut [Generator],
+    epoch: Instant,
+    deadline: Instant,
+) -> Vec<Result<ThreadOutcome, String>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = generators
+            .iter_mut()
+            .map(|generator| s.spawn(move || writer(generator, engine, pool, epoch, deadline)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("writer thread panicked".into()))).collect()
+    })
+}
+
+/// syncfs(2) on the file system holding `dir`, so the warm-up's dirty data is not billed to the
+/// measured phase.
+fn sync_file_system(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // SAFETY: syncfs on a descriptor we own.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(format!("syncfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn writer(
+    generator: &mut Generator,
+    engine: &dyn BenchEngine,
+    pool: &ValuePool,
+    epoch: Instant,
     deadline: Instant,
 ) -> Result<ThreadOutcome, String> {
-    let now_ms = || started.elapsed().as_millis() as u64;
-    let mut generator = Generator::new(config, thread, now_ms());
+    let now_ms = || epoch.elapsed().as_millis() as u64;
     let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE).map(sensor_name).collect();
     let mut out = ThreadOutcome {
         puts: 0,

@@ -39,9 +39,12 @@ pub const INDEX_LOW_WATER_PERCENT: u64 = 80;
 /// the reserve at 1 GiB while keeping steady-state ingest free of zero-fill writes.
 pub const SPARE_SEGMENTS_MAX: usize = 16;
 
-/// Devices migrated together in one sorted run (one SST ingestion), bounding the memory of a
-/// migration pass.
-pub const MIGRATION_RECORDS_PER_RUN_MAX: usize = 1_000_000;
+/// Devices migrated together in one sorted run (one SST ingestion): bounds the memory of a
+/// migration pass (about this many values) and how long shutdown waits for a pass to end.
+pub const MIGRATION_RECORDS_PER_RUN_MAX: usize = 100_000;
+/// Migration reads the log in windows of up to this many bytes (records of many devices are
+/// interleaved in the log; reading each record alone would be one random read per record).
+pub const MIGRATION_READ_WINDOW_BYTES: u64 = 4 * 1024 * 1024;
 
 // A batch of the largest size must fit in the smallest segment (after the header); a single
 // record of the largest size too.

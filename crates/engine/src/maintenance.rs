@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::engine::{Inner, release};
 use crate::error::{Error, Result};
 use crate::key;
-use crate::limits::{INDEX_LOW_WATER_PERCENT, MIGRATION_RECORDS_PER_RUN_MAX};
+use crate::limits::{INDEX_LOW_WATER_PERCENT, MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX};
 use crate::lower::LowerOp;
 use crate::mapping::{DeviceId, Tier};
 use crate::record::{self, Body, Decode};
@@ -42,6 +42,11 @@ impl Inner {
     pub(crate) fn maintain(&self) -> Result<()> {
         let _one_at_a_time = self.migration.lock();
         loop {
+            // Shutdown does not wait for every due device: they stay in the log and migrate
+            // after the next open.
+            if *self.shutdown.lock() {
+                return Ok(());
+            }
             let now_ms = self.options.clock.now_ms();
             let due = {
                 let st = self.state.lock();
@@ -189,12 +194,10 @@ impl Inner {
     /// and one mapping record per device. Both lie above every key already in the lower tier
     /// (fresh lower ids), so the LSM can place them in its last level without rewriting.
     fn build_run(&self, moving: &mut [Moving]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
-        let mut readings = Vec::with_capacity(moving.iter().map(|m| m.entries.len()).sum());
-        for m in moving.iter_mut() {
-            for (k, e, segment) in m.entries.drain(..) {
-                readings.push((k, read_put_value(&segment, &e)?));
-            }
-        }
+        let located: Vec<(Vec<u8>, IndexEntry, Arc<Segment>)> =
+            moving.iter_mut().flat_map(|m| m.entries.drain(..)).collect();
+        let values = read_values_in_log_order(&located)?;
+        let readings: Vec<(Vec<u8>, Vec<u8>)> = located.into_iter().map(|(k, _, _)| k).zip(values).collect();
         let devices: Vec<(Vec<u8>, Vec<u8>)> = moving
             .iter()
             .map(|m| (key::device_key(m.lower_id), key::encode_device_value(m.registered_at_ms, &m.name)))
@@ -278,11 +281,46 @@ fn take_up_to_records(candidates: Vec<(u64, DeviceId, u64)>) -> Vec<DeviceId> {
     ids
 }
 
+/// Reads the values of many records, visiting the log in order and reading each stretch of up
+/// to MIGRATION_READ_WINDOW_BYTES once. Returns the values in the order of `located`.
+fn read_values_in_log_order(located: &[(Vec<u8>, IndexEntry, Arc<Segment>)]) -> Result<Vec<Vec<u8>>> {
+    let mut order: Vec<usize> = (0..located.len()).collect();
+    order.sort_unstable_by_key(|&i| located[i].1.position());
+    let mut values = vec![Vec::new(); located.len()];
+    let mut at = 0;
+    while at < order.len() {
+        let (_, first, segment) = &located[order[at]];
+        let window_start = first.offset as u64;
+        let mut window_end = window_start + first.len as u64;
+        let mut end = at + 1;
+        while let Some(&next) = order.get(end) {
+            let (_, e, s) = &located[next];
+            let e_end = e.offset as u64 + e.len as u64;
+            if !Arc::ptr_eq(s, segment) || e_end - window_start > MIGRATION_READ_WINDOW_BYTES {
+                break;
+            }
+            window_end = window_end.max(e_end);
+            end += 1;
+        }
+        let window = segment.read_at(window_start, (window_end - window_start) as usize)?;
+        for &i in &order[at..end] {
+            let e = &located[i].1;
+            let from = (e.offset as u64 - window_start) as usize;
+            values[i] = decode_put_value(segment, e, &window[from..from + e.len as usize])?;
+        }
+        at = end;
+    }
+    Ok(values)
+}
+
 /// Reads one PUT record from the log and returns its value, checking it is the one indexed.
 fn read_put_value(segment: &Segment, entry: &IndexEntry) -> Result<Vec<u8>> {
-    let bytes = segment.read_record(entry.offset as u64, entry.len)?;
+    decode_put_value(segment, entry, &segment.read_record(entry.offset as u64, entry.len)?)
+}
+
+fn decode_put_value(segment: &Segment, entry: &IndexEntry, bytes: &[u8]) -> Result<Vec<u8>> {
     let corrupt = |reason: String| Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason };
-    match record::decode(&bytes, segment.seq_low()) {
+    match record::decode(bytes, segment.seq_low()) {
         Decode::Record(d) => match d.body {
             Body::Put { ts_ms, value, .. } if ts_ms == entry.ts_ms => Ok(value.to_vec()),
             other => Err(corrupt(format!("index points at another record ({other:?})"))),
