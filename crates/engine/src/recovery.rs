@@ -45,14 +45,14 @@ fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
 }
 
 /// Live segment files of a log directory, in sequence order. Half-made or retired files left by
-/// a crash are deleted.
-fn list_segments(log_dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
+/// a crash are deleted when `clean_up` is set (open), and left alone otherwise (check).
+fn list_segments(log_dir: &Path, clean_up: bool) -> Result<Vec<(u64, std::path::PathBuf)>> {
     let mut found = Vec::new();
     for dirent in std::fs::read_dir(log_dir).context(|| format!("listing {}", log_dir.display()))? {
         let dirent = dirent.context(|| format!("listing {}", log_dir.display()))?;
         let name = dirent.file_name();
         let Some(name) = name.to_str() else { continue };
-        if segment::is_incomplete_segment_name(name) {
+        if clean_up && segment::is_incomplete_segment_name(name) {
             std::fs::remove_file(dirent.path()).context(|| format!("removing {}", dirent.path().display()))?;
         } else if let Some(seq) = segment::parse_segment_name(name) {
             found.push((seq, dirent.path()));
@@ -100,7 +100,7 @@ impl Inner {
         let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
 
         let mut segments: Vec<Arc<Segment>> = Vec::new();
-        for (seq, path) in list_segments(&log_dir)? {
+        for (seq, path) in list_segments(&log_dir, true)? {
             segments.push(Arc::new(Segment::open(&path, seq)?));
         }
         if segments.is_empty() {
@@ -310,7 +310,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let dir = DataDir::open(path, None)?;
     let mut report = CheckReport::default();
     let mut opened = Vec::new();
-    for (seq, file) in list_segments_readonly(&dir.log_dir())? {
+    for (seq, file) in list_segments(&dir.log_dir(), false)? {
         report.segments += 1;
         match Segment::open(&file, seq) {
             Ok(segment) => opened.push(segment),
@@ -341,17 +341,4 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         Err(e) => report.problems.push(e.to_string()),
     }
     Ok(report)
-}
-
-/// Like `list_segments`, but deletes nothing.
-fn list_segments_readonly(log_dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
-    let mut found = Vec::new();
-    for dirent in std::fs::read_dir(log_dir).context(|| format!("listing {}", log_dir.display()))? {
-        let dirent = dirent.context(|| format!("listing {}", log_dir.display()))?;
-        if let Some(seq) = dirent.file_name().to_str().and_then(segment::parse_segment_name) {
-            found.push((seq, dirent.path()));
-        }
-    }
-    found.sort();
-    Ok(found)
 }
