@@ -1,0 +1,384 @@
+//! The --vm route: file systems this host kernel lacks (FAT, F2FS, NILFS2, exFAT) measured inside
+//! a qemu guest running Debian's stock kernel, with ext4 in the same guest as the control.
+//!
+//! `crates/lab/vm/build-guest.sh` builds (once, cached) a busybox initramfs holding the kernel's
+//! modules, the mkfs tools and this lab binary. The guest's /init formats one virtio disk per
+//! file system in turn, mounts it, runs `lab guest-fs` (the same workloads as `lab fs`) and writes
+//! the JSON results to a second virtio disk that the host reads back.
+//!
+//! Emulation (TCG: no usable KVM here) makes the guest several times slower than the host, so
+//! guest numbers are only comparable with other guest numbers (ext4-in-guest is the control).
+use crate::LabError;
+use crate::fixture::run_command;
+use crate::workload::{Measurement, MountedDevice, Plan, measure_on};
+use std::path::{Path, PathBuf};
+
+/// Guest file systems: name, mkfs command (the device is appended), mount type, and arguments
+/// after the device. Absolute paths: the guest's busybox shell prefers its own applets (mke2fs,
+/// mkfs.vfat) over PATH.
+pub const GUEST_FS: [(&str, &str, &str, &str); 5] = [
+    (
+        "ext4",
+        "/sbin/mke2fs -F -q -t ext4 -b 4096 -E lazy_itable_init=0,lazy_journal_init=0",
+        "ext4",
+        "",
+    ),
+    // Paper 001 used FAT16 with 16 KiB clusters (32 sectors of 512 bytes); FAT16 then holds at
+    // most ~1 GiB, so the file system covers the first 1,000,000 KiB of the disk.
+    ("vfat", "/sbin/mkfs.vfat -F 16 -s 32", "vfat", "1000000"),
+    ("f2fs", "/sbin/mkfs.f2fs -q -f", "f2fs", ""),
+    // No nilfs_cleanerd runs in the guest (its GC would add I/O to the measurement), so NILFS2
+    // never reclaims space: the disk is sized for a --quick run (GUEST_DISK_BYTES).
+    ("nilfs2", "/sbin/mkfs.nilfs2 -q -f", "nilfs2", ""),
+    ("exfat", "/sbin/mkfs.exfat", "exfat", ""),
+];
+
+/// The guest's data disk (a sparse file on the host).
+const GUEST_DISK_BYTES: u64 = 6 << 30;
+
+/// Marker the guest writes before its JSON on the results disk.
+const RESULTS_MAGIC: &str = "ROAMKV-GUEST-RESULTS\n";
+
+pub fn parse_guest_fs_list(s: &str) -> Result<Vec<&'static str>, LabError> {
+    let valid = GUEST_FS.iter().map(|g| g.0).collect::<Vec<_>>().join(", ");
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(GUEST_FS.iter().map(|g| g.0).collect());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let name = GUEST_FS
+            .iter()
+            .find(|g| g.0 == part)
+            .map(|g| g.0)
+            .ok_or_else(|| LabError::UnknownFs {
+                given: part.to_string(),
+                valid: format!("{valid} (guest file systems)"),
+            })?;
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    // ext4 is the control: always measured in the same guest.
+    if !out.contains(&"ext4") {
+        out.insert(0, "ext4");
+    }
+    Ok(out)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct GuestFsArgs {
+    /// File-system name for the report.
+    #[arg(long)]
+    pub fs_name: String,
+    /// Where it is mounted.
+    #[arg(long)]
+    pub mount: PathBuf,
+    /// Block device name for /sys/block/<name>/stat.
+    #[arg(long)]
+    pub device: String,
+    #[arg(long)]
+    pub quick: bool,
+    #[arg(long)]
+    pub repetitions: Option<usize>,
+    #[arg(long)]
+    pub only: Option<String>,
+    #[arg(long, value_parser = ["buffered", "direct"])]
+    pub io: Option<String>,
+    /// Write the measurements (JSON array) here.
+    #[arg(long)]
+    pub json: PathBuf,
+}
+
+/// Inside the guest: run the plan on an already mounted file system.
+pub fn run_guest_fs(args: &GuestFsArgs) -> Result<(), LabError> {
+    let mut plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    plan.trace_sync = false;
+    if let Some(r) = args.repetitions {
+        plan.repetitions = r.max(1);
+    }
+    if let Some(io) = &args.io {
+        plan.io_modes = vec![if io == "direct" {
+            crate::workload::IoMode::Direct
+        } else {
+            crate::workload::IoMode::Buffered
+        }];
+    }
+    let target = MountedDevice {
+        fs_name: args.fs_name.clone(),
+        mount_dir: args.mount.clone(),
+        device_name: args.device.clone(),
+    };
+    let mut results = Vec::new();
+    for workload in plan.workloads().iter().filter(|w| {
+        args.only
+            .as_ref()
+            .is_none_or(|o| w.name().contains(o.as_str()))
+    }) {
+        eprintln!("guest: {} {}", args.fs_name, workload.name());
+        results.push(measure_on(&target, workload, &plan)?);
+    }
+    let text = serde_json::to_string(&results).map_err(|e| LabError::Parse {
+        what: "json".into(),
+        detail: e.to_string(),
+    })?;
+    std::fs::write(&args.json, text).map_err(|e| LabError::io(&args.json, e))
+}
+
+/// What the host gets back: one entry per guest file system.
+#[derive(serde::Deserialize, serde::Serialize, Debug)]
+pub struct GuestResults {
+    pub kernel: String,
+    pub file_systems: Vec<GuestFsResult>,
+}
+
+#[derive(serde::Deserialize, serde::Serialize, Debug)]
+pub struct GuestFsResult {
+    pub fs: String,
+    pub mkfs: String,
+    pub error: Option<String>,
+    pub measurements: Vec<serde_json::Value>,
+}
+
+pub fn default_cache_dir() -> PathBuf {
+    PathBuf::from("/var/cache/roamkv-lab/vm")
+}
+
+fn build_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/build-guest.sh")
+}
+
+/// Builds the guest (kernel + initramfs) if not cached; returns (kernel, initramfs).
+pub fn ensure_guest(cache: &Path) -> Result<(PathBuf, PathBuf), LabError> {
+    let lab_binary = std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?;
+    let kernel = cache.join("vmlinuz");
+    let initramfs = cache.join("initramfs.img");
+    let stamp = cache.join("lab-binary.stamp");
+    // Rebuild when the lab binary or the build script changes.
+    let binary_id = [lab_binary.clone(), build_script()]
+        .iter()
+        .map(|p| {
+            std::fs::metadata(p)
+                .map(|m| format!("{} {} {:?}", p.display(), m.len(), m.modified().ok()))
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let fresh = kernel.is_file()
+        && initramfs.is_file()
+        && std::fs::read_to_string(&stamp).is_ok_and(|s| s == binary_id);
+    if !fresh {
+        eprintln!(
+            "roamkv lab: building the guest image in {} (first use; Debian packages via apt-get download)",
+            cache.display()
+        );
+        let script = build_script();
+        run_command(&[
+            "bash",
+            &script.to_string_lossy(),
+            &cache.to_string_lossy(),
+            &lab_binary.to_string_lossy(),
+        ])?;
+        std::fs::write(&stamp, binary_id).map_err(|e| LabError::io(&stamp, e))?;
+    }
+    Ok((kernel, initramfs))
+}
+
+/// Boots the guest once for all `fs_names`; returns what it measured.
+pub struct GuestOptions<'a> {
+    pub quick: bool,
+    pub repetitions: Option<usize>,
+    pub only: Option<&'a str>,
+    pub io: Option<&'a str>,
+    pub memory_mib: u32,
+}
+
+pub fn run_guest(
+    cmd_prefix: &[String],
+    fs_names: &[&str],
+    options: &GuestOptions,
+) -> Result<GuestResults, LabError> {
+    let GuestOptions {
+        quick,
+        repetitions,
+        only,
+        io,
+        memory_mib,
+    } = *options;
+    crate::fixture::require_tool("qemu-system-x86_64", "qemu-system-x86")?;
+    let cache = default_cache_dir();
+    std::fs::create_dir_all(&cache).map_err(|e| LabError::io(&cache, e))?;
+    let (kernel, initramfs) = ensure_guest(&cache)?;
+    let work = tempfile::Builder::new()
+        .prefix("roamkv-lab-vm-")
+        .tempdir()
+        .map_err(|e| LabError::io("temp dir", e))?;
+    let disk = work.path().join("disk.img");
+    let results = work.path().join("results.img");
+    for (path, bytes) in [(&disk, GUEST_DISK_BYTES), (&results, 16u64 << 20)] {
+        let f = std::fs::File::create(path).map_err(|e| LabError::io(path, e))?;
+        f.set_len(bytes).map_err(|e| LabError::io(path, e))?;
+    }
+    let mut guest_args = String::new();
+    if quick {
+        guest_args.push_str(" --quick");
+    }
+    if let Some(r) = repetitions {
+        guest_args.push_str(&format!(" --repetitions {r}"));
+    }
+    if let Some(io) = io {
+        guest_args.push_str(&format!(" --io {io}"));
+    }
+    if let Some(o) = only {
+        if o.contains(|c: char| c.is_whitespace() || c == '~' || c == ';') {
+            return Err(LabError::Unsupported(
+                "--only with --vm must not contain spaces, '~' or ';'".into(),
+            ));
+        }
+        guest_args.push_str(&format!(" --only {o}"));
+    }
+    let mkfs_list: Vec<String> = fs_names
+        .iter()
+        .filter_map(|n| GUEST_FS.iter().find(|g| g.0 == *n))
+        .map(|(name, mkfs, mount_type, tail)| {
+            format!("{name}:{mount_type}:{}:{tail}", mkfs.replace(' ', "~"))
+        })
+        .collect();
+    let mut append = format!(
+        "console=ttyS0 panic=-1 quiet roamkv.fs={} roamkv.args={}",
+        mkfs_list.join(";"),
+        guest_args.trim().replace(' ', "~")
+    );
+    if !cmd_prefix.is_empty() {
+        append.push_str(&format!(" roamkv.cmd={}", cmd_prefix.join("~")));
+    }
+    // cache=none: the guest's flushes reach the host disk, as a real device's would.
+    let disk_arg = format!("file={},format=raw,if=virtio,cache=none", disk.display());
+    let results_arg = format!("file={},format=raw,if=virtio,cache=none", results.display());
+    let memory = memory_mib.to_string();
+    let kernel_s = kernel.to_string_lossy().into_owned();
+    let initrd_s = initramfs.to_string_lossy().into_owned();
+    let args = [
+        "qemu-system-x86_64",
+        "-machine",
+        "q35",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-smp",
+        "1",
+        "-m",
+        &memory,
+        "-nographic",
+        "-no-reboot",
+        "-kernel",
+        &kernel_s,
+        "-initrd",
+        &initrd_s,
+        "-append",
+        &append,
+        "-drive",
+        &disk_arg,
+        "-drive",
+        &results_arg,
+    ];
+    eprintln!(
+        "roamkv lab: booting the guest (software emulation; this takes minutes): {}",
+        args.join(" ")
+    );
+    let status = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map_err(|e| LabError::io("qemu-system-x86_64", e))?;
+    let raw = std::fs::read(&results).map_err(|e| LabError::io(&results, e))?;
+    let text = String::from_utf8_lossy(&raw);
+    let text = text.trim_end_matches('\0');
+    let Some(json) = text.strip_prefix(RESULTS_MAGIC) else {
+        return Err(LabError::Unsupported(format!(
+            "the guest wrote no results (qemu {status}); see its console output above"
+        )));
+    };
+    let json = json.split('\0').next().unwrap_or("");
+    serde_json::from_str(json).map_err(|e| LabError::Parse {
+        what: "guest results".into(),
+        detail: e.to_string(),
+    })
+}
+
+/// Turns guest measurements back into typed rows for the report.
+pub fn measurements(results: &GuestResults) -> Vec<Measurement> {
+    results
+        .file_systems
+        .iter()
+        .flat_map(|fs| {
+            fs.measurements
+                .iter()
+                .filter_map(|m| measurement_from_json(m, &fs.fs))
+        })
+        .collect()
+}
+
+fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurement> {
+    let f = |k: &str| {
+        value
+            .get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(f64::NAN)
+    };
+    let spec = crate::workload::Plan::full()
+        .workloads()
+        .into_iter()
+        .chain(crate::workload::Plan::quick().workloads())
+        .find(|w| Some(w.name().as_str()) == value.get("workload").and_then(|v| v.as_str()))?;
+    Some(Measurement {
+        fs: format!("{fs} (guest)"),
+        paper: value
+            .get("paper")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string(),
+        workload: spec.name(),
+        spec,
+        repetitions: Vec::new(),
+        ops_per_s_median: f("ops_per_s_median"),
+        ops_per_s_min: f("ops_per_s_min"),
+        ops_per_s_max: f("ops_per_s_max"),
+        mb_per_s_median: f("mb_per_s_median"),
+        device_writes_per_op: f("device_writes_per_op"),
+        device_bytes_written_per_op: f("device_bytes_written_per_op"),
+        device_flushes_per_op: f("device_flushes_per_op"),
+        device_reads_per_op: f("device_reads_per_op"),
+        traced_per_op: None,
+        error: value
+            .get("error")
+            .and_then(|v| v.as_str())
+            .map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_list_always_has_the_ext4_control() {
+        assert_eq!(
+            parse_guest_fs_list("vfat,f2fs").ok(),
+            Some(vec!["ext4", "vfat", "f2fs"])
+        );
+        assert_eq!(
+            parse_guest_fs_list("all").ok().map(|v| v.len()),
+            Some(GUEST_FS.len())
+        );
+        let err = parse_guest_fs_list("vfat,zfs")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("zfs") && err.contains("nilfs2"), "{err}");
+    }
+}
