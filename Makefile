@@ -6,8 +6,9 @@ CARGO ?= cargo
 
 .PHONY: demo test build bench-quick lab-quick clean
 
-demo: build
-	./target/release/roamkv demo
+demo:
+	scripts/install-deps
+	$(CARGO) run --release --locked -p roamkv -- demo
 
 test:
 	scripts/install-deps
@@ -17,11 +18,13 @@ build:
 	scripts/install-deps
 	$(CARGO) build --release --locked -p roamkv
 
-bench-quick: build
-	./target/release/roamkv bench mobility --quick
+bench-quick:
+	scripts/install-deps
+	$(CARGO) run --release --locked -p roamkv -- bench mobility --quick
 
-lab-quick: build
-	./target/release/roamkv lab fs --quick
+lab-quick:
+	scripts/install-deps
+	$(CARGO) run --release --locked -p roamkv -- lab fs --quick
 
 clean:
 	$(CARGO) clean
