@@ -289,9 +289,15 @@ pub fn stats_table(s: &Stats) -> String {
         mib(s.log_preallocated_bytes),
         mib(s.lower_bytes_written)
     ));
+    let without_preparation = if s.user_bytes > 0 {
+        (s.log_bytes_written + s.lower_bytes_written) as f64 / s.user_bytes as f64
+    } else {
+        0.0
+    };
     out.push_str(&format!(
-        "engine write amplification {:.3}; reclaimed without a write {:.2} MiB; {} migrations, {} departures\n",
+        "engine write amplification {:.3} ({:.3} without the one-time zero-fill of new segments); reclaimed without a write {:.2} MiB; {} migrations, {} departures\n",
         s.write_amplification(),
+        without_preparation,
         mib(s.reclaimed_bytes_without_write),
         s.migrations,
         s.departures
