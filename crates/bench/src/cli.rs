@@ -18,6 +18,8 @@ pub struct BenchArgs {
     pub command: BenchCommand,
 }
 
+// Parsed once per process: the size difference between the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// TPCx-IoT with mobile devices (paper 002) against roamkv, RocksDB, LevelDB and SQLite.
@@ -183,7 +185,15 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
         let mut outcomes = Vec::new();
         for repeat in 0..args.repeat {
             bar.set_message(format!("{} {} {} {}t #{}", s.name, durability.name(), kind.name(), threads, repeat + 1));
-            match runner::run_one(fs, image_bytes, config.clone(), workload.clone(), threads, warmup_ms, seconds * 1000, memory_bytes) {
+            let measurement = runner::Measurement {
+                fs,
+                image_bytes,
+                threads,
+                warmup_ms,
+                duration_ms: seconds * 1000,
+                memory_limit_bytes: memory_bytes,
+            };
+            match runner::run_one(measurement, config.clone(), workload.clone()) {
                 Ok(o) => outcomes.push(o),
                 Err(e) => {
                     bar.println(format!("FAILED {} {} {} {}t: {e}", s.name, durability.name(), kind.name(), threads));

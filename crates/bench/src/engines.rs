@@ -96,19 +96,19 @@ pub fn describe(config: &EngineConfig) -> String {
             "durability {}; management time {} ms; segments 64 MiB; index cap {} MiB; lower tier {} with {} MiB (memtables + block cache), its WAL off",
             if sync { "sync" } else { "none" },
             config.management_time_ms,
-            m / 2 >> 20,
+            (m / 2) >> 20,
             if config.kind == EngineKind::Roamkv { "RocksDB" } else { "LevelDB (log always on)" },
-            m / 2 >> 20
+            (m / 2) >> 20
         ),
         EngineKind::Rocksdb => format!(
             "WAL on; WriteOptions.sync={sync}; write buffer {} MiB x2; block cache {} MiB; bloom 10 bits; no compression; 2 background jobs",
-            m / 4 >> 20,
-            m / 2 >> 20
+            (m / 4) >> 20,
+            (m / 2) >> 20
         ),
         EngineKind::Leveldb => format!(
             "WriteOptions.sync={sync}; write buffer {} MiB; block cache {} MiB; bloom 10 bits; no compression; max file 2 MiB",
-            m / 4 >> 20,
-            m / 2 >> 20
+            (m / 4) >> 20,
+            (m / 2) >> 20
         ),
         EngineKind::Sqlite => format!(
             "journal_mode=WAL; synchronous={}; cache {} MiB; table (device, sensor, ts) PRIMARY KEY WITHOUT ROWID; one connection, writers serialised",

@@ -140,17 +140,20 @@ pub struct RunOutcome {
     pub memory_capped: bool,
 }
 
+/// Where and how long one measurement runs (the same for every engine of a sweep).
+#[derive(Debug, Clone, Copy)]
+pub struct Measurement {
+    pub fs: FsSpec,
+    pub image_bytes: u64,
+    pub threads: usize,
+    pub warmup_ms: u64,
+    pub duration_ms: u64,
+    pub memory_limit_bytes: u64,
+}
+
 /// One measurement, from mkfs to unmount.
-pub fn run_one(
-    fs: FsSpec,
-    image_bytes: u64,
-    engine: EngineConfig,
-    workload: WorkloadConfig,
-    threads: usize,
-    warmup_ms: u64,
-    duration_ms: u64,
-    memory_limit_bytes: u64,
-) -> Result<RunOutcome> {
+pub fn run_one(m: Measurement, engine: EngineConfig, workload: WorkloadConfig) -> Result<RunOutcome> {
+    let Measurement { fs, image_bytes, threads, warmup_ms, duration_ms, memory_limit_bytes } = m;
     let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let spec = WorkerSpec {
         engine,
@@ -273,6 +276,11 @@ pub fn parse_db_bench_ops(text: &str) -> Option<f64> {
     words.get(at.checked_sub(1)?)?.parse().ok()
 }
 
+
+pub fn engine_config(kind: EngineKind, durability: Durability, engine_memory_bytes: u64, management_time_ms: u64) -> EngineConfig {
+    EngineConfig { kind, durability, engine_memory_bytes, management_time_ms }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -283,8 +291,4 @@ mod tests {
         assert_eq!(super::parse_db_bench_ops(old), Some(810372.0));
         assert_eq!(super::parse_db_bench_ops("nothing"), None);
     }
-}
-
-pub fn engine_config(kind: EngineKind, durability: Durability, engine_memory_bytes: u64, management_time_ms: u64) -> EngineConfig {
-    EngineConfig { kind, durability, engine_memory_bytes, management_time_ms }
 }

@@ -222,10 +222,10 @@ fn writer(
                 let name = generator.device_name(slot).to_string();
                 engine.depart(&name)?;
                 out.departures += 1;
-                if let Some((_, _, sensor, ts)) = recent.iter().find(|(s, n, _, _)| *s == slot && *n == name) {
-                    if departed.len() < CHECK_SAMPLE / 4 {
-                        departed.push((name.clone(), *sensor, *ts));
-                    }
+                if departed.len() < CHECK_SAMPLE / 4
+                    && let Some((_, _, sensor, ts)) = recent.iter().find(|(s, n, _, _)| *s == slot && *n == name)
+                {
+                    departed.push((name.clone(), *sensor, *ts));
                 }
                 recent.retain(|(_, n, _, _)| *n != name);
                 generator.replace(slot, now_ms());

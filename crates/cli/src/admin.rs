@@ -116,10 +116,10 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         }
         // Commit when the batch is full, or when stdin has nothing more ready (so that a slow
         // producer gets its acks without waiting for a full batch).
-        if pending.len() >= args.batch || input.buffer().is_empty() {
-            if let Err(e) = commit(&mut pending, &mut acked) {
-                break Some(e);
-            }
+        if (pending.len() >= args.batch || input.buffer().is_empty())
+            && let Err(e) = commit(&mut pending, &mut acked)
+        {
+            break Some(e);
         }
     };
     // Everything before a bad line stays committed.

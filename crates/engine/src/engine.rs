@@ -584,28 +584,14 @@ impl Inner {
         let mut readings = Vec::with_capacity(located.len());
         for (sensor, entry, segment) in located {
             let bytes = segment.read_record(entry.offset as u64, entry.len)?;
-            let moved = |reason: String| {
-                ReadError::Moved(Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason })
-            };
-            match record::decode(&bytes, segment.seq_low()) {
-                Decode::Record(d) => match d.body {
-                    Body::Put { device: d_device, sensor: d_sensor, ts_ms, value }
-                        if d_device == device && d_sensor == sensor && ts_ms == entry.ts_ms =>
-                    {
-                        readings.push(Reading { device: device.into(), sensor, ts_ms, value: value.to_vec() })
-                    }
-                    other => return Err(moved(format!("index points at another record ({other:?})"))),
-                },
-                Decode::End => return Err(moved("index points at no record of this segment".into())),
-                Decode::Corrupt(reason) => {
-                    // Recycled segments fail the sequence check (End), not the checksum: a
-                    // checksum failure here is damage on disk.
-                    return Err(ReadError::Fatal(Error::Corrupt {
-                        file: segment.path.clone(),
-                        offset: entry.offset as u64,
-                        reason,
-                    }));
+            let error = |reason: String| Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason };
+            match at_index(&bytes, segment.seq_low(), &entry) {
+                AtIndex::Put { device: d, sensor: s, value } if d == device && s == sensor => {
+                    readings.push(Reading { device: device.into(), sensor, ts_ms: entry.ts_ms, value: value.to_vec() })
                 }
+                AtIndex::Put { .. } => return Err(ReadError::Moved(error("the index points at another device's record".into()))),
+                AtIndex::Elsewhere(reason) => return Err(ReadError::Moved(error(reason))),
+                AtIndex::Corrupt(reason) => return Err(ReadError::Fatal(error(reason))),
             }
         }
         Ok(readings)
@@ -726,6 +712,29 @@ impl Inner {
             recovery_cut: self.recovery.cut.clone(),
             last_maintenance_error: maintenance_error,
         }
+    }
+}
+
+/// What the log holds where an index entry points.
+pub(crate) enum AtIndex<'a> {
+    /// The indexed reading (same timestamp): its device, sensor and value.
+    Put { device: &'a str, sensor: &'a str, value: &'a [u8] },
+    /// Not the indexed reading: the segment was retired and reused meanwhile (why, in words).
+    Elsewhere(String),
+    /// Bytes of this segment that fail their checksum: damage on disk. (A reused segment fails
+    /// the sequence check instead, which reads as `Elsewhere`.)
+    Corrupt(String),
+}
+
+/// Decodes the record at an index entry (`bytes` = the entry's `len` bytes at its offset).
+pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) -> AtIndex<'a> {
+    match record::decode(bytes, seq_low) {
+        Decode::Record(d) => match d.body {
+            Body::Put { device, sensor, ts_ms, value } if ts_ms == entry.ts_ms => AtIndex::Put { device, sensor, value },
+            _ => AtIndex::Elsewhere("the index points at another record".into()),
+        },
+        Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
+        Decode::Corrupt(reason) => AtIndex::Corrupt(reason),
     }
 }
 

@@ -17,17 +17,21 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Inner, release};
+use crate::engine::{AtIndex, Inner, at_index, release};
 use crate::error::{Error, Result};
 use crate::key;
 use crate::limits::{INDEX_LOW_WATER_PERCENT, MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX};
 use crate::lower::LowerOp;
 use crate::mapping::{DeviceId, Tier};
-use crate::record::{self, Body, Decode};
 use crate::segment::Segment;
 use crate::spares::Retired;
 use crate::stats::Counters;
 use crate::upper::IndexEntry;
+
+/// A record to migrate: its lower-tier key, where it is in the log, and the segment.
+type Located = (Vec<u8>, IndexEntry, Arc<Segment>);
+/// A sorted run of (key, value) pairs for the lower tier.
+type Run = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// One device's part of a migration pass.
 struct Moving {
@@ -35,7 +39,7 @@ struct Moving {
     name: String,
     lower_id: u64,
     registered_at_ms: u64,
-    entries: Vec<(Vec<u8>, IndexEntry, Arc<Segment>)>,
+    entries: Vec<Located>,
 }
 
 impl Inner {
@@ -193,12 +197,12 @@ impl Inner {
     /// Reads the moving devices' records and returns the two runs to ingest: their readings,
     /// and one mapping record per device. Both lie above every key already in the lower tier
     /// (fresh lower ids), so the LSM can place them in its last level without rewriting.
-    fn build_run(&self, moving: &mut [Moving]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
-        let located: Vec<(Vec<u8>, IndexEntry, Arc<Segment>)> =
+    fn build_run(&self, moving: &mut [Moving]) -> Result<Vec<Run>> {
+        let located: Vec<Located> =
             moving.iter_mut().flat_map(|m| m.entries.drain(..)).collect();
         let values = read_values_in_log_order(&located)?;
-        let readings: Vec<(Vec<u8>, Vec<u8>)> = located.into_iter().map(|(k, _, _)| k).zip(values).collect();
-        let devices: Vec<(Vec<u8>, Vec<u8>)> = moving
+        let readings: Run = located.into_iter().map(|(k, _, _)| k).zip(values).collect();
+        let devices: Run = moving
             .iter()
             .map(|m| (key::device_key(m.lower_id), key::encode_device_value(m.registered_at_ms, &m.name)))
             .collect();
@@ -283,7 +287,7 @@ fn take_up_to_records(candidates: Vec<(u64, DeviceId, u64)>) -> Vec<DeviceId> {
 
 /// Reads the values of many records, visiting the log in order and reading each stretch of up
 /// to MIGRATION_READ_WINDOW_BYTES once. Returns the values in the order of `located`.
-fn read_values_in_log_order(located: &[(Vec<u8>, IndexEntry, Arc<Segment>)]) -> Result<Vec<Vec<u8>>> {
+fn read_values_in_log_order(located: &[Located]) -> Result<Vec<Vec<u8>>> {
     let mut order: Vec<usize> = (0..located.len()).collect();
     order.sort_unstable_by_key(|&i| located[i].1.position());
     let mut values = vec![Vec::new(); located.len()];
@@ -319,13 +323,11 @@ fn read_put_value(segment: &Segment, entry: &IndexEntry) -> Result<Vec<u8>> {
 }
 
 fn decode_put_value(segment: &Segment, entry: &IndexEntry, bytes: &[u8]) -> Result<Vec<u8>> {
-    let corrupt = |reason: String| Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason };
-    match record::decode(bytes, segment.seq_low()) {
-        Decode::Record(d) => match d.body {
-            Body::Put { ts_ms, value, .. } if ts_ms == entry.ts_ms => Ok(value.to_vec()),
-            other => Err(corrupt(format!("index points at another record ({other:?})"))),
-        },
-        Decode::End => Err(corrupt("index points at no record of this segment".into())),
-        Decode::Corrupt(reason) => Err(corrupt(reason)),
+    match at_index(bytes, segment.seq_low(), entry) {
+        AtIndex::Put { value, .. } => Ok(value.to_vec()),
+        AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => {
+            Err(Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason })
+        }
     }
 }
+
