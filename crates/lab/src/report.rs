@@ -371,6 +371,15 @@ fn xy_chart_svg(
     }
 }
 
+/// A line above the progress bar, or on stderr when the bar is hidden (not a terminal).
+pub fn say(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

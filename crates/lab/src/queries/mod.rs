@@ -5,6 +5,7 @@ pub mod schema;
 pub mod sensor;
 pub mod sqlquery;
 
+use crate::report::say;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -514,13 +515,4 @@ fn write_html(
         html.svg(&bar_chart_svg("Sensor queries (warm), median", "us (median)", &cats, &series));
     }
     html.write(path)
-}
-
-/// A line above the progress bar, or on stderr when the bar is hidden (not a terminal).
-fn say(bar: &indicatif::ProgressBar, line: String) {
-    if bar.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        bar.println(line);
-    }
 }

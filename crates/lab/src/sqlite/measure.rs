@@ -1,5 +1,6 @@
 //! One SQLite run on a fixture, traced; and the matrix of runs with its report.
 
+use crate::report::say;
 use std::path::Path;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -476,14 +477,6 @@ fn write_html(path: &Path, header: &crate::report::MachineHeader, command: &str,
     html.write(path)
 }
 
-/// A line above the progress bar, or on stderr when the bar is hidden (not a terminal).
-fn say(bar: &indicatif::ProgressBar, line: String) {
-    if bar.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        bar.println(line);
-    }
-}
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
