@@ -382,27 +382,22 @@ fn write_fs_report(
             }
         }
         let is_sync = family.starts_with("4KiB+");
-        let series: Vec<(String, Vec<f64>)> = variants
-            .iter()
-            .map(|v| {
-                let values = fs_names
-                    .iter()
-                    .map(|fs| {
-                        results
-                            .iter()
-                            .find(|m| &m.fs == fs && &m.workload == v)
-                            .map_or(f64::NAN, |m| {
-                                if is_sync {
-                                    m.ops_per_s_median
-                                } else {
-                                    m.mb_per_s_median
-                                }
-                            })
-                    })
-                    .collect();
-                (v.clone(), values)
-            })
-            .collect();
+        // One bar per (variant, file system): the value `pick` reads off that measurement.
+        let series_by = |pick: &dyn Fn(&Measurement) -> f64| -> Vec<(String, Vec<f64>)> {
+            variants
+                .iter()
+                .map(|v| {
+                    let values = fs_names
+                        .iter()
+                        .map(|fs| {
+                            results.iter().find(|m| &m.fs == fs && &m.workload == v).map_or(f64::NAN, pick)
+                        })
+                        .collect();
+                    (v.clone(), values)
+                })
+                .collect()
+        };
+        let series = series_by(&|m| if is_sync { m.ops_per_s_median } else { m.mb_per_s_median });
         html.heading(family);
         html.svg(&bar_chart_svg(
             family,
@@ -415,21 +410,7 @@ fn write_fs_report(
             &series,
         ));
         if is_sync {
-            let writes: Vec<(String, Vec<f64>)> = variants
-                .iter()
-                .map(|v| {
-                    let values = fs_names
-                        .iter()
-                        .map(|fs| {
-                            results
-                                .iter()
-                                .find(|m| &m.fs == fs && &m.workload == v)
-                                .map_or(f64::NAN, |m| m.device_writes_per_op)
-                        })
-                        .collect();
-                    (v.clone(), values)
-                })
-                .collect();
+            let writes = series_by(&|m| m.device_writes_per_op);
             html.svg(&bar_chart_svg(
                 &format!("{family}: block writes per operation"),
                 "device writes / op",
