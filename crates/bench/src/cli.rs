@@ -97,8 +97,14 @@ struct Scenario {
 
 fn scenario(name: &str) -> Result<Scenario, String> {
     match name {
-        "mobility" => Ok(Scenario { name: "mobility", depart_probability: 0.9 }),
-        "stay" => Ok(Scenario { name: "stay", depart_probability: 0.0 }),
+        "mobility" => Ok(Scenario {
+            name: "mobility",
+            depart_probability: 0.9,
+        }),
+        "stay" => Ok(Scenario {
+            name: "stay",
+            depart_probability: 0.0,
+        }),
         other => Err(format!("unknown scenario {other:?}; valid: mobility, stay")),
     }
 }
@@ -114,17 +120,38 @@ fn median(values: &mut [f64]) -> f64 {
 
 fn mobility(args: &MobilityArgs) -> Result<(), String> {
     roamkv_lab::fixture::require_root().map_err(|e| e.to_string())?;
-    let fs: FsSpec = args.fs.parse().map_err(|e: roamkv_lab::LabError| e.to_string())?;
+    let fs: FsSpec = args
+        .fs
+        .parse()
+        .map_err(|e: roamkv_lab::LabError| e.to_string())?;
     let quick = args.quick;
-    let engines_list = args.engines.clone().unwrap_or_else(|| EngineKind::all().to_vec());
-    let threads_list = args.threads.clone().unwrap_or_else(|| if quick { vec![1, 4] } else { vec![1, 2, 4, 8] });
-    let durabilities = args.durability.clone().unwrap_or_else(|| vec![Durability::None, Durability::Sync]);
+    let engines_list = args
+        .engines
+        .clone()
+        .unwrap_or_else(|| EngineKind::all().to_vec());
+    let threads_list = args
+        .threads
+        .clone()
+        .unwrap_or_else(|| if quick { vec![1, 4] } else { vec![1, 2, 4, 8] });
+    let durabilities = args
+        .durability
+        .clone()
+        .unwrap_or_else(|| vec![Durability::None, Durability::Sync]);
     let scenario_names = args.scenarios.clone().unwrap_or_else(|| {
-        if quick { vec!["mobility".into()] } else { vec!["mobility".into(), "stay".into()] }
+        if quick {
+            vec!["mobility".into()]
+        } else {
+            vec!["mobility".into(), "stay".into()]
+        }
     });
-    let scenarios = scenario_names.iter().map(|s| scenario(s)).collect::<Result<Vec<_>, _>>()?;
+    let scenarios = scenario_names
+        .iter()
+        .map(|s| scenario(s))
+        .collect::<Result<Vec<_>, _>>()?;
     let seconds = args.seconds.unwrap_or(if quick { 3 } else { 6 });
-    let warmup_ms = args.warmup_ms.unwrap_or(if quick { 1000 } else { args.management_time_ms });
+    let warmup_ms = args
+        .warmup_ms
+        .unwrap_or(if quick { 1000 } else { args.management_time_ms });
     let memory_bytes = args.memory_mib.unwrap_or(if quick { 256 } else { 512 }) << 20;
     // The engine's own caches get a quarter of the budget; the rest is heap and page cache.
     let engine_memory_bytes = memory_bytes / 4;
@@ -148,13 +175,21 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
     // The physical limit, and the proof that the memory cgroup caps the page cache.
     let raw_bytes = if quick { 512 << 20 } else { 2 << 30 };
     let raw = runner::raw_sequential_write(fs, image_bytes, raw_bytes)?;
-    println!("raw sequential write bandwidth ({} on a direct-I/O loop device, O_DIRECT 1 MiB): {:.0} MB/s", fs.name(), raw / 1e6);
+    println!(
+        "raw sequential write bandwidth ({} on a direct-I/O loop device, O_DIRECT 1 MiB): {:.0} MB/s",
+        fs.name(),
+        raw / 1e6
+    );
     let cache_check = {
-        let fixture = roamkv_lab::fixture::Fixture::create(fs, 4 << 30).map_err(|e| e.to_string())?;
+        let fixture =
+            roamkv_lab::fixture::Fixture::create(fs, 4 << 30).map_err(|e| e.to_string())?;
         runner::check_cgroup_caps_page_cache(fixture.mount_dir(), 64 << 20)
             .unwrap_or_else(|e| serde_json::json!({ "caps_page_cache": false, "error": e }))
     };
-    println!("memory cgroup caps the page cache: {}", cache_check["caps_page_cache"]);
+    println!(
+        "memory cgroup caps the page cache: {}",
+        cache_check["caps_page_cache"]
+    );
 
     let mut combos: Vec<(&Scenario, Durability, EngineKind, usize)> = Vec::new();
     for s in &scenarios {
@@ -168,13 +203,20 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
     }
     let bar = indicatif::ProgressBar::new((combos.len() * args.repeat) as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left  {msg}")
-            .map_err(|e| e.to_string())?,
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left  {msg}",
+        )
+        .map_err(|e| e.to_string())?,
     );
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for (s, durability, kind, threads) in combos {
-        let config = runner::engine_config(kind, durability, engine_memory_bytes, args.management_time_ms);
+        let config = runner::engine_config(
+            kind,
+            durability,
+            engine_memory_bytes,
+            args.management_time_ms,
+        );
         let workload = WorkloadConfig {
             value_bytes: args.value_bytes,
             depart_probability: s.depart_probability,
@@ -184,7 +226,14 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
         };
         let mut outcomes = Vec::new();
         for repeat in 0..args.repeat {
-            bar.set_message(format!("{} {} {} {}t #{}", s.name, durability.name(), kind.name(), threads, repeat + 1));
+            bar.set_message(format!(
+                "{} {} {} {}t #{}",
+                s.name,
+                durability.name(),
+                kind.name(),
+                threads,
+                repeat + 1
+            ));
             let measurement = runner::Measurement {
                 fs,
                 image_bytes,
@@ -196,7 +245,13 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
             match runner::run_one(measurement, config.clone(), workload.clone()) {
                 Ok(o) => outcomes.push(o),
                 Err(e) => {
-                    bar.println(format!("FAILED {} {} {} {}t: {e}", s.name, durability.name(), kind.name(), threads));
+                    bar.println(format!(
+                        "FAILED {} {} {} {}t: {e}",
+                        s.name,
+                        durability.name(),
+                        kind.name(),
+                        threads
+                    ));
                     failures.push(e);
                 }
             }
@@ -205,12 +260,17 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
         if outcomes.is_empty() {
             continue;
         }
-        let ops = |o: &runner::RunOutcome| (o.worker.puts + o.worker.queries) as f64 / o.worker.elapsed_s;
+        let ops =
+            |o: &runner::RunOutcome| (o.worker.puts + o.worker.queries) as f64 / o.worker.elapsed_s;
         let mut all_ops: Vec<f64> = outcomes.iter().map(ops).collect();
         let median_ops = median(&mut all_ops.clone());
         let chosen = outcomes
             .iter()
-            .min_by(|a, b| (ops(a) - median_ops).abs().total_cmp(&(ops(b) - median_ops).abs()))
+            .min_by(|a, b| {
+                (ops(a) - median_ops)
+                    .abs()
+                    .total_cmp(&(ops(b) - median_ops).abs())
+            })
             .expect("non-empty");
         let w = &chosen.worker;
         let device_bytes = chosen.device.bytes_written();
@@ -250,7 +310,14 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
     bar.finish_and_clear();
 
     // The db_bench cross-check of the plain-RocksDB configuration.
-    let db_bench = runner::db_bench_crosscheck(fs, image_bytes, if quick { 100_000 } else { 1_000_000 }, args.value_bytes, engine_memory_bytes, false);
+    let db_bench = runner::db_bench_crosscheck(
+        fs,
+        image_bytes,
+        if quick { 100_000 } else { 1_000_000 },
+        args.value_bytes,
+        engine_memory_bytes,
+        false,
+    );
     let db_bench_json = match &db_bench {
         Ok((command, ops)) => serde_json::json!({ "command": command, "ops_per_sec": ops }),
         Err(e) => serde_json::json!({ "error": e }),
@@ -287,25 +354,46 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
     });
     roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
     report::write_csv(&args.out.join("results.csv"), &runs)?;
-    report::write_html(&args.out.join("report.html"), &header, &summary, &notes, &runs)?;
-    println!("wrote {0}/results.json, {0}/results.csv, {0}/report.html", args.out.display());
+    report::write_html(
+        &args.out.join("report.html"),
+        &header,
+        &summary,
+        &notes,
+        &runs,
+    )?;
+    println!(
+        "wrote {0}/results.json, {0}/results.csv, {0}/report.html",
+        args.out.display()
+    );
     if failures.is_empty() && runs.iter().all(|r| r.read_check_failures == 0) {
         Ok(())
     } else {
-        Err(format!("{} run(s) failed or read back wrong data; see above", failures.len() + runs.iter().filter(|r| r.read_check_failures > 0).count()))
+        Err(format!(
+            "{} run(s) failed or read back wrong data; see above",
+            failures.len() + runs.iter().filter(|r| r.read_check_failures > 0).count()
+        ))
     }
 }
 
 /// The comparisons the targets ask for, computed from the runs (never asserted).
-fn summarize(runs: &[RunRecord], raw: f64, db_bench: &Result<(String, f64), String>) -> Vec<String> {
+fn summarize(
+    runs: &[RunRecord],
+    raw: f64,
+    db_bench: &Result<(String, f64), String>,
+) -> Vec<String> {
     let best = |engine: &str, durability: &str, scenario: &str| {
         runs.iter()
             .filter(|r| r.engine == engine && r.durability == durability && r.scenario == scenario)
             .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec))
     };
-    let mut lines = vec![format!("raw sequential write bandwidth: {:.0} MB/s", raw / 1e6)];
+    let mut lines = vec![format!(
+        "raw sequential write bandwidth: {:.0} MB/s",
+        raw / 1e6
+    )];
     for scenario in ["mobility", "stay"] {
-        let Some(roam) = best("roamkv", "none", scenario) else { continue };
+        let Some(roam) = best("roamkv", "none", scenario) else {
+            continue;
+        };
         lines.push(format!(
             "{scenario}/none: roamkv best {:.0} ops/s at {} threads = {:.0} % of raw bandwidth (user bytes), WA {:.2}",
             roam.ops_per_sec,
@@ -324,7 +412,9 @@ fn summarize(runs: &[RunRecord], raw: f64, db_bench: &Result<(String, f64), Stri
         }
         let at = |durability: &str| {
             runs.iter()
-                .filter(|r| r.engine == "roamkv" && r.scenario == scenario && r.durability == durability)
+                .filter(|r| {
+                    r.engine == "roamkv" && r.scenario == scenario && r.durability == durability
+                })
                 .max_by_key(|r| r.threads)
         };
         if let (Some(sync), Some(none)) = (at("sync"), at("none")) {
@@ -337,7 +427,12 @@ fn summarize(runs: &[RunRecord], raw: f64, db_bench: &Result<(String, f64), Stri
     }
     match db_bench {
         Ok((_, ops)) => {
-            if let Some(r) = runs.iter().find(|r| r.engine == "rocksdb" && r.durability == "none" && r.threads == 1 && r.scenario == "mobility") {
+            if let Some(r) = runs.iter().find(|r| {
+                r.engine == "rocksdb"
+                    && r.durability == "none"
+                    && r.threads == 1
+                    && r.scenario == "mobility"
+            }) {
                 lines.push(format!(
                     "cross-check: db_bench fillrandom (1 thread, no sync) {:.0} ops/s vs our plain RocksDB {:.0} readings/s at 1 thread",
                     ops, r.ops_per_sec

@@ -14,11 +14,15 @@ use std::sync::Arc;
 
 use std::sync::Mutex;
 
-use roamkv_engine::{Durability as RoamDurability, Engine, LowerTierKind, Options as RoamOptions, Record};
+use roamkv_engine::{
+    Durability as RoamDurability, Engine, LowerTierKind, Options as RoamOptions, Record,
+};
 
 pub type Result<T> = std::result::Result<T, String>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum EngineKind {
     Roamkv,
@@ -39,11 +43,19 @@ impl EngineKind {
         }
     }
     pub fn all() -> [EngineKind; 5] {
-        [EngineKind::Roamkv, EngineKind::RoamkvLeveldb, EngineKind::Rocksdb, EngineKind::Leveldb, EngineKind::Sqlite]
+        [
+            EngineKind::Roamkv,
+            EngineKind::RoamkvLeveldb,
+            EngineKind::Rocksdb,
+            EngineKind::Leveldb,
+            EngineKind::Sqlite,
+        ]
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     Sync,
@@ -97,7 +109,11 @@ pub fn describe(config: &EngineConfig) -> String {
             if sync { "sync" } else { "none" },
             config.management_time_ms,
             (m / 2) >> 20,
-            if config.kind == EngineKind::Roamkv { "RocksDB" } else { "LevelDB (log always on)" },
+            if config.kind == EngineKind::Roamkv {
+                "RocksDB"
+            } else {
+                "LevelDB (log always on)"
+            },
             (m / 2) >> 20
         ),
         EngineKind::Rocksdb => format!(
@@ -124,14 +140,24 @@ pub fn open(config: &EngineConfig, dir: &Path) -> Result<Box<dyn BenchEngine>> {
     let engine: Box<dyn BenchEngine> = match config.kind {
         EngineKind::Roamkv | EngineKind::RoamkvLeveldb => {
             let options = RoamOptions {
-                durability: if sync { RoamDurability::Sync } else { RoamDurability::None },
+                durability: if sync {
+                    RoamDurability::Sync
+                } else {
+                    RoamDurability::None
+                },
                 management_time_ms: config.management_time_ms,
                 index_bytes_max: (m / 2).max(1 << 20),
                 lower_memory_bytes: m / 2,
-                lower_tier: if config.kind == EngineKind::Roamkv { LowerTierKind::RocksDb } else { LowerTierKind::LevelDb },
+                lower_tier: if config.kind == EngineKind::Roamkv {
+                    LowerTierKind::RocksDb
+                } else {
+                    LowerTierKind::LevelDb
+                },
                 ..RoamOptions::default()
             };
-            Box::new(RoamkvEngine(Engine::open(dir, options).map_err(|e| e.to_string())?))
+            Box::new(RoamkvEngine(
+                Engine::open(dir, options).map_err(|e| e.to_string())?,
+            ))
         }
         EngineKind::Rocksdb => Box::new(RocksEngine::open(dir, m, sync)?),
         EngineKind::Leveldb => Box::new(LevelEngine::open(dir, m, sync)?),
@@ -144,12 +170,22 @@ struct RoamkvEngine(Engine);
 
 impl BenchEngine for RoamkvEngine {
     fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
-        let records: Vec<Record<'_>> =
-            batch.iter().map(|p| Record { device: p.device, sensor: p.sensor, ts_ms: p.ts_ms, value: p.value }).collect();
+        let records: Vec<Record<'_>> = batch
+            .iter()
+            .map(|p| Record {
+                device: p.device,
+                sensor: p.sensor,
+                ts_ms: p.ts_ms,
+                value: p.value,
+            })
+            .collect();
         self.0.put_batch(&records).map_err(|e| e.to_string())
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
-        self.0.scan(device, Some(sensor), from_ms, to_ms).map(|r| r.len()).map_err(|e| e.to_string())
+        self.0
+            .scan(device, Some(sensor), from_ms, to_ms)
+            .map(|r| r.len())
+            .map_err(|e| e.to_string())
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
         self.0.get(device, sensor, ts_ms).map_err(|e| e.to_string())
@@ -226,27 +262,36 @@ impl BenchEngine for RocksEngine {
         for p in batch {
             wb.put(baseline_key(p.device, p.sensor, p.ts_ms), p.value);
         }
-        self.db.write_opt(wb, &self.write_options()).map_err(|e| e.to_string())
+        self.db
+            .write_opt(wb, &self.write_options())
+            .map_err(|e| e.to_string())
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
         let mut read = rocksdb::ReadOptions::default();
         read.set_iterate_upper_bound(baseline_key(device, sensor, to_ms));
         let start = baseline_key(device, sensor, from_ms);
         let mut n = 0;
-        for item in self.db.iterator_opt(rocksdb::IteratorMode::From(&start, rocksdb::Direction::Forward), read) {
+        for item in self.db.iterator_opt(
+            rocksdb::IteratorMode::From(&start, rocksdb::Direction::Forward),
+            read,
+        ) {
             item.map_err(|e| e.to_string())?;
             n += 1;
         }
         Ok(n)
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
-        self.db.get(baseline_key(device, sensor, ts_ms)).map_err(|e| e.to_string())
+        self.db
+            .get(baseline_key(device, sensor, ts_ms))
+            .map_err(|e| e.to_string())
     }
     fn depart(&self, device: &str) -> Result<()> {
         let (start, end) = device_range(device);
         let mut wb = rocksdb::WriteBatch::default();
         wb.delete_range(start, end);
-        self.db.write_opt(wb, &self.write_options()).map_err(|e| e.to_string())
+        self.db
+            .write_opt(wb, &self.write_options())
+            .map_err(|e| e.to_string())
     }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())
@@ -265,7 +310,10 @@ impl LevelEngine {
             block_cache_bytes: (memory_bytes / 2) as usize,
             ..roamkv_leveldb::Options::default()
         };
-        Ok(LevelEngine { db: roamkv_leveldb::Db::open(dir, &options).map_err(|e| e.to_string())?, sync })
+        Ok(LevelEngine {
+            db: roamkv_leveldb::Db::open(dir, &options).map_err(|e| e.to_string())?,
+            sync,
+        })
     }
 }
 
@@ -290,7 +338,9 @@ impl BenchEngine for LevelEngine {
         Ok(n)
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
-        self.db.get(&baseline_key(device, sensor, ts_ms)).map_err(|e| e.to_string())
+        self.db
+            .get(&baseline_key(device, sensor, ts_ms))
+            .map_err(|e| e.to_string())
     }
     fn depart(&self, device: &str) -> Result<()> {
         // LevelDB has no range delete: one tombstone per key, as the paper's LevelDB did.
@@ -320,7 +370,9 @@ impl SqliteEngine {
     fn open(dir: &Path, memory_bytes: u64, sync: bool) -> Result<SqliteEngine> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let c = rusqlite::Connection::open(dir.join("readings.db")).map_err(|e| e.to_string())?;
-        let mode: String = c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(|e| e.to_string())?;
+        let mode: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| e.to_string())?;
         if mode != "wal" {
             return Err(format!("SQLite refused WAL mode (got {mode})"));
         }
@@ -332,10 +384,14 @@ impl SqliteEngine {
             memory_bytes / 1024
         ))
         .map_err(|e| e.to_string())?;
-        Ok(SqliteEngine { connection: Mutex::new(c) })
+        Ok(SqliteEngine {
+            connection: Mutex::new(c),
+        })
     }
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, rusqlite::Connection>> {
-        self.connection.lock().map_err(|_| "a SQLite writer panicked".to_string())
+        self.connection
+            .lock()
+            .map_err(|_| "a SQLite writer panicked".to_string())
     }
 }
 
@@ -348,7 +404,8 @@ impl BenchEngine for SqliteEngine {
                 .prepare_cached("INSERT OR REPLACE INTO readings(device, sensor, ts, value) VALUES (?1, ?2, ?3, ?4)")
                 .map_err(|e| e.to_string())?;
             for p in batch {
-                stmt.execute(rusqlite::params![p.device, p.sensor, p.ts_ms, p.value]).map_err(|e| e.to_string())?;
+                stmt.execute(rusqlite::params![p.device, p.sensor, p.ts_ms, p.value])
+                    .map_err(|e| e.to_string())?;
             }
         }
         tx.commit().map_err(|e| e.to_string())
@@ -364,9 +421,13 @@ impl BenchEngine for SqliteEngine {
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
         let c = self.lock()?;
         let mut stmt = c
-            .prepare_cached("SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3")
+            .prepare_cached(
+                "SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3",
+            )
             .map_err(|e| e.to_string())?;
-        let mut rows = stmt.query(rusqlite::params![device, sensor, ts_ms]).map_err(|e| e.to_string())?;
+        let mut rows = stmt
+            .query(rusqlite::params![device, sensor, ts_ms])
+            .map_err(|e| e.to_string())?;
         match rows.next().map_err(|e| e.to_string())? {
             Some(row) => Ok(Some(row.get(0).map_err(|e| e.to_string())?)),
             None => Ok(None),

@@ -43,14 +43,29 @@ pub struct RunRecord {
 
 /// Write amplification at the device: bytes the block device wrote / bytes the user handed in.
 pub fn write_amplification(device_bytes_written: u64, user_bytes: u64) -> f64 {
-    if user_bytes == 0 { 0.0 } else { device_bytes_written as f64 / user_bytes as f64 }
+    if user_bytes == 0 {
+        0.0
+    } else {
+        device_bytes_written as f64 / user_bytes as f64
+    }
 }
 
 pub fn terminal_table(runs: &[RunRecord]) -> String {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
     table.set_header([
-        "scenario", "durability", "engine", "threads", "ops/s", "put p99 µs", "user MB/s", "device MB/s", "WA", "% raw", "RSS MiB", "checks",
+        "scenario",
+        "durability",
+        "engine",
+        "threads",
+        "ops/s",
+        "put p99 µs",
+        "user MB/s",
+        "device MB/s",
+        "WA",
+        "% raw",
+        "RSS MiB",
+        "checks",
     ]);
     for r in runs {
         table.add_row([
@@ -65,19 +80,38 @@ pub fn terminal_table(runs: &[RunRecord]) -> String {
             format!("{:.2}", r.write_amplification),
             format!("{:.0}", r.ingest_fraction_of_raw * 100.0),
             format!("{:.0}", r.peak_rss_bytes as f64 / 1048576.0),
-            if r.read_check_failures == 0 { format!("{} ok", r.read_checks) } else { format!("{} FAILED", r.read_check_failures) },
+            if r.read_check_failures == 0 {
+                format!("{} ok", r.read_checks)
+            } else {
+                format!("{} FAILED", r.read_check_failures)
+            },
         ]);
     }
     table.to_string()
 }
 
 pub fn write_csv(path: &Path, runs: &[RunRecord]) -> Result<(), String> {
-    let mut writer = csv::Writer::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut writer =
+        csv::Writer::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
     writer
         .write_record([
-            "engine", "threads", "durability", "scenario", "ops_per_sec", "put_p50_us", "put_p99_us", "put_p999_us",
-            "query_p99_us", "user_bytes", "device_bytes_written", "write_amplification", "device_write_bytes_per_sec",
-            "ingest_fraction_of_raw", "peak_rss_bytes", "space_bytes_end", "read_check_failures",
+            "engine",
+            "threads",
+            "durability",
+            "scenario",
+            "ops_per_sec",
+            "put_p50_us",
+            "put_p99_us",
+            "put_p999_us",
+            "query_p99_us",
+            "user_bytes",
+            "device_bytes_written",
+            "write_amplification",
+            "device_write_bytes_per_sec",
+            "ingest_fraction_of_raw",
+            "peak_rss_bytes",
+            "space_bytes_end",
+            "read_check_failures",
         ])
         .map_err(|e| e.to_string())?;
     for r in runs {
@@ -127,13 +161,20 @@ fn engines(runs: &[RunRecord]) -> Vec<String> {
     out
 }
 
-fn series(runs: &[RunRecord], scenario: &str, durability: &str, y: impl Fn(&RunRecord) -> f64) -> Vec<(String, Vec<(f64, f64)>)> {
+fn series(
+    runs: &[RunRecord],
+    scenario: &str,
+    durability: &str,
+    y: impl Fn(&RunRecord) -> f64,
+) -> Vec<(String, Vec<(f64, f64)>)> {
     engines(runs)
         .into_iter()
         .map(|engine| {
             let points = runs
                 .iter()
-                .filter(|r| r.engine == engine && r.scenario == scenario && r.durability == durability)
+                .filter(|r| {
+                    r.engine == engine && r.scenario == scenario && r.durability == durability
+                })
                 .map(|r| (r.threads as f64, y(r)))
                 .collect();
             (engine, points)
@@ -142,7 +183,13 @@ fn series(runs: &[RunRecord], scenario: &str, durability: &str, y: impl Fn(&RunR
         .collect()
 }
 
-pub fn write_html(path: &Path, header: &MachineHeader, summary: &[String], notes: &[String], runs: &[RunRecord]) -> Result<(), String> {
+pub fn write_html(
+    path: &Path,
+    header: &MachineHeader,
+    summary: &[String],
+    notes: &[String],
+    runs: &[RunRecord],
+) -> Result<(), String> {
     let mut html = Html::new("roamkv bench: TPCx-IoT mobility", header);
     html.heading("Summary");
     for line in summary {
@@ -160,7 +207,9 @@ pub fn write_html(path: &Path, header: &MachineHeader, summary: &[String], notes
             &format!("Device write bandwidth ({scenario}, {durability}) — cf. Fig. 8"),
             "writer threads",
             "device MiB/s written",
-            &series(runs, &scenario, &durability, |r| r.device_write_bytes_per_sec / 1048576.0),
+            &series(runs, &scenario, &durability, |r| {
+                r.device_write_bytes_per_sec / 1048576.0
+            }),
         ));
         let max_threads = runs.iter().map(|r| r.threads).max().unwrap_or(1);
         let names = engines(runs);
@@ -168,7 +217,12 @@ pub fn write_html(path: &Path, header: &MachineHeader, summary: &[String], notes
             .iter()
             .map(|e| {
                 runs.iter()
-                    .find(|r| &r.engine == e && r.scenario == scenario && r.durability == durability && r.threads == max_threads)
+                    .find(|r| {
+                        &r.engine == e
+                            && r.scenario == scenario
+                            && r.durability == durability
+                            && r.threads == max_threads
+                    })
                     .map_or(0.0, |r| r.write_amplification)
             })
             .collect();
@@ -180,7 +234,20 @@ pub fn write_html(path: &Path, header: &MachineHeader, summary: &[String], notes
         ));
     }
     html.heading("All runs");
-    let columns = ["scenario", "durability", "engine", "threads", "ops/s", "put p50/p99/p99.9 µs", "query p99 µs", "WA", "device MB/s", "peak RSS MiB", "space MiB", "read checks"];
+    let columns = [
+        "scenario",
+        "durability",
+        "engine",
+        "threads",
+        "ops/s",
+        "put p50/p99/p99.9 µs",
+        "query p99 µs",
+        "WA",
+        "device MB/s",
+        "peak RSS MiB",
+        "space MiB",
+        "read checks",
+    ];
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
@@ -196,7 +263,11 @@ pub fn write_html(path: &Path, header: &MachineHeader, summary: &[String], notes
                 format!("{:.1}", r.device_write_bytes_per_sec / 1e6),
                 format!("{:.0}", r.peak_rss_bytes as f64 / 1048576.0),
                 format!("{:.0}", r.space_bytes_end as f64 / 1048576.0),
-                format!("{}/{}", r.read_checks - r.read_check_failures, r.read_checks),
+                format!(
+                    "{}/{}",
+                    r.read_checks - r.read_check_failures,
+                    r.read_checks
+                ),
             ]
         })
         .collect();

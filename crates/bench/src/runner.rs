@@ -46,11 +46,15 @@ impl MemoryCgroup {
     }
 
     fn write(&self, file: &str, value: &str) -> Result<()> {
-        std::fs::write(self.path.join(file), value).map_err(|e| format!("writing {value} to {}/{file}: {e}", self.path.display()))
+        std::fs::write(self.path.join(file), value)
+            .map_err(|e| format!("writing {value} to {}/{file}: {e}", self.path.display()))
     }
 
     fn read_u64(&self, file: &str) -> u64 {
-        std::fs::read_to_string(self.path.join(file)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+        std::fs::read_to_string(self.path.join(file))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn add(&self, pid: u32) -> Result<()> {
@@ -86,12 +90,21 @@ pub fn check_cgroup_caps_page_cache(dir: &Path, limit_bytes: u64) -> Result<serd
     let file = dir.join("cgroup-check.bin");
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg(format!("read go; dd if=/dev/zero of='{}' bs=1M count={} status=none", file.display(), 4 * (limit_bytes >> 20)))
+        .arg(format!(
+            "read go; dd if=/dev/zero of='{}' bs=1M count={} status=none",
+            file.display(),
+            4 * (limit_bytes >> 20)
+        ))
         .stdin(Stdio::piped())
         .spawn()
         .map_err(|e| format!("spawning dd: {e}"))?;
     cgroup.add(child.id())?;
-    child.stdin.take().map(|mut s| s.write_all(b"go\n")).transpose().map_err(|e| e.to_string())?;
+    child
+        .stdin
+        .take()
+        .map(|mut s| s.write_all(b"go\n"))
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let status = child.wait().map_err(|e| e.to_string())?;
     let written = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
     let _ = std::fs::remove_file(&file);
@@ -124,7 +137,8 @@ pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> R
     let started = Instant::now();
     let mut written = 0;
     while written < total_bytes {
-        file.write_all(chunk).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        file.write_all(chunk)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
         written += chunk.len() as u64;
     }
     file.sync_data().map_err(|e| e.to_string())?;
@@ -152,8 +166,19 @@ pub struct Measurement {
 }
 
 /// One measurement, from mkfs to unmount.
-pub fn run_one(m: Measurement, engine: EngineConfig, workload: WorkloadConfig) -> Result<RunOutcome> {
-    let Measurement { fs, image_bytes, threads, warmup_ms, duration_ms, memory_limit_bytes } = m;
+pub fn run_one(
+    m: Measurement,
+    engine: EngineConfig,
+    workload: WorkloadConfig,
+) -> Result<RunOutcome> {
+    let Measurement {
+        fs,
+        image_bytes,
+        threads,
+        warmup_ms,
+        duration_ms,
+        memory_limit_bytes,
+    } = m;
     let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let spec = WorkerSpec {
         engine,
@@ -183,17 +208,29 @@ pub fn run_one(m: Measurement, engine: EngineConfig, workload: WorkloadConfig) -
         Ok(c) => c.add(child.id()).is_ok(),
         Err(_) => false,
     };
-    child.stdin.take().map(|mut s| s.write_all(b"go\n")).transpose().map_err(|e| e.to_string())?;
+    child
+        .stdin
+        .take()
+        .map(|mut s| s.write_all(b"go\n"))
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let mut stderr_text = String::new();
     let stderr = child.stderr.take();
     let stdout = child.stdout.take().ok_or("no worker stdout")?;
-    let last_line = BufReader::new(stdout).lines().map_while(std::result::Result::ok).last();
+    let last_line = BufReader::new(stdout)
+        .lines()
+        .map_while(std::result::Result::ok)
+        .last();
     if let Some(mut e) = stderr {
         let _ = e.read_to_string(&mut stderr_text);
     }
     let status = child.wait().map_err(|e| e.to_string())?;
     if !status.success() {
-        return Err(format!("{} worker failed ({status}): {}", spec.engine.kind.name(), stderr_text.trim()));
+        return Err(format!(
+            "{} worker failed ({status}): {}",
+            spec.engine.kind.name(),
+            stderr_text.trim()
+        ));
     }
     let worker: WorkerResult = last_line
         .as_deref()
@@ -205,12 +242,23 @@ pub fn run_one(m: Measurement, engine: EngineConfig, workload: WorkloadConfig) -
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
     // Bill the device writes of the measured phase (and the final sync), not of the warm-up.
     let before = match worker.device_at_measure_start {
-        Some((writes, sectors_written, flushes)) => DevStat { writes, sectors_written, flushes, ..before },
+        Some((writes, sectors_written, flushes)) => DevStat {
+            writes,
+            sectors_written,
+            flushes,
+            ..before
+        },
         None => before,
     };
     let space_bytes_end = disk_usage(fixture.mount_dir());
     let cgroup_peak_bytes = cgroup.as_ref().map_or(0, |c| c.max_usage_bytes());
-    Ok(RunOutcome { worker, device: after.delta(&before), space_bytes_end, cgroup_peak_bytes, memory_capped })
+    Ok(RunOutcome {
+        worker,
+        device: after.delta(&before),
+        space_bytes_end,
+        cgroup_peak_bytes,
+        memory_capped,
+    })
 }
 
 /// Bytes allocated on disk under `dir` (st_blocks, so sparse and preallocated space count as
@@ -220,7 +268,9 @@ pub fn disk_usage(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
@@ -236,10 +286,24 @@ pub fn disk_usage(dir: &Path) -> u64 {
 /// RocksDB's own db_bench (Debian's rocksdb-tools, RocksDB 7.8) on the same file system with
 /// the same value size and comparable buffers: a cross-check that our plain-RocksDB setup is
 /// not misconfigured. Returns (command, ops/s) or why it could not run.
-pub fn db_bench_crosscheck(fs: FsSpec, image_bytes: u64, num: u64, value_bytes: usize, memory_bytes: u64, sync: bool) -> Result<(String, f64)> {
+pub fn db_bench_crosscheck(
+    fs: FsSpec,
+    image_bytes: u64,
+    num: u64,
+    value_bytes: usize,
+    memory_bytes: u64,
+    sync: bool,
+) -> Result<(String, f64)> {
     let binary = ["db_bench", "rocksdb_db_bench"]
         .into_iter()
-        .find(|b| Command::new(b).arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
+        .find(|b| {
+            Command::new(b)
+                .arg("--help")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        })
         .ok_or("db_bench not found (Debian package rocksdb-tools)")?;
     let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let db = fixture.mount_dir().join("dbbench");
@@ -261,24 +325,44 @@ pub fn db_bench_crosscheck(fs: FsSpec, image_bytes: u64, num: u64, value_bytes: 
         "--bloom_bits=10".into(),
     ];
     let command = format!("{binary} {}", args.join(" "));
-    let out = Command::new(binary).args(&args).output().map_err(|e| e.to_string())?;
+    let out = Command::new(binary)
+        .args(&args)
+        .output()
+        .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let ops = parse_db_bench_ops(&text)
-        .ok_or_else(|| format!("could not read db_bench's result: {}", String::from_utf8_lossy(&out.stderr)))?;
+    let ops = parse_db_bench_ops(&text).ok_or_else(|| {
+        format!(
+            "could not read db_bench's result: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
     Ok((command, ops))
 }
 
 /// Reads "fillrandom : 12.567 micros/op 79255 ops/sec ..." (RocksDB 7.8; older ones end "ops/sec;").
 pub fn parse_db_bench_ops(text: &str) -> Option<f64> {
-    let line = text.lines().find(|l| l.trim_start().starts_with("fillrandom"))?;
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("fillrandom"))?;
     let words: Vec<&str> = line.split_whitespace().collect();
-    let at = words.iter().position(|w| w.trim_end_matches(';') == "ops/sec")?;
+    let at = words
+        .iter()
+        .position(|w| w.trim_end_matches(';') == "ops/sec")?;
     words.get(at.checked_sub(1)?)?.parse().ok()
 }
 
-
-pub fn engine_config(kind: EngineKind, durability: Durability, engine_memory_bytes: u64, management_time_ms: u64) -> EngineConfig {
-    EngineConfig { kind, durability, engine_memory_bytes, management_time_ms }
+pub fn engine_config(
+    kind: EngineKind,
+    durability: Durability,
+    engine_memory_bytes: u64,
+    management_time_ms: u64,
+) -> EngineConfig {
+    EngineConfig {
+        kind,
+        durability,
+        engine_memory_bytes,
+        management_time_ms,
+    }
 }
 
 #[cfg(test)]

@@ -65,24 +65,34 @@ fn histogram() -> Histogram<u64> {
 
 /// Waits for "go" on stdin (the parent puts us in the cgroup first), runs, prints JSON.
 pub fn main(spec_json: &str) -> Result<(), String> {
-    let spec: WorkerSpec = serde_json::from_str(spec_json).map_err(|e| format!("bad worker spec: {e}"))?;
+    let spec: WorkerSpec =
+        serde_json::from_str(spec_json).map_err(|e| format!("bad worker spec: {e}"))?;
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
     if line.trim() != "go" {
         return Err("worker: expected \"go\" on stdin".into());
     }
     let result = run(&spec)?;
-    println!("{}", serde_json::to_string(&result).map_err(|e| e.to_string())?);
+    println!(
+        "{}",
+        serde_json::to_string(&result).map_err(|e| e.to_string())?
+    );
     Ok(())
 }
 
 pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
-    std::fs::create_dir_all(&spec.dir).map_err(|e| format!("creating {}: {e}", spec.dir.display()))?;
+    std::fs::create_dir_all(&spec.dir)
+        .map_err(|e| format!("creating {}: {e}", spec.dir.display()))?;
     let engine = engines::open(&spec.engine, &spec.dir)?;
     let pool = ValuePool::new(spec.workload.value_bytes, spec.workload.seed);
     // One clock for device lifetimes across both phases.
     let epoch = Instant::now();
-    let mut generators: Vec<Generator> = (0..spec.threads).map(|t| Generator::new(&spec.workload, t, 0)).collect();
+    let mut generators: Vec<Generator> = (0..spec.threads)
+        .map(|t| Generator::new(&spec.workload, t, 0))
+        .collect();
     if spec.warmup_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(spec.warmup_ms);
         for outcome in run_phase(&*engine, &pool, &mut generators, epoch, deadline) {
@@ -101,7 +111,11 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
     let deadline = started + Duration::from_millis(spec.duration_ms);
     let outcomes = run_phase(&*engine, &pool, &mut generators, epoch, deadline);
     let elapsed_s = started.elapsed().as_secs_f64();
-    let mut result = WorkerResult { elapsed_s, device_at_measure_start, ..WorkerResult::default() };
+    let mut result = WorkerResult {
+        elapsed_s,
+        device_at_measure_start,
+        ..WorkerResult::default()
+    };
     let mut put_latency = histogram();
     let mut query_latency = histogram();
     let mut samples = Vec::new();
@@ -112,7 +126,9 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
         result.departures += o.departures;
         result.user_bytes += o.user_bytes;
         put_latency.add(&o.put_latency).map_err(|e| e.to_string())?;
-        query_latency.add(&o.query_latency).map_err(|e| e.to_string())?;
+        query_latency
+            .add(&o.query_latency)
+            .map_err(|e| e.to_string())?;
         samples.extend(o.samples);
     }
     result.put_p50_us = put_latency.value_at_quantile(0.5);
@@ -133,7 +149,12 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
         if !ok {
             result.read_check_failures += 1;
             result.first_failure.get_or_insert_with(|| {
-                format!("{device}/{}/{ts}: expected {}, got {:?}", sensor_name(*sensor), if *present { "its value" } else { "nothing" }, got.map(|v| v.len()))
+                format!(
+                    "{device}/{}/{ts}: expected {}, got {:?}",
+                    sensor_name(*sensor),
+                    if *present { "its value" } else { "nothing" },
+                    got.map(|v| v.len())
+                )
             });
         }
     }
@@ -154,7 +175,13 @@ fn run_phase(
             .iter_mut()
             .map(|generator| s.spawn(move || writer(generator, engine, pool, epoch, deadline)))
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("writer thread panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("writer thread panicked".into()))
+            })
+            .collect()
     })
 }
 
@@ -165,7 +192,11 @@ fn sync_file_system(dir: &std::path::Path) -> Result<(), String> {
     let d = std::fs::File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // SAFETY: syncfs on a descriptor we own.
     if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-        return Err(format!("syncfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "syncfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
@@ -178,7 +209,9 @@ fn writer(
     deadline: Instant,
 ) -> Result<ThreadOutcome, String> {
     let now_ms = || epoch.elapsed().as_millis() as u64;
-    let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE).map(sensor_name).collect();
+    let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE)
+        .map(sensor_name)
+        .collect();
     let mut out = ThreadOutcome {
         puts: 0,
         queries: 0,
@@ -197,14 +230,23 @@ fn writer(
                     .iter()
                     .map(|&(slot, sensor, ts_ms)| {
                         let device = generator.device_name(slot);
-                        Put { device, sensor: &sensors[sensor as usize], ts_ms, value: pool.value_for(device, sensor, ts_ms) }
+                        Put {
+                            device,
+                            sensor: &sensors[sensor as usize],
+                            ts_ms,
+                            value: pool.value_for(device, sensor, ts_ms),
+                        }
                     })
                     .collect();
                 let t = Instant::now();
                 engine.put_batch(&puts)?;
-                out.put_latency.saturating_record(t.elapsed().as_micros() as u64);
+                out.put_latency
+                    .saturating_record(t.elapsed().as_micros() as u64);
                 out.puts += puts.len() as u64;
-                out.user_bytes += puts.iter().map(|p| user_bytes(p.device, p.sensor, p.value.len())).sum::<u64>();
+                out.user_bytes += puts
+                    .iter()
+                    .map(|p| user_bytes(p.device, p.sensor, p.value.len()))
+                    .sum::<u64>();
                 if let Some(&(slot, sensor, ts)) = batch.last() {
                     recent.push_back((slot, generator.device_name(slot).to_string(), sensor, ts));
                     if recent.len() > CHECK_SAMPLE {
@@ -212,10 +254,21 @@ fn writer(
                     }
                 }
             }
-            Op::Query { slot, sensor, from_ms, to_ms } => {
+            Op::Query {
+                slot,
+                sensor,
+                from_ms,
+                to_ms,
+            } => {
                 let t = Instant::now();
-                engine.query(generator.device_name(slot), &sensors[sensor as usize], from_ms, to_ms)?;
-                out.query_latency.saturating_record(t.elapsed().as_micros() as u64);
+                engine.query(
+                    generator.device_name(slot),
+                    &sensors[sensor as usize],
+                    from_ms,
+                    to_ms,
+                )?;
+                out.query_latency
+                    .saturating_record(t.elapsed().as_micros() as u64);
                 out.queries += 1;
             }
             Op::Depart { slot } => {
@@ -223,7 +276,8 @@ fn writer(
                 engine.depart(&name)?;
                 out.departures += 1;
                 if departed.len() < CHECK_SAMPLE / 4
-                    && let Some((_, _, sensor, ts)) = recent.iter().find(|(s, n, _, _)| *s == slot && *n == name)
+                    && let Some((_, _, sensor, ts)) =
+                        recent.iter().find(|(s, n, _, _)| *s == slot && *n == name)
                 {
                     departed.push((name.clone(), *sensor, *ts));
                 }
@@ -232,8 +286,16 @@ fn writer(
             }
         }
     }
-    out.samples.extend(recent.into_iter().map(|(_, name, sensor, ts)| (name, sensor, ts, true)));
-    out.samples.extend(departed.into_iter().map(|(name, sensor, ts)| (name, sensor, ts, false)));
+    out.samples.extend(
+        recent
+            .into_iter()
+            .map(|(_, name, sensor, ts)| (name, sensor, ts, true)),
+    );
+    out.samples.extend(
+        departed
+            .into_iter()
+            .map(|(name, sensor, ts)| (name, sensor, ts, false)),
+    );
     Ok(out)
 }
 

@@ -56,7 +56,12 @@ pub enum Op {
     /// Readings to write as one batch: (device slot, sensor, ts); values come from `value_for`.
     Put(Vec<(usize, u32, i64)>),
     /// The kit's query: one device and sensor, [from, to).
-    Query { slot: usize, sensor: u32, from_ms: i64, to_ms: i64 },
+    Query {
+        slot: usize,
+        sensor: u32,
+        from_ms: i64,
+        to_ms: i64,
+    },
     /// The device in this slot leaves; a new one takes the slot.
     Depart { slot: usize },
 }
@@ -84,7 +89,9 @@ pub struct Generator {
 
 impl Generator {
     pub fn new(config: &WorkloadConfig, thread: usize, now_ms: u64) -> Generator {
-        let rng = StdRng::seed_from_u64(config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let rng = StdRng::seed_from_u64(
+            config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
         let mut g = Generator {
             config: config.clone(),
             rng,
@@ -105,7 +112,11 @@ impl Generator {
     fn new_device(&mut self, now_ms: u64) -> Device {
         let stays = self.rng.random::<f64>() >= self.config.depart_probability;
         let m = self.config.management_time_ms as f64;
-        let lifetime = if stays { self.rng.random_range(1.2 * m..2.0 * m) } else { self.rng.random_range(0.1 * m..0.9 * m) };
+        let lifetime = if stays {
+            self.rng.random_range(1.2 * m..2.0 * m)
+        } else {
+            self.rng.random_range(0.1 * m..0.9 * m)
+        };
         self.next_device += 1;
         self.devices_started += 1;
         self.devices_staying += stays as u64;
@@ -130,7 +141,8 @@ impl Generator {
         if let Some(slot) = self.devices.iter().position(|d| now_ms >= d.leaves_at_ms) {
             return Op::Depart { slot };
         }
-        if self.rng.random::<f64>() < self.config.query_fraction * self.config.batch_records as f64 {
+        if self.rng.random::<f64>() < self.config.query_fraction * self.config.batch_records as f64
+        {
             let slot = self.rng.random_range(0..self.devices.len());
             let sensor = self.rng.random_range(0..SENSORS_PER_DEVICE);
             let latest = self.devices[slot].next_ts_ms;
@@ -141,7 +153,12 @@ impl Generator {
                 let back = self.rng.random_range(0..QUERY_HISTORY_MS);
                 (latest - back - QUERY_WINDOW_MS, latest - back)
             };
-            return Op::Query { slot, sensor, from_ms, to_ms };
+            return Op::Query {
+                slot,
+                sensor,
+                from_ms,
+                to_ms,
+            };
         }
         let mut batch = Vec::with_capacity(self.config.batch_records);
         for _ in 0..self.config.batch_records {
@@ -182,7 +199,11 @@ impl ValuePool {
     pub fn value_for(&self, device: &str, sensor: u32, ts_ms: i64) -> &[u8] {
         // FNV-1a over the key picks the window.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in device.bytes().chain(sensor.to_le_bytes()).chain(ts_ms.to_le_bytes()) {
+        for b in device
+            .bytes()
+            .chain(sensor.to_le_bytes())
+            .chain(ts_ms.to_le_bytes())
+        {
             h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3);
         }
         let start = (h % (1 << 20)) as usize;
@@ -216,7 +237,11 @@ mod tests {
 
     #[test]
     fn sensors_are_uniform_and_timestamps_advance_100_ms_per_device() {
-        let config = WorkloadConfig { management_time_ms: 1_000_000, query_fraction: 0.0, ..WorkloadConfig::default() };
+        let config = WorkloadConfig {
+            management_time_ms: 1_000_000,
+            query_fraction: 0.0,
+            ..WorkloadConfig::default()
+        };
         let (g, ops) = run(&config, 20_000);
         let mut per_sensor = vec![0u32; SENSORS_PER_DEVICE as usize];
         let mut last_ts: std::collections::HashMap<usize, i64> = Default::default();
@@ -234,30 +259,59 @@ mod tests {
         let expected = total as f64 / SENSORS_PER_DEVICE as f64;
         // 320k readings over 160 sensors: each within 10 % of 2000.
         for (s, n) in per_sensor.iter().enumerate() {
-            assert!((*n as f64 - expected).abs() < expected * 0.1, "sensor {s}: {n} vs {expected}");
+            assert!(
+                (*n as f64 - expected).abs() < expected * 0.1,
+                "sensor {s}: {n} vs {expected}"
+            );
         }
     }
 
     #[test]
     fn departure_probability_and_lifetimes_follow_the_config() {
-        let config = WorkloadConfig { management_time_ms: 100, query_fraction: 0.0, ..WorkloadConfig::default() };
+        let config = WorkloadConfig {
+            management_time_ms: 100,
+            query_fraction: 0.0,
+            ..WorkloadConfig::default()
+        };
         let (g, ops) = run(&config, 400_000);
-        let departures = ops.iter().filter(|op| matches!(op, Op::Depart { .. })).count() as u64;
+        let departures = ops
+            .iter()
+            .filter(|op| matches!(op, Op::Depart { .. }))
+            .count() as u64;
         assert!(departures > 2000, "{departures}");
         let stay_ratio = g.devices_staying as f64 / g.devices_started as f64;
-        assert!((stay_ratio - 0.1).abs() < 0.02, "{stay_ratio} of devices stayed, expected 0.1");
+        assert!(
+            (stay_ratio - 0.1).abs() < 0.02,
+            "{stay_ratio} of devices stayed, expected 0.1"
+        );
 
-        let none_leave = WorkloadConfig { depart_probability: 0.0, ..config };
+        let none_leave = WorkloadConfig {
+            depart_probability: 0.0,
+            ..config
+        };
         let (g, _) = run(&none_leave, 50_000);
-        assert_eq!(g.devices_staying, g.devices_started, "depart probability 0: every device stays");
+        assert_eq!(
+            g.devices_staying, g.devices_started,
+            "depart probability 0: every device stays"
+        );
     }
 
     #[test]
     fn queries_are_rare_and_use_the_kits_windows() {
-        let config = WorkloadConfig { management_time_ms: 1_000_000, query_fraction: 0.001, ..WorkloadConfig::default() };
+        let config = WorkloadConfig {
+            management_time_ms: 1_000_000,
+            query_fraction: 0.001,
+            ..WorkloadConfig::default()
+        };
         let (_, ops) = run(&config, 100_000);
-        let queries: Vec<&Op> = ops.iter().filter(|op| matches!(op, Op::Query { .. })).collect();
-        let puts: usize = ops.iter().map(|op| if let Op::Put(b) = op { b.len() } else { 0 }).sum();
+        let queries: Vec<&Op> = ops
+            .iter()
+            .filter(|op| matches!(op, Op::Query { .. }))
+            .collect();
+        let puts: usize = ops
+            .iter()
+            .map(|op| if let Op::Put(b) = op { b.len() } else { 0 })
+            .sum();
         let fraction = queries.len() as f64 / (queries.len() + puts) as f64;
         assert!((fraction - 0.001).abs() < 0.0004, "{fraction}");
         for q in queries {
@@ -271,7 +325,10 @@ mod tests {
     fn the_same_seed_gives_the_same_operations() {
         let config = WorkloadConfig::default();
         assert_eq!(run(&config, 2000).1, run(&config, 2000).1);
-        let other = WorkloadConfig { seed: 7, ..config.clone() };
+        let other = WorkloadConfig {
+            seed: 7,
+            ..config.clone()
+        };
         assert_ne!(run(&config, 2000).1, run(&other, 2000).1);
     }
 
@@ -280,7 +337,8 @@ mod tests {
         let pool = ValuePool::new(1000, 1);
         assert_eq!(pool.value_for("d", 1, 5), pool.value_for("d", 1, 5));
         assert_ne!(pool.value_for("d", 1, 5), pool.value_for("d", 1, 6));
-        let distinct: std::collections::HashSet<u8> = pool.value_for("d", 2, 9).iter().copied().collect();
+        let distinct: std::collections::HashSet<u8> =
+            pool.value_for("d", 2, 9).iter().copied().collect();
         assert!(distinct.len() > 200);
         assert_eq!(user_bytes("dev", "s001", 1000), 3 + 4 + 8 + 1000);
     }

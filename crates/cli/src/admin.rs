@@ -27,11 +27,14 @@ pub struct OpenArgs {
 }
 
 fn parse_lower(text: &str) -> Result<LowerTierKind, String> {
-    LowerTierKind::from_name(text).ok_or_else(|| format!("unknown lower tier {text:?}; valid: rocksdb, leveldb"))
+    LowerTierKind::from_name(text)
+        .ok_or_else(|| format!("unknown lower tier {text:?}; valid: rocksdb, leveldb"))
 }
 
 fn parse_durability(text: &str) -> Result<Durability, String> {
-    Durability::parse(text).ok_or_else(|| format!("unknown durability {text:?}; valid: sync, periodic, periodic:MS, none"))
+    Durability::parse(text).ok_or_else(|| {
+        format!("unknown durability {text:?}; valid: sync, periodic, periodic:MS, none")
+    })
 }
 
 impl OpenArgs {
@@ -89,13 +92,22 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         }
         let records: Vec<Record<'_>> = pending
             .iter()
-            .map(|o| Record { device: &o.device, sensor: &o.sensor, ts_ms: o.ts_ms, value: &o.value })
+            .map(|o| Record {
+                device: &o.device,
+                sensor: &o.sensor,
+                ts_ms: o.ts_ms,
+                value: &o.value,
+            })
             .collect();
-        engine.put_batch(&records).map_err(|e| format!("writing a batch: {e}"))?;
+        engine
+            .put_batch(&records)
+            .map_err(|e| format!("writing a batch: {e}"))?;
         *acked += pending.len() as u64;
         pending.clear();
         if args.ack {
-            writeln!(stdout, "acked {acked}").and_then(|_| stdout.flush()).map_err(|e| format!("stdout: {e}"))?;
+            writeln!(stdout, "acked {acked}")
+                .and_then(|_| stdout.flush())
+                .map_err(|e| format!("stdout: {e}"))?;
         }
         Ok(())
     };
@@ -126,7 +138,9 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
     commit(&mut pending, &mut acked)?;
     engine.close().map_err(|e| e.to_string())?;
     match failure {
-        Some(message) => Err(format!("{message} (the {acked} records before it are committed)")),
+        Some(message) => Err(format!(
+            "{message} (the {acked} records before it are committed)"
+        )),
         None => {
             eprintln!("roamkv: loaded {acked} records");
             Ok(())
@@ -135,9 +149,15 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
 }
 
 fn parse_line(line: &str) -> Result<Owned, String> {
-    let parsed: InputLine = serde_json::from_str(line).map_err(|e| format!("not a reading: {e}"))?;
+    let parsed: InputLine =
+        serde_json::from_str(line).map_err(|e| format!("not a reading: {e}"))?;
     let value = parsed.value_bytes()?;
-    let owned = Owned { device: parsed.device, sensor: parsed.sensor, ts_ms: parsed.ts, value };
+    let owned = Owned {
+        device: parsed.device,
+        sensor: parsed.sensor,
+        ts_ms: parsed.ts,
+        value,
+    };
     roamkv_engine::validate_record(&Record {
         device: &owned.device,
         sensor: &owned.sensor,
@@ -163,9 +183,20 @@ pub struct GetArgs {
 
 pub fn get(args: &GetArgs) -> Result<(), String> {
     let engine = args.open.open(Durability::Sync, false)?;
-    match engine.get(&args.device, &args.sensor, args.ts).map_err(|e| e.to_string())? {
-        Some(value) => print_line(&OutputLine::new(&args.device, &args.sensor, args.ts, &value)),
-        None => Err(format!("no reading of {}/{} at {}", args.device, args.sensor, args.ts)),
+    match engine
+        .get(&args.device, &args.sensor, args.ts)
+        .map_err(|e| e.to_string())?
+    {
+        Some(value) => print_line(&OutputLine::new(
+            &args.device,
+            &args.sensor,
+            args.ts,
+            &value,
+        )),
+        None => Err(format!(
+            "no reading of {}/{} at {}",
+            args.device, args.sensor, args.ts
+        )),
     }
 }
 
@@ -266,8 +297,17 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
 pub fn stats_table(s: &Stats) -> String {
     let mib = |b: u64| b as f64 / 1_048_576.0;
     let mut out = String::new();
-    out.push_str(&format!("{:<8} {:>9} {:>12} {:>12}\n", "tier", "devices", "records", "MiB"));
-    out.push_str(&format!("{:<8} {:>9} {:>12} {:>12.2}\n", "upper", s.upper.devices, s.upper.records, mib(s.upper.bytes)));
+    out.push_str(&format!(
+        "{:<8} {:>9} {:>12} {:>12}\n",
+        "tier", "devices", "records", "MiB"
+    ));
+    out.push_str(&format!(
+        "{:<8} {:>9} {:>12} {:>12.2}\n",
+        "upper",
+        s.upper.devices,
+        s.upper.records,
+        mib(s.upper.bytes)
+    ));
     out.push_str(&format!(
         "{:<8} {:>9} {:>12} {:>12.2}   (records and MiB: the LSM's estimates)\n",
         "lower",
@@ -279,7 +319,11 @@ pub fn stats_table(s: &Stats) -> String {
         "index memory {:.2} MiB of {:.0} MiB cap ({:.1} bytes/record)\n",
         mib(s.index_bytes),
         mib(s.index_bytes_max),
-        if s.upper.records > 0 { s.index_bytes as f64 / s.upper.records as f64 } else { 0.0 }
+        if s.upper.records > 0 {
+            s.index_bytes as f64 / s.upper.records as f64
+        } else {
+            0.0
+        }
     ));
     out.push_str(&format!(
         "this session: user {:.2} MiB in {} records; log {:.2} MiB + segment prep {:.2} MiB; lower tier {:.2} MiB\n",

@@ -54,9 +54,13 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
     }
     if args.data.exists() {
         if !args.data.join("ROAMKV").exists() {
-            return Err(format!("{} exists and is not a roamkv data directory; pick another --data", args.data.display()));
+            return Err(format!(
+                "{} exists and is not a roamkv data directory; pick another --data",
+                args.data.display()
+            ));
         }
-        std::fs::remove_dir_all(&args.data).map_err(|e| format!("emptying {}: {e}", args.data.display()))?;
+        std::fs::remove_dir_all(&args.data)
+            .map_err(|e| format!("emptying {}: {e}", args.data.display()))?;
     }
     let start_ms = 1_700_000_000_000u64;
     let clock = Arc::new(ManualClock::new(start_ms));
@@ -77,9 +81,19 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
         .map(|i| {
             let arrives_ms = rng.random_range(0..=run_ms / 2) / TICK_MS * TICK_MS;
             let leaves_ms = (rng.random::<f64>() < args.depart_probability)
-                .then(|| arrives_ms + rng.random_range(args.management_time_ms / 5..args.management_time_ms.max(2)))
+                .then(|| {
+                    arrives_ms
+                        + rng.random_range(
+                            args.management_time_ms / 5..args.management_time_ms.max(2),
+                        )
+                })
                 .map(|l| l / TICK_MS * TICK_MS);
-            Device { name: format!("car-{i}"), arrives_ms, leaves_ms, readings: 0 }
+            Device {
+                name: format!("car-{i}"),
+                arrives_ms,
+                leaves_ms,
+                readings: 0,
+            }
         })
         .collect();
     println!(
@@ -91,9 +105,14 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
         args.seed,
         args.lower.name()
     );
-    println!("{:>6} {:>8} {:>10} {:>8} {:>9} {:>10}", "sim s", "present", "upper rec", "settled", "departed", "log segs");
+    println!(
+        "{:>6} {:>8} {:>10} {:>8} {:>9} {:>10}",
+        "sim s", "present", "upper rec", "settled", "departed", "log segs"
+    );
 
-    let value: Vec<u8> = (0..args.value_bytes).map(|i| b'a' + (i % 26) as u8).collect();
+    let value: Vec<u8> = (0..args.value_bytes)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect();
     let mut now = 0;
     while now < run_ms {
         let mut batch = Vec::new();
@@ -108,8 +127,15 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
                 departing.push(d.name.clone());
             }
         }
-        let records: Vec<Record<'_>> =
-            batch.iter().map(|(device, sensor, ts_ms)| Record { device, sensor, ts_ms: *ts_ms, value: &value }).collect();
+        let records: Vec<Record<'_>> = batch
+            .iter()
+            .map(|(device, sensor, ts_ms)| Record {
+                device,
+                sensor,
+                ts_ms: *ts_ms,
+                value: &value,
+            })
+            .collect();
         engine.put_batch(&records).map_err(|e| e.to_string())?;
         for name in &departing {
             engine.depart(name).map_err(|e| e.to_string())?;
@@ -121,7 +147,10 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
         }
         if now % 10_000 == 0 {
             let s = engine.stats();
-            let present = devices.iter().filter(|d| now >= d.arrives_ms && d.leaves_ms.is_none_or(|l| now < l)).count();
+            let present = devices
+                .iter()
+                .filter(|d| now >= d.arrives_ms && d.leaves_ms.is_none_or(|l| now < l))
+                .count();
             println!(
                 "{:>6} {:>8} {:>10} {:>8} {:>9} {:>10}",
                 now / 1000,
@@ -140,18 +169,34 @@ pub fn run(args: &DemoArgs) -> Result<(), String> {
     // Check what the tiers hold against what was written.
     let mut checked = 0;
     for d in &devices {
-        let expected = if d.leaves_ms.is_some_and(|l| l < run_ms) { 0 } else { d.readings };
-        let got = engine.scan(&d.name, None, i64::MIN, i64::MAX).map_err(|e| e.to_string())?.len() as u64;
+        let expected = if d.leaves_ms.is_some_and(|l| l < run_ms) {
+            0
+        } else {
+            d.readings
+        };
+        let got = engine
+            .scan(&d.name, None, i64::MIN, i64::MAX)
+            .map_err(|e| e.to_string())?
+            .len() as u64;
         if got != expected {
-            return Err(format!("{} holds {got} readings, expected {expected}", d.name));
+            return Err(format!(
+                "{} holds {got} readings, expected {expected}",
+                d.name
+            ));
         }
         checked += 1;
     }
     let stats = engine.stats();
     println!();
     print!("{}", stats_table(&stats));
-    println!("read back all {checked} devices: every staying device complete, every departed one gone");
-    println!("data directory: {} (inspect with `roamkv stats --data {}`)", args.data.display(), args.data.display());
+    println!(
+        "read back all {checked} devices: every staying device complete, every departed one gone"
+    );
+    println!(
+        "data directory: {} (inspect with `roamkv stats --data {}`)",
+        args.data.display(),
+        args.data.display()
+    );
     devices.clear();
     engine.close().map_err(|e| e.to_string())
 }

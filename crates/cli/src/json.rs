@@ -22,7 +22,9 @@ impl InputLine {
     pub fn value_bytes(&self) -> Result<Vec<u8>, String> {
         match (&self.value, &self.value_b64) {
             (Some(text), None) => Ok(text.as_bytes().to_vec()),
-            (None, Some(b64)) => BASE64.decode(b64).map_err(|e| format!("value_b64 is not base64: {e}")),
+            (None, Some(b64)) => BASE64
+                .decode(b64)
+                .map_err(|e| format!("value_b64 is not base64: {e}")),
             (Some(_), Some(_)) => Err("give either \"value\" or \"value_b64\", not both".into()),
             (None, None) => Err("missing \"value\" (or \"value_b64\")".into()),
         }
@@ -43,8 +45,20 @@ pub struct OutputLine<'a> {
 impl<'a> OutputLine<'a> {
     pub fn new(device: &'a str, sensor: &'a str, ts: i64, value: &'a [u8]) -> OutputLine<'a> {
         match std::str::from_utf8(value) {
-            Ok(text) => OutputLine { device, sensor, ts, value: Some(text), value_b64: None },
-            Err(_) => OutputLine { device, sensor, ts, value: None, value_b64: Some(BASE64.encode(value)) },
+            Ok(text) => OutputLine {
+                device,
+                sensor,
+                ts,
+                value: Some(text),
+                value_b64: None,
+            },
+            Err(_) => OutputLine {
+                device,
+                sensor,
+                ts,
+                value: None,
+                value_b64: Some(BASE64.encode(value)),
+            },
         }
     }
 }

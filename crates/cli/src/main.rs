@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "roamkv", version, about = "Storage for the edge: a two-level key-value engine for devices that come and go, and a lab for flash file systems.")]
+#[command(
+    name = "roamkv",
+    version,
+    about = "Storage for the edge: a two-level key-value engine for devices that come and go, and a lab for flash file systems."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -15,7 +15,12 @@ fn roamkv(args: &[&str], data: &std::path::Path, stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn roamkv");
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("feed");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("feed");
     child.wait_with_output().expect("wait")
 }
 
@@ -37,21 +42,41 @@ fn a_bad_line_stops_the_load_with_its_number_and_keeps_what_came_before() {
     let out = roamkv(&["load", "--ack"], &data, input);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("line 4") && err.contains("device id is empty"), "{err}");
+    assert!(
+        err.contains("line 4") && err.contains("device id is empty"),
+        "{err}"
+    );
     assert!(err.contains("2 records before it are committed"), "{err}");
-    assert!(text(&out.stdout).contains("acked 2"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("acked 2"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let scan = roamkv(&["scan", "--device", "car-1"], &data, "");
     assert!(scan.status.success(), "{}", text(&scan.stderr));
-    let lines: Vec<serde_json::Value> =
-        text(&scan.stdout).lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let lines: Vec<serde_json::Value> = text(&scan.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["value"], "10");
-    assert_eq!(lines[1]["value_b64"], "AAEC/w==", "binary values come back as base64");
+    assert_eq!(
+        lines[1]["value_b64"], "AAEC/w==",
+        "binary values come back as base64"
+    );
 
-    for bad in ["not json\n", "{\"device\":\"a\",\"sensor\":\"s\",\"ts\":1}\n", "{\"device\":\"a\",\"sensor\":\"s\",\"ts\":\"x\",\"value\":\"v\"}\n"] {
+    for bad in [
+        "not json\n",
+        "{\"device\":\"a\",\"sensor\":\"s\",\"ts\":1}\n",
+        "{\"device\":\"a\",\"sensor\":\"s\",\"ts\":\"x\",\"value\":\"v\"}\n",
+    ] {
         let out = roamkv(&["load"], &data, bad);
-        assert!(!out.status.success() && text(&out.stderr).contains("line 1"), "{bad}: {}", text(&out.stderr));
+        assert!(
+            !out.status.success() && text(&out.stderr).contains("line 1"),
+            "{bad}: {}",
+            text(&out.stderr)
+        );
     }
 }
 
@@ -59,30 +84,54 @@ fn a_bad_line_stops_the_load_with_its_number_and_keeps_what_came_before() {
 fn get_depart_stats_and_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("d");
-    let out = roamkv(&["load"], &data, "{\"device\":\"drone\",\"sensor\":\"alt\",\"ts\":-5,\"value\":\"120\"}\n");
+    let out = roamkv(
+        &["load"],
+        &data,
+        "{\"device\":\"drone\",\"sensor\":\"alt\",\"ts\":-5,\"value\":\"120\"}\n",
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let got = roamkv(&["get", "--device", "drone", "--sensor", "alt", "--ts", "-5"], &data, "");
+    let got = roamkv(
+        &["get", "--device", "drone", "--sensor", "alt", "--ts", "-5"],
+        &data,
+        "",
+    );
     assert!(got.status.success(), "{}", text(&got.stderr));
     assert!(text(&got.stdout).contains("\"value\":\"120\""));
-    let missing = roamkv(&["get", "--device", "drone", "--sensor", "alt", "--ts", "6"], &data, "");
+    let missing = roamkv(
+        &["get", "--device", "drone", "--sensor", "alt", "--ts", "6"],
+        &data,
+        "",
+    );
     assert!(!missing.status.success() && text(&missing.stderr).contains("no reading"));
 
     let stats = roamkv(&["stats", "--json"], &data, "");
     let json: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats json");
     assert_eq!(json["upper"]["devices"], 1);
 
-    assert!(roamkv(&["depart", "--device", "drone"], &data, "").status.success());
+    assert!(
+        roamkv(&["depart", "--device", "drone"], &data, "")
+            .status
+            .success()
+    );
     let scan = roamkv(&["scan", "--device", "drone"], &data, "");
     assert!(scan.status.success() && scan.stdout.is_empty());
 
-    let check = Command::new(ROAMKV).args(["check", "--data"]).arg(&data).output().expect("check");
+    let check = Command::new(ROAMKV)
+        .args(["check", "--data"])
+        .arg(&data)
+        .output()
+        .expect("check");
     assert!(check.status.success(), "{}", text(&check.stdout));
     assert!(text(&check.stdout).contains("ok"));
 
     // check on something that is not a data directory: a clear error, exit 1, nothing created.
     let nowhere = dir.path().join("nowhere");
-    let check = Command::new(ROAMKV).args(["check", "--data"]).arg(&nowhere).output().expect("check");
+    let check = Command::new(ROAMKV)
+        .args(["check", "--data"])
+        .arg(&nowhere)
+        .output()
+        .expect("check");
     assert!(!check.status.success() && text(&check.stderr).contains("not a roamkv data directory"));
     assert!(!nowhere.exists());
 }
@@ -90,9 +139,21 @@ fn get_depart_stats_and_check() {
 #[test]
 fn unknown_options_get_a_clear_message() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = roamkv(&["load", "--durability", "sometimes"], &dir.path().join("d"), "");
+    let out = roamkv(
+        &["load", "--durability", "sometimes"],
+        &dir.path().join("d"),
+        "",
+    );
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("valid: sync, periodic"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("valid: sync, periodic"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = roamkv(&["stats", "--lower", "sqlite"], &dir.path().join("d"), "");
-    assert!(text(&out.stderr).contains("valid: rocksdb, leveldb"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("valid: rocksdb, leveldb"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -8,7 +8,13 @@ const ROAMKV: &str = env!("CARGO_BIN_EXE_roamkv");
 
 fn lines(from: u64, to: u64) -> String {
     (from..to)
-        .map(|i| format!("{{\"device\":\"car-{}\",\"sensor\":\"s\",\"ts\":{i},\"value\":\"{}\"}}\n", i % 3, "x".repeat(100)))
+        .map(|i| {
+            format!(
+                "{{\"device\":\"car-{}\",\"sensor\":\"s\",\"ts\":{i},\"value\":\"{}\"}}\n",
+                i % 3,
+                "x".repeat(100)
+            )
+        })
         .collect()
 }
 
@@ -24,11 +30,24 @@ fn load(data: &std::path::Path, input: &str, extra: &[&str], strace_out: Option<
         }
         None => Command::new(ROAMKV),
     };
-    command.args(["load", "--segment-mib", "4", "--data"]).arg(data).args(extra);
-    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), input.as_bytes()).expect("feed");
+    command
+        .args(["load", "--segment-mib", "4", "--data"])
+        .arg(data)
+        .args(extra);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), input.as_bytes())
+        .expect("feed");
     let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success(), "load failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "load failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -42,7 +61,12 @@ fn a_warm_commit_is_one_pwrite_and_one_fdatasync() {
     load(&data, &lines(0, 2000), &[], None);
     let trace = dir.path().join("strace.txt");
     let commits = 10;
-    load(&data, &lines(2000, 2000 + commits), &["--batch", "1"], Some(&trace));
+    load(
+        &data,
+        &lines(2000, 2000 + commits),
+        &["--batch", "1"],
+        Some(&trace),
+    );
 
     let text = std::fs::read_to_string(&trace).expect("strace output");
     // The segment's file descriptor: the one openat returned for a .seg file.
@@ -61,18 +85,33 @@ fn a_warm_commit_is_one_pwrite_and_one_fdatasync() {
         .iter()
         .copied()
         .map(|l| l.split_once(' ').map_or(l, |(_, rest)| rest.trim_start()))
-        .filter(|l| l.contains(&format!("({segment_fd},")) || l.contains(&format!("({segment_fd})")))
+        .filter(|l| {
+            l.contains(&format!("({segment_fd},")) || l.contains(&format!("({segment_fd})"))
+        })
         .collect();
-    let pwrites = on_segment.iter().filter(|l| l.starts_with("pwrite64(")).count();
-    let fdatasyncs = on_segment.iter().filter(|l| l.starts_with("fdatasync(")).count();
-    let others: Vec<&&str> =
-        on_segment.iter().filter(|l| !l.starts_with("pwrite64(") && !l.starts_with("fdatasync(")).collect();
+    let pwrites = on_segment
+        .iter()
+        .filter(|l| l.starts_with("pwrite64("))
+        .count();
+    let fdatasyncs = on_segment
+        .iter()
+        .filter(|l| l.starts_with("fdatasync("))
+        .count();
+    let others: Vec<&&str> = on_segment
+        .iter()
+        .filter(|l| !l.starts_with("pwrite64(") && !l.starts_with("fdatasync("))
+        .collect();
     assert_eq!(pwrites, commits as usize, "{on_segment:#?}");
     assert_eq!(fdatasyncs, commits as usize, "{on_segment:#?}");
-    assert!(others.is_empty(), "other calls on the segment's commit path: {others:#?}");
+    assert!(
+        others.is_empty(),
+        "other calls on the segment's commit path: {others:#?}"
+    );
     // And nothing on the whole process grew, created or renamed a log file.
     assert!(
-        !text.lines().any(|l| l.contains(".seg") && (l.contains("rename") || l.contains("O_CREAT"))),
+        !text
+            .lines()
+            .any(|l| l.contains(".seg") && (l.contains("rename") || l.contains("O_CREAT"))),
         "a segment was created or renamed during warm commits:\n{text}"
     );
 }

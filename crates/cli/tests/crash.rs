@@ -16,7 +16,9 @@ fn line(i: u64) -> String {
     let device = format!("car-{}", i % 40);
     let sensor = ["speed", "rpm", "fuel"][(i % 3) as usize];
     let value = format!("{i}-{}", "x".repeat((i % 200) as usize));
-    format!("{{\"device\":\"{device}\",\"sensor\":\"{sensor}\",\"ts\":{i},\"value\":\"{value}\"}}\n")
+    format!(
+        "{{\"device\":\"{device}\",\"sensor\":\"{sensor}\",\"ts\":{i},\"value\":\"{value}\"}}\n"
+    )
 }
 
 fn expected_value(i: u64) -> String {
@@ -35,7 +37,15 @@ fn sigkill_never_loses_an_acknowledged_record() {
         let mut child = Command::new(ROAMKV)
             .args(["load", "--data"])
             .arg(&data)
-            .args(["--ack", "--segment-mib", "1", "--management-time-ms", "300", "--batch", "64"])
+            .args([
+                "--ack",
+                "--segment-mib",
+                "1",
+                "--management-time-ms",
+                "300",
+                "--batch",
+                "64",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -93,7 +103,11 @@ fn sigkill_never_loses_an_acknowledged_record() {
             }
         }
         acked_total += acked;
-        let check = Command::new(ROAMKV).args(["check", "--data"]).arg(&data).output().expect("roamkv check");
+        let check = Command::new(ROAMKV)
+            .args(["check", "--data"])
+            .arg(&data)
+            .output()
+            .expect("roamkv check");
         assert!(
             check.status.success(),
             "kill {kill}: roamkv check failed:\n{}",
@@ -102,9 +116,22 @@ fn sigkill_never_loses_an_acknowledged_record() {
         // Unacked records of this run may or may not be there; the next run sends new ones.
         next += 1000;
     }
-    eprintln!("{KILLS} kills; {acked_total} acknowledged records verified; {next} record numbers used");
-    assert!(acked_total > 0, "no run acknowledged anything: the test proved nothing");
+    eprintln!(
+        "{KILLS} kills; {acked_total} acknowledged records verified; {next} record numbers used"
+    );
+    assert!(
+        acked_total > 0,
+        "no run acknowledged anything: the test proved nothing"
+    );
 
-    let out = Command::new(ROAMKV).args(["stats", "--json", "--data"]).arg(&data).output().expect("stats");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(ROAMKV)
+        .args(["stats", "--json", "--data"])
+        .arg(&data)
+        .output()
+        .expect("stats");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -9,11 +9,20 @@ use roamkv_engine::{Durability, Engine, Options, Record};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args.get(1).ok_or("usage: ingest DIR THREADS SECONDS sync|none")?;
+    let dir = args
+        .get(1)
+        .ok_or("usage: ingest DIR THREADS SECONDS sync|none")?;
     let threads: usize = args.get(2).map_or(Ok(4), |s| s.parse())?;
     let seconds: u64 = args.get(3).map_or(Ok(10), |s| s.parse())?;
     let durability = Durability::parse(args.get(4).map_or("none", |s| s)).ok_or("durability")?;
-    let engine = Arc::new(Engine::open(dir, Options { durability, management_time_ms: 5_000, ..Options::default() })?);
+    let engine = Arc::new(Engine::open(
+        dir,
+        Options {
+            durability,
+            management_time_ms: 5_000,
+            ..Options::default()
+        },
+    )?);
     let stop = Arc::new(AtomicBool::new(false));
     let records = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -26,7 +35,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 while !stop.load(Ordering::Relaxed) {
                     let device = format!("dev-{t}-{}", ts / 2000);
                     let batch: Vec<Record<'_>> = (0..16)
-                        .map(|i| Record { device: &device, sensor: "s", ts_ms: ts + i, value: &value })
+                        .map(|i| Record {
+                            device: &device,
+                            sensor: "s",
+                            ts_ms: ts + i,
+                            value: &value,
+                        })
                         .collect();
                     engine.put_batch(&batch)?;
                     ts += 16;

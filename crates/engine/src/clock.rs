@@ -15,7 +15,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
     }
 }
 
@@ -27,7 +29,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start_ms: u64) -> ManualClock {
-        ManualClock { now_ms: AtomicU64::new(start_ms) }
+        ManualClock {
+            now_ms: AtomicU64::new(start_ms),
+        }
     }
     pub fn advance_ms(&self, delta_ms: u64) {
         self.now_ms.fetch_add(delta_ms, Ordering::SeqCst);

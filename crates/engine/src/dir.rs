@@ -61,12 +61,18 @@ impl DataDir {
             read_identity(&identity)?
         } else {
             let kind = for_new.unwrap_or_default();
-            fs::create_dir_all(path.join(LOG_DIR)).context(|| format!("creating {}/{LOG_DIR}", path.display()))?;
-            fs::create_dir_all(path.join(LOWER_DIR)).context(|| format!("creating {}/{LOWER_DIR}", path.display()))?;
+            fs::create_dir_all(path.join(LOG_DIR))
+                .context(|| format!("creating {}/{LOG_DIR}", path.display()))?;
+            fs::create_dir_all(path.join(LOWER_DIR))
+                .context(|| format!("creating {}/{LOWER_DIR}", path.display()))?;
             write_identity(path, kind)?;
             kind
         };
-        Ok(DataDir { path: path.to_path_buf(), lower_tier, _lock: lock })
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            lower_tier,
+            _lock: lock,
+        })
     }
 }
 
@@ -80,27 +86,43 @@ fn lock(path: &Path) -> Result<File> {
         .context(|| format!("opening {}", lock_path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: path.to_path_buf() }),
-        Err(std::fs::TryLockError::Error(e)) => Err(Error::Io { context: format!("locking {}", lock_path.display()), source: e }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
+            path: path.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::Io {
+            context: format!("locking {}", lock_path.display()),
+            source: e,
+        }),
     }
 }
 
 fn write_identity(path: &Path, kind: LowerTierKind) -> Result<()> {
-    let text = format!("{IDENTITY_FIRST_LINE}\nformat {FORMAT_VERSION}\nlower {}\n", kind.name());
+    let text = format!(
+        "{IDENTITY_FIRST_LINE}\nformat {FORMAT_VERSION}\nlower {}\n",
+        kind.name()
+    );
     let tmp = path.join(format!("{IDENTITY_FILE}.tmp"));
     fs::write(&tmp, text).context(|| format!("writing {}", tmp.display()))?;
-    File::open(&tmp).and_then(|f| f.sync_all()).context(|| format!("syncing {}", tmp.display()))?;
+    File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .context(|| format!("syncing {}", tmp.display()))?;
     fs::rename(&tmp, path.join(IDENTITY_FILE)).context(|| format!("renaming {}", tmp.display()))?;
     crate::segment::sync_dir(path)
 }
 
 fn read_identity(identity: &Path) -> Result<LowerTierKind> {
     let dir = identity.parent().unwrap_or(identity).to_path_buf();
-    let bad = |reason: String| Error::NotADataDirectory { path: dir.clone(), reason };
-    let text = fs::read_to_string(identity).map_err(|e| bad(format!("cannot read {IDENTITY_FILE}: {e}")))?;
+    let bad = |reason: String| Error::NotADataDirectory {
+        path: dir.clone(),
+        reason,
+    };
+    let text = fs::read_to_string(identity)
+        .map_err(|e| bad(format!("cannot read {IDENTITY_FILE}: {e}")))?;
     let mut lines = text.lines();
     if lines.next() != Some(IDENTITY_FIRST_LINE) {
-        return Err(bad(format!("{IDENTITY_FILE} does not start with \"{IDENTITY_FIRST_LINE}\"")));
+        return Err(bad(format!(
+            "{IDENTITY_FILE} does not start with \"{IDENTITY_FIRST_LINE}\""
+        )));
     }
     let version: u32 = lines
         .next()
@@ -108,7 +130,11 @@ fn read_identity(identity: &Path) -> Result<LowerTierKind> {
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| bad(format!("{IDENTITY_FILE} has no format line")))?;
     if version != FORMAT_VERSION {
-        return Err(Error::FormatVersion { path: dir.clone(), found: version, expected: FORMAT_VERSION });
+        return Err(Error::FormatVersion {
+            path: dir.clone(),
+            found: version,
+            expected: FORMAT_VERSION,
+        });
     }
     lines
         .next()

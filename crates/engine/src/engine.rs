@@ -130,7 +130,11 @@ pub(crate) fn validate_id(what: &'static str, id: &str, max: usize) -> Result<()
         return Err(Error::EmptyId { what });
     }
     if id.len() > max {
-        return Err(Error::IdTooLong { what, len: id.len(), max });
+        return Err(Error::IdTooLong {
+            what,
+            len: id.len(),
+            max,
+        });
     }
     if id.as_bytes().contains(&0) {
         return Err(Error::IdContainsNul { what });
@@ -167,23 +171,44 @@ impl Engine {
             std::thread::Builder::new()
                 .name(name.into())
                 .spawn(f)
-                .map_err(|e| Error::Io { context: format!("starting thread {name}"), source: e })
+                .map_err(|e| Error::Io {
+                    context: format!("starting thread {name}"),
+                    source: e,
+                })
         };
         let preparer = Arc::clone(&inner);
-        threads.push(spawn("roamkv-segments", Box::new(move || preparer.run_segment_preparer()))?);
+        threads.push(spawn(
+            "roamkv-segments",
+            Box::new(move || preparer.run_segment_preparer()),
+        )?);
         if inner.options.background_maintenance {
             let maintainer = Arc::clone(&inner);
-            threads.push(spawn("roamkv-maintain", Box::new(move || maintainer.run_maintenance()))?);
+            threads.push(spawn(
+                "roamkv-maintain",
+                Box::new(move || maintainer.run_maintenance()),
+            )?);
         }
         if let Durability::Periodic { interval_ms } = inner.options.durability {
             let flusher = Arc::clone(&inner);
-            threads.push(spawn("roamkv-flush", Box::new(move || flusher.run_periodic_sync(interval_ms)))?);
+            threads.push(spawn(
+                "roamkv-flush",
+                Box::new(move || flusher.run_periodic_sync(interval_ms)),
+            )?);
         }
-        Ok(Engine { inner, threads, closed: false })
+        Ok(Engine {
+            inner,
+            threads,
+            closed: false,
+        })
     }
 
     pub fn put(&self, device: &str, sensor: &str, ts_ms: i64, value: &[u8]) -> Result<()> {
-        self.put_batch(&[Record { device, sensor, ts_ms, value }])
+        self.put_batch(&[Record {
+            device,
+            sensor,
+            ts_ms,
+            value,
+        }])
     }
 
     /// Writes the records atomically (after a crash, all or none of them are there) and returns
@@ -217,8 +242,10 @@ impl Engine {
             };
             ids.push(id);
         }
-        let register_bytes: usize =
-            new_devices.iter().map(|(_, d)| record::HEADER_BYTES + 10 + d.len()).sum();
+        let register_bytes: usize = new_devices
+            .iter()
+            .map(|(_, d)| record::HEADER_BYTES + 10 + d.len())
+            .sum();
         let (segment, offset) = inner.place(&mut st, register_bytes + batch.bytes.len())?;
         let seq_low = segment.seq_low();
 
@@ -256,7 +283,9 @@ impl Engine {
         let inner = &*self.inner;
         let mut st = inner.state.lock();
         inner.check_poisoned(&st)?;
-        let Some(id) = st.map.unmap(device) else { return Ok(()) };
+        let Some(id) = st.map.unmap(device) else {
+            return Ok(());
+        };
         let len = record::HEADER_BYTES + 2 + device.len();
         let (segment, offset) = inner.place(&mut st, len)?;
         let mut bytes = Vec::with_capacity(len);
@@ -270,11 +299,20 @@ impl Engine {
     pub fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
         validate_device(device)?;
         validate_sensor(sensor)?;
-        Ok(self.read(device, Some(sensor), ts_ms, ts_ms.saturating_add(1), true)?.pop().map(|r| r.value))
+        Ok(self
+            .read(device, Some(sensor), ts_ms, ts_ms.saturating_add(1), true)?
+            .pop()
+            .map(|r| r.value))
     }
 
     /// Readings of one device (one sensor, if given) with from_ms <= ts < to_ms, in (sensor, ts) order.
-    pub fn scan(&self, device: &str, sensor: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<Reading>> {
+    pub fn scan(
+        &self,
+        device: &str,
+        sensor: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<Reading>> {
         validate_device(device)?;
         if let Some(sensor) = sensor {
             validate_sensor(sensor)?;
@@ -282,7 +320,14 @@ impl Engine {
         self.read(device, sensor, from_ms, to_ms, false)
     }
 
-    fn read(&self, device: &str, sensor: Option<&str>, from_ms: i64, to_ms: i64, point: bool) -> Result<Vec<Reading>> {
+    fn read(
+        &self,
+        device: &str,
+        sensor: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        point: bool,
+    ) -> Result<Vec<Reading>> {
         // A read may race with a migration that retires and recycles the segment it is reading:
         // the record then carries another segment's sequence. Retry: the device is settled now.
         const ATTEMPTS: usize = 4;
@@ -346,7 +391,10 @@ pub fn validate_record(r: &Record<'_>) -> Result<()> {
     validate_device(r.device)?;
     validate_sensor(r.sensor)?;
     if r.value.len() > limits::VALUE_BYTES_MAX {
-        return Err(Error::ValueTooLarge { len: r.value.len(), max: limits::VALUE_BYTES_MAX });
+        return Err(Error::ValueTooLarge {
+            len: r.value.len(),
+            max: limits::VALUE_BYTES_MAX,
+        });
     }
     Ok(())
 }
@@ -360,7 +408,10 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
     // Room for one REGISTER record per record, in the worst case, must also fit in a segment.
     let worst = total + records.len() * (record::HEADER_BYTES + 10 + limits::DEVICE_ID_BYTES_MAX);
     let capacity = (segment_bytes - SEGMENT_HEADER_BYTES) as usize;
-    if records.len() > limits::BATCH_RECORDS_MAX || total > limits::BATCH_BYTES_MAX || worst > capacity {
+    if records.len() > limits::BATCH_RECORDS_MAX
+        || total > limits::BATCH_BYTES_MAX
+        || worst > capacity
+    {
         return Err(Error::BatchTooLarge {
             records: records.len(),
             bytes: total,
@@ -377,7 +428,11 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
         placed.push((start, bytes.len() - start, crc));
         user += user_bytes(r.device, r.sensor, r.value);
     }
-    Ok(EncodedBatch { bytes, records: placed, user_bytes: user })
+    Ok(EncodedBatch {
+        bytes,
+        records: placed,
+        user_bytes: user,
+    })
 }
 
 pub(crate) enum ReadError {
@@ -418,7 +473,13 @@ impl Inner {
                 }
             };
             debug_assert!(segment.seq > st.log.active.seq);
-            st.log.segments.insert(segment.seq, LiveSegment { segment: Arc::clone(&segment), live_records: 0 });
+            st.log.segments.insert(
+                segment.seq,
+                LiveSegment {
+                    segment: Arc::clone(&segment),
+                    live_records: 0,
+                },
+            );
             st.log.active = segment;
             st.log.tail = SEGMENT_HEADER_BYTES;
             st.log.spare_wanted = false;
@@ -429,7 +490,10 @@ impl Inner {
             st.log.spare_wanted = true;
             self.spares.want();
         }
-        assert!(st.log.tail <= st.log.active.bytes, "a placed run overflows its segment");
+        assert!(
+            st.log.tail <= st.log.active.bytes,
+            "a placed run overflows its segment"
+        );
         Ok((Arc::clone(&st.log.active), offset))
     }
 
@@ -445,18 +509,30 @@ impl Inner {
         let log = &mut st.log;
         log.queued_bytes += bytes.len();
         let (chunk, base) = match log.queue.last_mut() {
-            Some(last) if Arc::ptr_eq(&last.segment, &segment) && last.offset + last.bytes.len() as u64 == offset => {
+            Some(last)
+                if Arc::ptr_eq(&last.segment, &segment)
+                    && last.offset + last.bytes.len() as u64 == offset =>
+            {
                 let base = last.bytes.len();
                 last.bytes.extend_from_slice(&bytes);
                 (log.queue.len() - 1, base)
             }
             _ => {
-                log.queue.push(Chunk { segment, offset, bytes });
+                log.queue.push(Chunk {
+                    segment,
+                    offset,
+                    bytes,
+                });
                 (log.queue.len() - 1, 0)
             }
         };
         log.queued_records
-            .extend(records.into_iter().map(|(device, at, len)| QueuedRecord { device, chunk, at: base + at, len }));
+            .extend(records.into_iter().map(|(device, at, len)| QueuedRecord {
+                device,
+                chunk,
+                at: base + at,
+                len,
+            }));
         log.next_ticket += 1;
         log.next_ticket
     }
@@ -493,7 +569,9 @@ impl Inner {
             for (i, chunk) in chunks.iter().enumerate() {
                 chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
                 bytes += chunk.bytes.len() as u64;
-                let segment_done = chunks.get(i + 1).is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
+                let segment_done = chunks
+                    .get(i + 1)
+                    .is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
                 if sync && segment_done {
                     chunk.segment.sync_data()?;
                     Counters::add(&self.counters.fdatasyncs, 1);
@@ -515,8 +593,10 @@ impl Inner {
         match result {
             Ok(()) => {
                 if let Some(last) = chunks.last() {
-                    st.log.applied_end =
-                        LogPosition { segment_seq: last.segment.seq, offset: last.offset + last.bytes.len() as u64 };
+                    st.log.applied_end = LogPosition {
+                        segment_seq: last.segment.seq,
+                        offset: last.offset + last.bytes.len() as u64,
+                    };
                 }
                 st.log.committed_ticket = last_ticket;
                 self.group_done.notify_all();
@@ -532,7 +612,12 @@ impl Inner {
         }
     }
 
-    fn apply_group(&self, st: &mut State, chunks: &[Chunk], records: &[QueuedRecord]) -> Result<()> {
+    fn apply_group(
+        &self,
+        st: &mut State,
+        chunks: &[Chunk],
+        records: &[QueuedRecord],
+    ) -> Result<()> {
         let mut lower_ops = Vec::new();
         for queued in records {
             let chunk = &chunks[queued.chunk];
@@ -540,8 +625,19 @@ impl Inner {
             let Decode::Record(decoded) = record::decode(bytes, chunk.segment.seq_low()) else {
                 panic!("a record the engine just encoded does not decode");
             };
-            let position = LogPosition { segment_seq: chunk.segment.seq, offset: chunk.offset + queued.at as u64 };
-            apply(&self.counters, st, &mut lower_ops, queued.device, &decoded.body, position, queued.len as u32);
+            let position = LogPosition {
+                segment_seq: chunk.segment.seq,
+                offset: chunk.offset + queued.at as u64,
+            };
+            apply(
+                &self.counters,
+                st,
+                &mut lower_ops,
+                queued.device,
+                &decoded.body,
+                position,
+                queued.len as u32,
+            );
         }
         self.write_lower(st, &lower_ops)
     }
@@ -564,19 +660,31 @@ impl Inner {
     ) -> Result<Vec<Reading>, ReadError> {
         let located: Vec<(String, IndexEntry, Arc<Segment>)> = {
             let st = self.state.lock();
-            let Some((_, entry)) = st.map.lookup(device) else { return Ok(Vec::new()) };
+            let Some((_, entry)) = st.map.lookup(device) else {
+                return Ok(Vec::new());
+            };
             if entry.tier == Tier::Lower {
                 let lower_id = entry.lower_id;
                 drop(st);
                 return Ok(self.read_lower(device, lower_id, sensor, from_ms, to_ms, point)?);
             }
             let hits = match (point, sensor) {
-                (true, Some(sensor)) => entry.index.get(sensor, from_ms).map(|e| (sensor, e)).into_iter().collect(),
+                (true, Some(sensor)) => entry
+                    .index
+                    .get(sensor, from_ms)
+                    .map(|e| (sensor, e))
+                    .into_iter()
+                    .collect(),
                 _ => entry.index.range(sensor, from_ms, to_ms),
             };
             hits.into_iter()
                 .map(|(sensor, e)| {
-                    let segment = &st.log.segments.get(&e.segment_seq).expect("indexed records live in live segments").segment;
+                    let segment = &st
+                        .log
+                        .segments
+                        .get(&e.segment_seq)
+                        .expect("indexed records live in live segments")
+                        .segment;
                     (sensor.to_owned(), e, Arc::clone(segment))
                 })
                 .collect()
@@ -584,12 +692,27 @@ impl Inner {
         let mut readings = Vec::with_capacity(located.len());
         for (sensor, entry, segment) in located {
             let bytes = segment.read_record(entry.offset as u64, entry.len)?;
-            let error = |reason: String| Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason };
+            let error = |reason: String| Error::Corrupt {
+                file: segment.path.clone(),
+                offset: entry.offset as u64,
+                reason,
+            };
             match at_index(&bytes, segment.seq_low(), &entry) {
-                AtIndex::Put { device: d, sensor: s, value } if d == device && s == sensor => {
-                    readings.push(Reading { device: device.into(), sensor, ts_ms: entry.ts_ms, value: value.to_vec() })
+                AtIndex::Put {
+                    device: d,
+                    sensor: s,
+                    value,
+                } if d == device && s == sensor => readings.push(Reading {
+                    device: device.into(),
+                    sensor,
+                    ts_ms: entry.ts_ms,
+                    value: value.to_vec(),
+                }),
+                AtIndex::Put { .. } => {
+                    return Err(ReadError::Moved(error(
+                        "the index points at another device's record".into(),
+                    )));
                 }
-                AtIndex::Put { .. } => return Err(ReadError::Moved(error("the index points at another device's record".into()))),
                 AtIndex::Elsewhere(reason) => return Err(ReadError::Moved(error(reason))),
                 AtIndex::Corrupt(reason) => return Err(ReadError::Fatal(error(reason))),
             }
@@ -607,9 +730,16 @@ impl Inner {
         point: bool,
     ) -> Result<Vec<Reading>> {
         if let (true, Some(sensor)) = (point, sensor) {
-            let value = self.lower.get(&key::reading_key(lower_id, sensor, from_ms))?;
+            let value = self
+                .lower
+                .get(&key::reading_key(lower_id, sensor, from_ms))?;
             return Ok(value
-                .map(|value| Reading { device: device.into(), sensor: sensor.into(), ts_ms: from_ms, value })
+                .map(|value| Reading {
+                    device: device.into(),
+                    sensor: sensor.into(),
+                    ts_ms: from_ms,
+                    value,
+                })
                 .into_iter()
                 .collect());
         }
@@ -618,19 +748,23 @@ impl Inner {
         let mut bad_key = None;
         self.lower.scan(&start, &end, &mut |k, v| {
             match key::parse_reading_key(k) {
-                Some((_, sensor, ts_ms)) if (from_ms..to_ms).contains(&ts_ms) => readings.push(Reading {
-                    device: device.into(),
-                    sensor: sensor.into(),
-                    ts_ms,
-                    value: v.to_vec(),
-                }),
+                Some((_, sensor, ts_ms)) if (from_ms..to_ms).contains(&ts_ms) => {
+                    readings.push(Reading {
+                        device: device.into(),
+                        sensor: sensor.into(),
+                        ts_ms,
+                        value: v.to_vec(),
+                    })
+                }
                 Some(_) => {}
                 None => bad_key = Some(k.to_vec()),
             }
             bad_key.is_none()
         })?;
         match bad_key {
-            Some(k) => Err(Error::Lower(format!("malformed key {k:?} in the lower tier"))),
+            Some(k) => Err(Error::Lower(format!(
+                "malformed key {k:?} in the lower tier"
+            ))),
             None => Ok(readings),
         }
     }
@@ -640,7 +774,10 @@ impl Inner {
         let segments: Vec<Arc<Segment>> = {
             let mut st = self.state.lock();
             let unsynced = std::mem::take(&mut st.log.unsynced);
-            unsynced.iter().filter_map(|seq| st.log.segments.get(seq).map(|l| Arc::clone(&l.segment))).collect()
+            unsynced
+                .iter()
+                .filter_map(|seq| st.log.segments.get(seq).map(|l| Arc::clone(&l.segment)))
+                .collect()
         };
         for segment in segments {
             segment.sync_data()?;
@@ -685,7 +822,13 @@ impl Inner {
                     Tier::Lower => lower_devices += 1,
                 }
             }
-            (upper, lower_devices, st.index_bytes, st.log.segments.len() as u64, st.last_maintenance_error.clone())
+            (
+                upper,
+                lower_devices,
+                st.index_bytes,
+                st.log.segments.len() as u64,
+                st.last_maintenance_error.clone(),
+            )
         };
         let (lower_records, lower_bytes) = self.lower.estimate();
         let c = &self.counters;
@@ -697,7 +840,11 @@ impl Inner {
             lower_bytes_written: self.lower.bytes_written(),
             reclaimed_bytes_without_write: Counters::get(&c.reclaimed_bytes_without_write),
             upper,
-            lower: TierStats { devices: lower_devices, records: lower_records, bytes: lower_bytes },
+            lower: TierStats {
+                devices: lower_devices,
+                records: lower_records,
+                bytes: lower_bytes,
+            },
             index_bytes,
             index_bytes_max: self.options.index_bytes_max,
             migrations: Counters::get(&c.migrations),
@@ -718,7 +865,11 @@ impl Inner {
 /// What the log holds where an index entry points.
 pub(crate) enum AtIndex<'a> {
     /// The indexed reading (same timestamp): its device, sensor and value.
-    Put { device: &'a str, sensor: &'a str, value: &'a [u8] },
+    Put {
+        device: &'a str,
+        sensor: &'a str,
+        value: &'a [u8],
+    },
     /// Not the indexed reading: the segment was retired and reused meanwhile (why, in words).
     Elsewhere(String),
     /// Bytes of this segment that fail their checksum: damage on disk. (A reused segment fails
@@ -730,7 +881,16 @@ pub(crate) enum AtIndex<'a> {
 pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) -> AtIndex<'a> {
     match record::decode(bytes, seq_low) {
         Decode::Record(d) => match d.body {
-            Body::Put { device, sensor, ts_ms, value } if ts_ms == entry.ts_ms => AtIndex::Put { device, sensor, value },
+            Body::Put {
+                device,
+                sensor,
+                ts_ms,
+                value,
+            } if ts_ms == entry.ts_ms => AtIndex::Put {
+                device,
+                sensor,
+                value,
+            },
             _ => AtIndex::Elsewhere("the index points at another record".into()),
         },
         Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
@@ -739,28 +899,39 @@ pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) ->
 }
 
 pub(crate) fn hold(log: &mut LogState, segment_seq: u64) {
-    log.segments.get_mut(&segment_seq).expect("records are placed in live segments").live_records += 1;
+    log.segments
+        .get_mut(&segment_seq)
+        .expect("records are placed in live segments")
+        .live_records += 1;
 }
 
 /// Releases every segment hold of a device leaving the upper tier.
 pub(crate) fn release(log: &mut LogState, index: &DeviceIndex) {
     for (seq, n) in &index.segment_records {
         let live = log.segments.get_mut(seq).expect("held segments are live");
-        live.live_records = live.live_records.checked_sub(*n).expect("segment holds never go negative");
+        live.live_records = live
+            .live_records
+            .checked_sub(*n)
+            .expect("segment holds never go negative");
     }
 }
 
 /// Applies one logged record to the in-memory state (live path and recovery alike).
 pub(crate) fn apply(
-counters: &Counters,
-st: &mut State,
+    counters: &Counters,
+    st: &mut State,
     lower_ops: &mut Vec<LowerOp>,
     id: DeviceId,
     body: &Body<'_>,
     position: LogPosition,
     len: u32,
 ) {
-    let State { map, log, index_bytes, .. } = st;
+    let State {
+        map,
+        log,
+        index_bytes,
+        ..
+    } = st;
     let Some(entry) = map.entry_mut(id) else {
         return; // the incarnation is gone (departed and already dropped)
     };
@@ -773,7 +944,12 @@ st: &mut State,
                 hold(log, position.segment_seq);
             }
         }
-        Body::Put { sensor, ts_ms, value, .. } => match entry.tier {
+        Body::Put {
+            sensor,
+            ts_ms,
+            value,
+            ..
+        } => match entry.tier {
             Tier::Upper | Tier::Migrating => {
                 let index_entry = IndexEntry {
                     ts_ms,
@@ -787,12 +963,18 @@ st: &mut State,
                 *index_bytes += entry.index.index_bytes() - before;
                 hold(log, position.segment_seq);
             }
-            Tier::Lower => lower_ops.push(LowerOp::Put(key::reading_key(entry.lower_id, sensor, ts_ms), value.to_vec())),
+            Tier::Lower => lower_ops.push(LowerOp::Put(
+                key::reading_key(entry.lower_id, sensor, ts_ms),
+                value.to_vec(),
+            )),
         },
         Body::Depart { .. } => match entry.tier {
             Tier::Upper => {
                 let Some(entry) = map.remove(id) else { return };
-                Counters::add(&counters.reclaimed_bytes_without_write, entry.index.record_bytes);
+                Counters::add(
+                    &counters.reclaimed_bytes_without_write,
+                    entry.index.record_bytes,
+                );
                 *index_bytes -= entry.index.index_bytes();
                 release(log, &entry.index);
             }

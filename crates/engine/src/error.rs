@@ -8,13 +8,24 @@ pub enum Error {
     #[error("{what} id is empty")]
     EmptyId { what: &'static str },
     #[error("{what} id is {len} bytes, the limit is {max}")]
-    IdTooLong { what: &'static str, len: usize, max: usize },
+    IdTooLong {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
     #[error("{what} id contains a NUL byte (ids are names; NUL separates key components)")]
     IdContainsNul { what: &'static str },
     #[error("value is {len} bytes, the limit is {max}")]
     ValueTooLarge { len: usize, max: usize },
-    #[error("batch of {records} records / {bytes} encoded bytes is over the limit ({max_records} records, {max_bytes} bytes)")]
-    BatchTooLarge { records: usize, bytes: usize, max_records: usize, max_bytes: usize },
+    #[error(
+        "batch of {records} records / {bytes} encoded bytes is over the limit ({max_records} records, {max_bytes} bytes)"
+    )]
+    BatchTooLarge {
+        records: usize,
+        bytes: usize,
+        max_records: usize,
+        max_bytes: usize,
+    },
     #[error("invalid options: {0}")]
     InvalidOptions(String),
     #[error("{path} is not a roamkv data directory: {reason}")]
@@ -22,11 +33,22 @@ pub enum Error {
     #[error("{path} is locked by another process (its LOCK file is held)")]
     Locked { path: PathBuf },
     #[error("{path} has format version {found}; this build reads version {expected}")]
-    FormatVersion { path: PathBuf, found: u32, expected: u32 },
+    FormatVersion {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
     #[error("corrupt data in {file} at offset {offset}: {reason}")]
-    Corrupt { file: PathBuf, offset: u64, reason: String },
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
     #[error("lower tier: {0}")]
     Lower(String),
     #[error("the engine stopped accepting writes after an earlier failure: {0}")]
@@ -42,7 +64,10 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::io::Result<T> {
     fn context(self, context: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| Error::Io { context: context(), source })
+        self.map_err(|source| Error::Io {
+            context: context(),
+            source,
+        })
     }
 }
 

@@ -36,9 +36,17 @@ pub fn reading_key(lower_id: u64, sensor: &str, ts_ms: i64) -> Vec<u8> {
 }
 
 /// [start, end) covering every reading of the device (of `sensor`, if given) with from <= ts < to.
-pub fn reading_range(lower_id: u64, sensor: Option<&str>, from_ms: i64, to_ms: i64) -> (Vec<u8>, Vec<u8>) {
+pub fn reading_range(
+    lower_id: u64,
+    sensor: Option<&str>,
+    from_ms: i64,
+    to_ms: i64,
+) -> (Vec<u8>, Vec<u8>) {
     match sensor {
-        Some(sensor) => (reading_key(lower_id, sensor, from_ms), reading_key(lower_id, sensor, to_ms)),
+        Some(sensor) => (
+            reading_key(lower_id, sensor, from_ms),
+            reading_key(lower_id, sensor, to_ms),
+        ),
         None => device_reading_range(lower_id),
     }
 }
@@ -88,7 +96,9 @@ pub fn encode_device_value(registered_at_ms: u64, device: &str) -> Vec<u8> {
 
 pub fn decode_device_value(value: &[u8]) -> Option<(u64, &str)> {
     let registered_at_ms = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
-    let name = std::str::from_utf8(value.get(8..)?).ok().filter(|n| !n.is_empty())?;
+    let name = std::str::from_utf8(value.get(8..)?)
+        .ok()
+        .filter(|n| !n.is_empty())?;
     Some((registered_at_ms, name))
 }
 
@@ -130,7 +140,10 @@ mod tests {
         assert_eq!(parse_reading_key(&key), Some((42, "alt", -42)));
         assert_eq!(parse_reading_key(b"\x01abc"), None);
         assert_eq!(parse_device_key(&device_key(9)), Some(9));
-        assert_eq!(decode_device_value(&encode_device_value(77, "car-1")), Some((77, "car-1")));
+        assert_eq!(
+            decode_device_value(&encode_device_value(77, "car-1")),
+            Some((77, "car-1"))
+        );
         assert_eq!(decode_device_value(&77u64.to_le_bytes()), None);
     }
 }

@@ -50,9 +50,11 @@ pub const MIGRATION_READ_WINDOW_BYTES: u64 = 4 * 1024 * 1024;
 // record of the largest size too.
 const _: () = assert!(BATCH_BYTES_MAX as u64 + SEGMENT_HEADER_BYTES <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(
-    (VALUE_BYTES_MAX + DEVICE_ID_BYTES_MAX + SENSOR_ID_BYTES_MAX + 64) as u64 + SEGMENT_HEADER_BYTES
+    (VALUE_BYTES_MAX + DEVICE_ID_BYTES_MAX + SENSOR_ID_BYTES_MAX + 64) as u64
+        + SEGMENT_HEADER_BYTES
         <= SEGMENT_BYTES_MIN
 );
 const _: () = assert!(BATCH_BYTES_MAX <= PENDING_BYTES_MAX);
-const _: () = assert!(DEVICE_ID_BYTES_MAX <= u16::MAX as usize && SENSOR_ID_BYTES_MAX <= u16::MAX as usize);
+const _: () =
+    assert!(DEVICE_ID_BYTES_MAX <= u16::MAX as usize && SENSOR_ID_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(SEGMENT_BYTES_MAX <= u32::MAX as u64 + 1);

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use crate::engine::{AtIndex, Inner, at_index, release};
 use crate::error::{Error, Result};
 use crate::key;
-use crate::limits::{INDEX_LOW_WATER_PERCENT, MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX};
+use crate::limits::{
+    INDEX_LOW_WATER_PERCENT, MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX,
+};
 use crate::lower::LowerOp;
 use crate::mapping::{DeviceId, Tier};
 use crate::segment::Segment;
@@ -58,7 +60,10 @@ impl Inner {
                     .map
                     .entries()
                     .filter(|(_, e)| {
-                        e.tier == Tier::Upper && now_ms >= e.registered_at_ms.saturating_add(self.options.management_time_ms)
+                        e.tier == Tier::Upper
+                            && now_ms
+                                >= e.registered_at_ms
+                                    .saturating_add(self.options.management_time_ms)
                     })
                     .map(|(id, e)| (e.registered_at_ms, id, e.index.records))
                     .collect();
@@ -88,7 +93,14 @@ impl Inner {
                     .map
                     .entries()
                     .filter(|(_, e)| e.tier == Tier::Upper)
-                    .map(|(id, e)| (e.registered_at_ms, id, e.index.records, e.index.index_bytes()))
+                    .map(|(id, e)| {
+                        (
+                            e.registered_at_ms,
+                            id,
+                            e.index.records,
+                            e.index.index_bytes(),
+                        )
+                    })
                     .collect();
                 upper.sort_unstable();
                 let mut excess = st.index_bytes - low_water;
@@ -121,28 +133,47 @@ impl Inner {
                 }
                 // Ids in the order the devices are listed: the run is sorted by construction.
                 let lower_id = st.map.allocate_lower_id();
-                let Some(entry) = st.map.entry(id) else { continue };
-                let entries: Vec<(Vec<u8>, IndexEntry)> =
-                    entry.index.all().map(|(sensor, e)| (key::reading_key(lower_id, sensor, e.ts_ms), e)).collect();
+                let Some(entry) = st.map.entry(id) else {
+                    continue;
+                };
+                let entries: Vec<(Vec<u8>, IndexEntry)> = entry
+                    .index
+                    .all()
+                    .map(|(sensor, e)| (key::reading_key(lower_id, sensor, e.ts_ms), e))
+                    .collect();
                 let name = entry.name.to_string();
                 let registered_at_ms = entry.registered_at_ms;
                 let entries = entries
                     .into_iter()
                     .map(|(k, e)| {
-                        let segment = Arc::clone(&st.log.segments.get(&e.segment_seq).expect("held segments are live").segment);
+                        let segment = Arc::clone(
+                            &st.log
+                                .segments
+                                .get(&e.segment_seq)
+                                .expect("held segments are live")
+                                .segment,
+                        );
                         (k, e, segment)
                     })
                     .collect();
                 if let Some(entry) = st.map.entry_mut(id) {
                     entry.tier = Tier::Migrating;
                 }
-                moving.push(Moving { id, name, lower_id, registered_at_ms, entries });
+                moving.push(Moving {
+                    id,
+                    name,
+                    lower_id,
+                    registered_at_ms,
+                    entries,
+                });
             }
             (moving, snapshot_end)
         };
 
         // Step 2.
-        let run = self.build_run(&mut moving).and_then(|runs| self.lower.ingest_sorted(&runs));
+        let run = self
+            .build_run(&mut moving)
+            .and_then(|runs| self.lower.ingest_sorted(&runs));
         if let Err(e) = run {
             let mut st = self.state.lock();
             for m in &moving {
@@ -165,16 +196,30 @@ impl Inner {
         let mut ops = Vec::new();
         let mut migrated_records = 0;
         for m in &moving {
-            let Some(entry) = st.map.entry(m.id) else { continue };
+            let Some(entry) = st.map.entry(m.id) else {
+                continue;
+            };
             if entry.departed {
                 let (start, end) = key::device_reading_range(m.lower_id);
                 ops.push(LowerOp::DeleteRange(start, end));
                 ops.push(LowerOp::Delete(key::device_key(m.lower_id)));
             } else {
-                for (sensor, e) in entry.index.all().filter(|(_, e)| e.position() >= snapshot_end) {
-                    let segment = &st.log.segments.get(&e.segment_seq).expect("held segments are live").segment;
+                for (sensor, e) in entry
+                    .index
+                    .all()
+                    .filter(|(_, e)| e.position() >= snapshot_end)
+                {
+                    let segment = &st
+                        .log
+                        .segments
+                        .get(&e.segment_seq)
+                        .expect("held segments are live")
+                        .segment;
                     let value = read_put_value(segment, &e)?;
-                    ops.push(LowerOp::Put(key::reading_key(m.lower_id, sensor, e.ts_ms), value));
+                    ops.push(LowerOp::Put(
+                        key::reading_key(m.lower_id, sensor, e.ts_ms),
+                        value,
+                    ));
                 }
                 migrated_records += entry.index.records;
             }
@@ -198,17 +243,30 @@ impl Inner {
     /// and one mapping record per device. Both lie above every key already in the lower tier
     /// (fresh lower ids), so the LSM can place them in its last level without rewriting.
     fn build_run(&self, moving: &mut [Moving]) -> Result<Vec<Run>> {
-        let located: Vec<Located> =
-            moving.iter_mut().flat_map(|m| m.entries.drain(..)).collect();
+        let located: Vec<Located> = moving
+            .iter_mut()
+            .flat_map(|m| m.entries.drain(..))
+            .collect();
         let values = read_values_in_log_order(&located)?;
         let readings: Run = located.into_iter().map(|(k, _, _)| k).zip(values).collect();
         let devices: Run = moving
             .iter()
-            .map(|m| (key::device_key(m.lower_id), key::encode_device_value(m.registered_at_ms, &m.name)))
+            .map(|m| {
+                (
+                    key::device_key(m.lower_id),
+                    key::encode_device_value(m.registered_at_ms, &m.name),
+                )
+            })
             .collect();
         // Ids ascend with the list and each index iterates (sensor, ts) in order: sorted already.
-        assert!(readings.windows(2).all(|w| w[0].0 < w[1].0), "a migration run must be strictly sorted");
-        assert!(devices.windows(2).all(|w| w[0].0 < w[1].0), "device records must be strictly sorted");
+        assert!(
+            readings.windows(2).all(|w| w[0].0 < w[1].0),
+            "a migration run must be strictly sorted"
+        );
+        assert!(
+            devices.windows(2).all(|w| w[0].0 < w[1].0),
+            "device records must be strictly sorted"
+        );
         Ok(vec![readings, devices])
     }
 
@@ -223,7 +281,9 @@ impl Inner {
             .log
             .segments
             .iter()
-            .take_while(|(seq, live)| **seq < applied_seq && **seq < st.log.active.seq && live.live_records == 0)
+            .take_while(|(seq, live)| {
+                **seq < applied_seq && **seq < st.log.active.seq && live.live_records == 0
+            })
             .map(|(seq, _)| *seq)
             .collect();
         if candidates.is_empty() {
@@ -240,15 +300,22 @@ impl Inner {
             }
             st = self.state.lock();
         }
-        let retired: Vec<Arc<Segment>> =
-            candidates.iter().filter_map(|seq| st.log.segments.remove(seq)).map(|live| live.segment).collect();
+        let retired: Vec<Arc<Segment>> = candidates
+            .iter()
+            .filter_map(|seq| st.log.segments.remove(seq))
+            .map(|live| live.segment)
+            .collect();
         for seq in &candidates {
             st.log.unsynced.remove(seq);
         }
         drop(st);
         for segment in retired {
             let (file, path) = segment.retire()?;
-            self.spares.retire(Retired { file, path, bytes: segment.bytes });
+            self.spares.retire(Retired {
+                file,
+                path,
+                bytes: segment.bytes,
+            });
         }
         Ok(())
     }
@@ -319,15 +386,20 @@ fn read_values_in_log_order(located: &[Located]) -> Result<Vec<Vec<u8>>> {
 
 /// Reads one PUT record from the log and returns its value, checking it is the one indexed.
 fn read_put_value(segment: &Segment, entry: &IndexEntry) -> Result<Vec<u8>> {
-    decode_put_value(segment, entry, &segment.read_record(entry.offset as u64, entry.len)?)
+    decode_put_value(
+        segment,
+        entry,
+        &segment.read_record(entry.offset as u64, entry.len)?,
+    )
 }
 
 fn decode_put_value(segment: &Segment, entry: &IndexEntry, bytes: &[u8]) -> Result<Vec<u8>> {
     match at_index(bytes, segment.seq_low(), entry) {
         AtIndex::Put { value, .. } => Ok(value.to_vec()),
-        AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => {
-            Err(Error::Corrupt { file: segment.path.clone(), offset: entry.offset as u64, reason })
-        }
+        AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => Err(Error::Corrupt {
+            file: segment.path.clone(),
+            offset: entry.offset as u64,
+            reason,
+        }),
     }
 }
-

@@ -28,9 +28,14 @@ impl Durability {
             "none" => Some(Durability::None),
             "periodic" => Some(Durability::Periodic { interval_ms: 100 }),
             _ => {
-                let ms = text.strip_prefix("periodic:").or_else(|| text.strip_prefix("periodic("))?;
+                let ms = text
+                    .strip_prefix("periodic:")
+                    .or_else(|| text.strip_prefix("periodic("))?;
                 let ms = ms.trim_end_matches(')').trim_end_matches("ms");
-                ms.parse().ok().filter(|ms| *ms > 0).map(|interval_ms| Durability::Periodic { interval_ms })
+                ms.parse()
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(|interval_ms| Durability::Periodic { interval_ms })
             }
         }
     }
@@ -100,10 +105,16 @@ impl Options {
             ));
         }
         if !self.segment_bytes.is_multiple_of(4096) {
-            return bad(format!("segment_bytes {} is not a multiple of 4096", self.segment_bytes));
+            return bad(format!(
+                "segment_bytes {} is not a multiple of 4096",
+                self.segment_bytes
+            ));
         }
         if self.index_bytes_max < 1 << 20 {
-            return bad(format!("index_bytes_max {} is below 1 MiB", self.index_bytes_max));
+            return bad(format!(
+                "index_bytes_max {} is below 1 MiB",
+                self.index_bytes_max
+            ));
         }
         if self.maintenance_interval_ms == 0 {
             return bad("maintenance_interval_ms must be > 0".into());

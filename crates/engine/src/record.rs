@@ -31,8 +31,16 @@ const DEPART_FIXED_BYTES: usize = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Body<'a> {
     /// Mapping-table record: the device was first seen at `registered_at_ms` (engine clock).
-    Register { device: &'a str, registered_at_ms: u64 },
-    Put { device: &'a str, sensor: &'a str, ts_ms: i64, value: &'a [u8] },
+    Register {
+        device: &'a str,
+        registered_at_ms: u64,
+    },
+    Put {
+        device: &'a str,
+        sensor: &'a str,
+        ts_ms: i64,
+        value: &'a [u8],
+    },
     /// Mapping-table record: the device left this edge; its data is dropped.
     Depart { device: &'a str },
 }
@@ -40,7 +48,9 @@ pub enum Body<'a> {
 impl Body<'_> {
     pub fn device(&self) -> &str {
         match self {
-            Body::Register { device, .. } | Body::Put { device, .. } | Body::Depart { device } => device,
+            Body::Register { device, .. } | Body::Put { device, .. } | Body::Depart { device } => {
+                device
+            }
         }
     }
 }
@@ -70,7 +80,13 @@ pub fn put_len(device: &str, sensor: &str, value: &[u8]) -> usize {
 
 /// Appends a PUT record whose header is not yet sealed (no sequence, flags or CRC): the
 /// expensive part of encoding, done by the writer outside any lock. Returns the payload's CRC.
-pub fn encode_put_unsealed(out: &mut Vec<u8>, device: &str, sensor: &str, ts_ms: i64, value: &[u8]) -> u32 {
+pub fn encode_put_unsealed(
+    out: &mut Vec<u8>,
+    device: &str,
+    sensor: &str,
+    ts_ms: i64,
+    value: &[u8],
+) -> u32 {
     let payload_len = PUT_FIXED_BYTES + device.len() + sensor.len() + value.len();
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(payload_len as u32).to_le_bytes());
@@ -149,11 +165,15 @@ pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
     let stored_crc = u32_at(header, 0).unwrap_or(0);
     let payload_len = u32_at(header, 4).unwrap_or(0) as usize;
     let Some(payload) = buf.get(HEADER_BYTES..HEADER_BYTES.saturating_add(payload_len)) else {
-        return Decode::Corrupt(format!("payload length {payload_len} runs past the end of the segment"));
+        return Decode::Corrupt(format!(
+            "payload length {payload_len} runs past the end of the segment"
+        ));
     };
     let computed_crc = crc32c::crc32c_append(crc32c::crc32c(payload), &header[4..]);
     if stored_crc != computed_crc {
-        return Decode::Corrupt(format!("checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})"));
+        return Decode::Corrupt(format!(
+            "checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})"
+        ));
     }
     if header[14] != 0 || header[15] != 0 || header[13] & !FLAG_BATCH_END != 0 {
         return Decode::Corrupt("reserved header bits are set".into());
@@ -162,7 +182,11 @@ pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
         Ok(body) => body,
         Err(reason) => return Decode::Corrupt(reason),
     };
-    Decode::Record(Decoded { body, batch_end: header[13] & FLAG_BATCH_END != 0, len: HEADER_BYTES + payload_len })
+    Decode::Record(Decoded {
+        body,
+        batch_end: header[13] & FLAG_BATCH_END != 0,
+        len: HEADER_BYTES + payload_len,
+    })
 }
 
 fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
@@ -179,7 +203,12 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
             let device = str_at(p, PUT_FIXED_BYTES, device_len)?;
             let sensor = str_at(p, PUT_FIXED_BYTES + device_len, sensor_len)?;
             let value = &p[PUT_FIXED_BYTES + device_len + sensor_len..];
-            Body::Put { device, sensor, ts_ms, value }
+            Body::Put {
+                device,
+                sensor,
+                ts_ms,
+                value,
+            }
         }
         KIND_REGISTER => {
             let device_len = u16_at(p, 0).ok_or_else(short)?;
@@ -187,14 +216,19 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
             if REGISTER_FIXED_BYTES + device_len != p.len() {
                 return Err("REGISTER field lengths disagree with the payload length".into());
             }
-            Body::Register { device: str_at(p, REGISTER_FIXED_BYTES, device_len)?, registered_at_ms }
+            Body::Register {
+                device: str_at(p, REGISTER_FIXED_BYTES, device_len)?,
+                registered_at_ms,
+            }
         }
         KIND_DEPART => {
             let device_len = u16_at(p, 0).ok_or_else(short)?;
             if DEPART_FIXED_BYTES + device_len != p.len() {
                 return Err("DEPART field lengths disagree with the payload length".into());
             }
-            Body::Depart { device: str_at(p, DEPART_FIXED_BYTES, device_len)? }
+            Body::Depart {
+                device: str_at(p, DEPART_FIXED_BYTES, device_len)?,
+            }
         }
         other => return Err(format!("unknown record kind {other}")),
     };
@@ -228,8 +262,22 @@ mod tests {
         assert_eq!(
             bodies,
             vec![
-                (Body::Put { device: "car-1", sensor: "speed", ts_ms: -7, value: b"value" }, false),
-                (Body::Register { device: "car-1", registered_at_ms: 1234 }, false),
+                (
+                    Body::Put {
+                        device: "car-1",
+                        sensor: "speed",
+                        ts_ms: -7,
+                        value: b"value"
+                    },
+                    false
+                ),
+                (
+                    Body::Register {
+                        device: "car-1",
+                        registered_at_ms: 1234
+                    },
+                    false
+                ),
                 (Body::Depart { device: "car-1" }, true),
             ]
         );

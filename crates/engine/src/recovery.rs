@@ -38,9 +38,14 @@ fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
     match dir.lower_tier {
         LowerTierKind::RocksDb => Ok(Box::new(RocksLower::open(&dir.lower_dir(), memory_bytes)?)),
         #[cfg(feature = "leveldb")]
-        LowerTierKind::LevelDb => Ok(Box::new(crate::lower::level::LevelLower::open(&dir.lower_dir(), memory_bytes)?)),
+        LowerTierKind::LevelDb => Ok(Box::new(crate::lower::level::LevelLower::open(
+            &dir.lower_dir(),
+            memory_bytes,
+        )?)),
         #[cfg(not(feature = "leveldb"))]
-        LowerTierKind::LevelDb => Err(Error::InvalidOptions("this build has no LevelDB support".into())),
+        LowerTierKind::LevelDb => Err(Error::InvalidOptions(
+            "this build has no LevelDB support".into(),
+        )),
     }
 }
 
@@ -53,7 +58,8 @@ fn list_segments(log_dir: &Path, clean_up: bool) -> Result<Vec<(u64, std::path::
         let name = dirent.file_name();
         let Some(name) = name.to_str() else { continue };
         if clean_up && segment::is_incomplete_segment_name(name) {
-            std::fs::remove_file(dirent.path()).context(|| format!("removing {}", dirent.path().display()))?;
+            std::fs::remove_file(dirent.path())
+                .context(|| format!("removing {}", dirent.path().display()))?;
         } else if let Some(seq) = segment::parse_segment_name(name) {
             found.push((seq, dirent.path()));
         }
@@ -77,7 +83,9 @@ fn mid_log_damage(segment: &Segment, end: &ScanEnd, is_last: bool) -> Option<Err
         return Some(Error::Corrupt {
             file: segment.path.clone(),
             offset,
-            reason: format!("{reason}; valid records follow at offset {valid}, so this is not a torn tail"),
+            reason: format!(
+                "{reason}; valid records follow at offset {valid}, so this is not a torn tail"
+            ),
         });
     }
     (!is_last).then(|| Error::Corrupt {
@@ -105,7 +113,8 @@ impl Inner {
         }
         if segments.is_empty() {
             let zero_fill = options.durability != crate::options::Durability::None;
-            let (segment, written) = Segment::create(&log_dir, 1, options.segment_bytes, zero_fill)?;
+            let (segment, written) =
+                Segment::create(&log_dir, 1, options.segment_bytes, zero_fill)?;
             Counters::add(&counters.log_preallocated_bytes, written);
             segments.push(Arc::new(segment));
         }
@@ -116,7 +125,15 @@ impl Inner {
             log: LogState {
                 segments: segments
                     .iter()
-                    .map(|s| (s.seq, LiveSegment { segment: Arc::clone(s), live_records: 0 }))
+                    .map(|s| {
+                        (
+                            s.seq,
+                            LiveSegment {
+                                segment: Arc::clone(s),
+                                live_records: 0,
+                            },
+                        )
+                    })
                     .collect::<BTreeMap<_, _>>(),
                 active: Arc::clone(&segments[0]),
                 tail: SEGMENT_HEADER_BYTES,
@@ -126,7 +143,10 @@ impl Inner {
                 next_ticket: 0,
                 committed_ticket: 0,
                 leader_active: false,
-                applied_end: LogPosition { segment_seq: segments[0].seq, offset: SEGMENT_HEADER_BYTES },
+                applied_end: LogPosition {
+                    segment_seq: segments[0].seq,
+                    offset: SEGMENT_HEADER_BYTES,
+                },
                 unsynced: BTreeSet::new(),
                 spare_wanted: false,
             },
@@ -143,8 +163,19 @@ impl Inner {
         for segment in &segments {
             let data = segment.read_all()?;
             let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
-                let position = LogPosition { segment_seq: segment.seq, offset };
-                replay(&counters, &mut st, &mut catalog, &mut lower_ops, &decoded.body, position, decoded.len as u32);
+                let position = LogPosition {
+                    segment_seq: segment.seq,
+                    offset,
+                };
+                replay(
+                    &counters,
+                    &mut st,
+                    &mut catalog,
+                    &mut lower_ops,
+                    &decoded.body,
+                    position,
+                    decoded.len as u32,
+                );
                 records += 1;
                 if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
                     lower.write(&lower_ops)?;
@@ -175,13 +206,20 @@ impl Inner {
                 let zeros = vec![0u8; (active.bytes - data_end) as usize];
                 active.write_at(&zeros, data_end)?;
                 active.sync_data()?;
-                Some(format!("{}@{} ({reason} at offset {offset})", active.path.display(), data_end))
+                Some(format!(
+                    "{}@{} ({reason} at offset {offset})",
+                    active.path.display(),
+                    data_end
+                ))
             }
             None => None,
         };
         st.log.active = Arc::clone(&active);
         st.log.tail = data_end;
-        st.log.applied_end = LogPosition { segment_seq: active.seq, offset: data_end };
+        st.log.applied_end = LogPosition {
+            segment_seq: active.seq,
+            offset: data_end,
+        };
 
         // Empty segments after the end of the log were made ahead of need: they are the spares.
         let mut ready = VecDeque::new();
@@ -194,8 +232,14 @@ impl Inner {
         }
 
         // Replayed departures freed space in an earlier session, not this one.
-        counters.reclaimed_bytes_without_write.store(0, std::sync::atomic::Ordering::Relaxed);
-        let recovery = Recovery { ms: started.elapsed().as_millis() as u64, records, cut };
+        counters
+            .reclaimed_bytes_without_write
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        let recovery = Recovery {
+            ms: started.elapsed().as_millis() as u64,
+            records,
+            cut,
+        };
         Ok(Inner {
             spares: Spares::new(ready, next_seq),
             dir,
@@ -224,8 +268,10 @@ fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result
     let mut catalog: Catalog = HashMap::new();
     let mut registered_at: HashMap<u64, u64> = HashMap::new();
     let mut bad = None;
-    lower.scan(&[key::DEVICE_TAG], &[key::DEVICE_TAG + 1], &mut |k, v| {
-        match (key::parse_device_key(k), key::decode_device_value(v)) {
+    lower.scan(
+        &[key::DEVICE_TAG],
+        &[key::DEVICE_TAG + 1],
+        &mut |k, v| match (key::parse_device_key(k), key::decode_device_value(v)) {
             (Some(lower_id), Some((at, name))) => {
                 catalog.entry(name.to_owned()).or_default().push(lower_id);
                 registered_at.insert(lower_id, at);
@@ -236,10 +282,12 @@ fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result
                 bad = Some(k.to_vec());
                 false
             }
-        }
-    })?;
+        },
+    )?;
     if let Some(k) = bad {
-        return Err(Error::Lower(format!("malformed device record {k:?} in the lower tier")));
+        return Err(Error::Lower(format!(
+            "malformed device record {k:?} in the lower tier"
+        )));
     }
     for (name, ids) in &catalog {
         let newest = *ids.last().expect("catalog entries are non-empty");
@@ -261,7 +309,10 @@ fn replay(
     len: u32,
 ) {
     let id = match *body {
-        Body::Register { device, registered_at_ms } => match st.map.id(device) {
+        Body::Register {
+            device,
+            registered_at_ms,
+        } => match st.map.id(device) {
             Some(_) => return, // settled already (its device record is in the lower tier)
             None => st.map.register(device, Tier::Upper, registered_at_ms),
         },
@@ -332,7 +383,10 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             if let Some(error) = mid_log_damage(segment, end, i == last) {
                 report.problems.push(error.to_string());
             } else if let Some((offset, reason)) = &end.damage {
-                report.torn_tail = Some(format!("{} at offset {offset}: {reason}", segment.path.display()));
+                report.torn_tail = Some(format!(
+                    "{} at offset {offset}: {reason}",
+                    segment.path.display()
+                ));
             }
         }
     }

@@ -91,42 +91,74 @@ impl Segment {
             .truncate(true)
             .open(&tmp)
             .context(|| format!("creating segment {}", tmp.display()))?;
-        file.write_all_at(&encode_header(seq, bytes), 0).context(|| format!("writing {}", tmp.display()))?;
+        file.write_all_at(&encode_header(seq, bytes), 0)
+            .context(|| format!("writing {}", tmp.display()))?;
         let mut written = SEGMENT_HEADER_BYTES;
         if zero_fill {
             // In 1 MiB writes: the blocks get allocated and written now, not during a commit.
             let zeros = vec![0u8; 1 << 20];
             while written < bytes {
                 let n = zeros.len().min((bytes - written) as usize);
-                file.write_all_at(&zeros[..n], written).context(|| format!("zero-filling {}", tmp.display()))?;
+                file.write_all_at(&zeros[..n], written)
+                    .context(|| format!("zero-filling {}", tmp.display()))?;
                 written += n as u64;
             }
         } else {
             // SAFETY: fallocate(2) on an fd we own; mode 0 allocates and extends the file.
-            let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, bytes as libc::off_t) };
+            let rc = unsafe {
+                libc::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    0,
+                    0,
+                    bytes as libc::off_t,
+                )
+            };
             if rc != 0 {
-                return Err(std::io::Error::last_os_error()).context(|| format!("fallocate {}", tmp.display()));
+                return Err(std::io::Error::last_os_error())
+                    .context(|| format!("fallocate {}", tmp.display()));
             }
         }
-        file.sync_all().context(|| format!("syncing {}", tmp.display()))?;
+        file.sync_all()
+            .context(|| format!("syncing {}", tmp.display()))?;
         fs::rename(&tmp, &path).context(|| format!("renaming {} into place", tmp.display()))?;
         sync_dir(dir)?;
-        Ok((Segment { seq, path, bytes, file }, written))
+        Ok((
+            Segment {
+                seq,
+                path,
+                bytes,
+                file,
+            },
+            written,
+        ))
     }
 
     /// Gives a retired segment (`file`, now named `from`) a new life under a new sequence
     /// number. Its old records stay in place but carry the old sequence, so they read as "end
     /// of data". Crash-safe: the file passes through a `.seg.recycling` name that open() deletes.
-    pub fn recycle(file: File, from: &Path, bytes: u64, dir: &Path, new_seq: u64) -> Result<Segment> {
+    pub fn recycle(
+        file: File,
+        from: &Path,
+        bytes: u64,
+        dir: &Path,
+        new_seq: u64,
+    ) -> Result<Segment> {
         let path = segment_path(dir, new_seq);
         let transit = path.with_extension("seg.recycling");
         fs::rename(from, &transit).context(|| format!("renaming {} for reuse", from.display()))?;
         file.write_all_at(&encode_header(new_seq, bytes), 0)
             .context(|| format!("writing header of {}", transit.display()))?;
-        file.sync_data().context(|| format!("syncing {}", transit.display()))?;
-        fs::rename(&transit, &path).context(|| format!("renaming {} into place", transit.display()))?;
+        file.sync_data()
+            .context(|| format!("syncing {}", transit.display()))?;
+        fs::rename(&transit, &path)
+            .context(|| format!("renaming {} into place", transit.display()))?;
         sync_dir(dir)?;
-        Ok(Segment { seq: new_seq, path, bytes, file })
+        Ok(Segment {
+            seq: new_seq,
+            path,
+            bytes,
+            file,
+        })
     }
 
     /// Moves a segment out of the log (to `.seg.retired`) and returns a handle for recycling.
@@ -134,7 +166,10 @@ impl Segment {
     pub fn retire(&self) -> Result<(File, PathBuf)> {
         let retired = self.path.with_extension("seg.retired");
         fs::rename(&self.path, &retired).context(|| format!("retiring {}", self.path.display()))?;
-        let file = self.file.try_clone().context(|| format!("reopening {}", retired.display()))?;
+        let file = self
+            .file
+            .try_clone()
+            .context(|| format!("reopening {}", retired.display()))?;
         Ok((file, retired))
     }
 
@@ -145,50 +180,88 @@ impl Segment {
             .write(true)
             .open(path)
             .context(|| format!("opening segment {}", path.display()))?;
-        let len = file.metadata().context(|| format!("stat {}", path.display()))?.len();
-        let corrupt = |offset: u64, reason: String| Error::Corrupt { file: path.to_path_buf(), offset, reason };
+        let len = file
+            .metadata()
+            .context(|| format!("stat {}", path.display()))?
+            .len();
+        let corrupt = |offset: u64, reason: String| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset,
+            reason,
+        };
         let mut header = [0u8; 36];
         if len < SEGMENT_HEADER_BYTES {
-            return Err(corrupt(0, format!("file is {len} bytes, shorter than the segment header")));
+            return Err(corrupt(
+                0,
+                format!("file is {len} bytes, shorter than the segment header"),
+            ));
         }
-        file.read_exact_at(&mut header, 0).context(|| format!("reading {}", path.display()))?;
+        file.read_exact_at(&mut header, 0)
+            .context(|| format!("reading {}", path.display()))?;
         if &header[0..8] != MAGIC {
             return Err(corrupt(0, "bad magic: not a roamkv log segment".into()));
         }
         let stored_crc = u32::from_le_bytes([header[32], header[33], header[34], header[35]]);
         let computed_crc = crc32c::crc32c(&header[..HEADER_FIELDS_BYTES]);
         if stored_crc != computed_crc {
-            return Err(corrupt(32, format!("header checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})")));
+            return Err(corrupt(
+                32,
+                format!(
+                    "header checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})"
+                ),
+            ));
         }
         let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
         if version != FORMAT_VERSION {
-            return Err(corrupt(8, format!("segment format version {version}, this build reads {FORMAT_VERSION}")));
+            return Err(corrupt(
+                8,
+                format!("segment format version {version}, this build reads {FORMAT_VERSION}"),
+            ));
         }
         let seq = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
         let bytes = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
         if seq != expected_seq {
-            return Err(corrupt(16, format!("header says segment {seq}, file name says {expected_seq}")));
+            return Err(corrupt(
+                16,
+                format!("header says segment {seq}, file name says {expected_seq}"),
+            ));
         }
         if bytes != len {
-            return Err(corrupt(24, format!("header says {bytes} bytes, file has {len}")));
+            return Err(corrupt(
+                24,
+                format!("header says {bytes} bytes, file has {len}"),
+            ));
         }
-        Ok(Segment { seq, path: path.to_path_buf(), bytes, file })
+        Ok(Segment {
+            seq,
+            path: path.to_path_buf(),
+            bytes,
+            file,
+        })
     }
 
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
         debug_assert!(offset >= SEGMENT_HEADER_BYTES && offset + bytes.len() as u64 <= self.bytes);
-        self.file.write_all_at(bytes, offset).context(|| format!("writing {} at {offset}", self.path.display()))
+        self.file
+            .write_all_at(bytes, offset)
+            .context(|| format!("writing {} at {offset}", self.path.display()))
     }
 
     pub fn sync_data(&self) -> Result<()> {
-        self.file.sync_data().context(|| format!("fdatasync {}", self.path.display()))
+        self.file
+            .sync_data()
+            .context(|| format!("fdatasync {}", self.path.display()))
     }
 
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, offset)
-            .context(|| format!("reading {} bytes of {} at {offset}", len, self.path.display()))?;
+        self.file.read_exact_at(&mut buf, offset).context(|| {
+            format!(
+                "reading {} bytes of {} at {offset}",
+                len,
+                self.path.display()
+            )
+        })?;
         Ok(buf)
     }
 
@@ -204,7 +277,9 @@ impl Segment {
 }
 
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("syncing directory {}", dir.display()))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .context(|| format!("syncing directory {}", dir.display()))
 }
 
 /// How a segment scan ended.
@@ -242,7 +317,12 @@ pub fn scan(
                 }
             }
             Decode::End if batch.is_empty() => break None,
-            Decode::End => break Some((batch_start as u64, "batch cut short (no end-of-batch record)".to_string())),
+            Decode::End => {
+                break Some((
+                    batch_start as u64,
+                    "batch cut short (no end-of-batch record)".to_string(),
+                ));
+            }
             Decode::Corrupt(reason) => break Some((at as u64, reason)),
         }
     };
@@ -251,10 +331,17 @@ pub fn scan(
     // An "end of data" with valid records after it is a damaged header (e.g. its sequence
     // field), not the end: report it, or everything after it would be dropped silently.
     let damage = match (stop, valid_record_after) {
-        (None, Some(_)) => Some((at as u64, "record header is unreadable (zeroed or not of this segment)".to_string())),
+        (None, Some(_)) => Some((
+            at as u64,
+            "record header is unreadable (zeroed or not of this segment)".to_string(),
+        )),
         (stop, _) => stop,
     };
-    Ok(ScanEnd { data_end: batch_start as u64, valid_record_after, damage })
+    Ok(ScanEnd {
+        data_end: batch_start as u64,
+        valid_record_after,
+        damage,
+    })
 }
 
 /// The first offset >= `from` holding a valid record of this segment. Candidates are found by
@@ -291,8 +378,14 @@ mod tests {
         let (seg, written) = Segment::create(dir.path(), 1, 1 << 20, true)?;
         assert_eq!(written, 1 << 20);
         let (sparse, reserved_only) = Segment::create(dir.path(), 2, 1 << 20, false)?;
-        assert_eq!((reserved_only, sparse.bytes), (SEGMENT_HEADER_BYTES, 1 << 20));
-        assert_eq!(std::fs::metadata(&sparse.path).map(|m| m.len()).ok(), Some(1 << 20));
+        assert_eq!(
+            (reserved_only, sparse.bytes),
+            (SEGMENT_HEADER_BYTES, 1 << 20)
+        );
+        assert_eq!(
+            std::fs::metadata(&sparse.path).map(|m| m.len()).ok(),
+            Some(1 << 20)
+        );
         let (file, retired) = seg.retire()?;
         let recycled = Segment::recycle(file, &retired, 1 << 20, dir.path(), 7)?;
         assert!(!segment_path(dir.path(), 1).exists());

@@ -45,7 +45,14 @@ pub(crate) struct Spares {
 impl Spares {
     pub fn new(ready: VecDeque<Segment>, next_seq: u64) -> Spares {
         Spares {
-            state: Mutex::new(SpareState { ready, retired: Vec::new(), next_seq, wanted: false, shutdown: false, error: None }),
+            state: Mutex::new(SpareState {
+                ready,
+                retired: Vec::new(),
+                next_seq,
+                wanted: false,
+                shutdown: false,
+                error: None,
+            }),
             changed: Condvar::new(),
         }
     }
@@ -60,7 +67,9 @@ impl Spares {
                 return Ok(segment);
             }
             if let Some(e) = &st.error {
-                return Err(Error::Poisoned(format!("preparing a log segment failed: {e}")));
+                return Err(Error::Poisoned(format!(
+                    "preparing a log segment failed: {e}"
+                )));
             }
             if st.shutdown {
                 return Err(Error::Poisoned("the engine is shutting down".into()));
@@ -138,8 +147,12 @@ impl Inner {
                 Ok(segment)
             }
             None => {
-                let (segment, written) =
-                    Segment::create(log_dir, seq, self.options.segment_bytes, self.zero_fill_segments())?;
+                let (segment, written) = Segment::create(
+                    log_dir,
+                    seq,
+                    self.options.segment_bytes,
+                    self.zero_fill_segments(),
+                )?;
                 Counters::add(&self.counters.log_preallocated_bytes, written);
                 Ok(segment)
             }

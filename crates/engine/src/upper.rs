@@ -23,7 +23,10 @@ pub struct IndexEntry {
 
 impl IndexEntry {
     pub fn position(&self) -> LogPosition {
-        LogPosition { segment_seq: self.segment_seq, offset: self.offset as u64 }
+        LogPosition {
+            segment_seq: self.segment_seq,
+            offset: self.offset as u64,
+        }
     }
 }
 
@@ -51,7 +54,11 @@ impl DeviceIndex {
     pub fn hold_segment(&mut self, segment_seq: u64) {
         match self.segment_records.last_mut() {
             Some((seq, n)) if *seq == segment_seq => *n += 1,
-            _ => match self.segment_records.iter_mut().find(|(seq, _)| *seq == segment_seq) {
+            _ => match self
+                .segment_records
+                .iter_mut()
+                .find(|(seq, _)| *seq == segment_seq)
+            {
                 Some((_, n)) => *n += 1,
                 None => self.segment_records.push((segment_seq, 1)),
             },
@@ -80,14 +87,18 @@ impl DeviceIndex {
                 Err(i) => entries.insert(i, entry),
             },
         }
-        self.index_bytes += ((entries.capacity() - capacity_before) * size_of::<IndexEntry>()) as u64;
+        self.index_bytes +=
+            ((entries.capacity() - capacity_before) * size_of::<IndexEntry>()) as u64;
         self.records += 1;
         self.record_bytes += entry.len as u64;
     }
 
     pub fn get(&self, sensor: &str, ts_ms: i64) -> Option<IndexEntry> {
         let entries = self.sensors.get(sensor)?;
-        entries.binary_search_by_key(&ts_ms, |e| e.ts_ms).ok().map(|i| entries[i])
+        entries
+            .binary_search_by_key(&ts_ms, |e| e.ts_ms)
+            .ok()
+            .map(|i| entries[i])
     }
 
     /// Entries with from <= ts < to, of one sensor or all, in (sensor, ts) order.
@@ -110,7 +121,9 @@ impl DeviceIndex {
 
     /// Every entry, in (sensor, ts) order.
     pub fn all(&self) -> impl Iterator<Item = (&str, IndexEntry)> {
-        self.sensors.iter().flat_map(|(name, entries)| entries.iter().map(move |e| (&**name, *e)))
+        self.sensors
+            .iter()
+            .flat_map(|(name, entries)| entries.iter().map(move |e| (&**name, *e)))
     }
 
     /// Bytes this index holds in memory (measured from capacities, plus per-sensor bookkeeping).
@@ -120,7 +133,13 @@ impl DeviceIndex {
 }
 
 /// Appends the entries of one sensor with from <= ts < to.
-fn push_window<'a>(out: &mut Vec<(&'a str, IndexEntry)>, name: &'a str, entries: &'a [IndexEntry], from_ms: i64, to_ms: i64) {
+fn push_window<'a>(
+    out: &mut Vec<(&'a str, IndexEntry)>,
+    name: &'a str,
+    entries: &'a [IndexEntry],
+    from_ms: i64,
+    to_ms: i64,
+) {
     let start = entries.partition_point(|e| e.ts_ms < from_ms);
     let end = entries.partition_point(|e| e.ts_ms < to_ms).max(start);
     out.extend(entries[start..end].iter().map(|e| (name, *e)));
@@ -131,7 +150,12 @@ mod tests {
     use super::*;
 
     fn entry(ts_ms: i64, offset: u32) -> IndexEntry {
-        IndexEntry { ts_ms, segment_seq: 1, offset, len: 100 }
+        IndexEntry {
+            ts_ms,
+            segment_seq: 1,
+            offset,
+            len: 100,
+        }
     }
 
     #[test]
@@ -146,8 +170,15 @@ mod tests {
         assert_eq!(index.record_bytes, 400);
         assert_eq!(index.get("speed", 20).map(|e| e.offset), Some(4));
         let all: Vec<(&str, i64)> = index.all().map(|(s, e)| (s, e.ts_ms)).collect();
-        assert_eq!(all, vec![("alt", 5), ("speed", 10), ("speed", 20), ("speed", 30)]);
-        let range: Vec<i64> = index.range(Some("speed"), 15, 30).iter().map(|(_, e)| e.ts_ms).collect();
+        assert_eq!(
+            all,
+            vec![("alt", 5), ("speed", 10), ("speed", 20), ("speed", 30)]
+        );
+        let range: Vec<i64> = index
+            .range(Some("speed"), 15, 30)
+            .iter()
+            .map(|(_, e)| e.ts_ms)
+            .collect();
         assert_eq!(range, vec![20]);
         assert_eq!(index.range(None, 0, 100).len(), 4);
         assert!(index.range(Some("nope"), 0, 100).is_empty());
@@ -160,6 +191,9 @@ mod tests {
             index.insert("s", entry(ts, 0));
         }
         let per_record = index.index_bytes() as f64 / 10_000.0;
-        assert!((24.0..=50.0).contains(&per_record), "{per_record} bytes per record");
+        assert!(
+            (24.0..=50.0).contains(&per_record),
+            "{per_record} bytes per record"
+        );
     }
 }

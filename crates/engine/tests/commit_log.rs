@@ -21,7 +21,9 @@ fn concurrent_writers_share_fdatasyncs() {
             s.spawn(move || {
                 let device = format!("car-{w}");
                 for ts in 0..per_writer {
-                    engine.put(&device, "speed", ts, b"0123456789").expect("put");
+                    engine
+                        .put(&device, "speed", ts, b"0123456789")
+                        .expect("put");
                 }
             });
         }
@@ -30,9 +32,15 @@ fn concurrent_writers_share_fdatasyncs() {
     assert_eq!(s.user_records, writers * per_writer as u64);
     // Every acknowledged put was covered by an fdatasync, and groups formed: fewer syncs than puts.
     assert!(s.fdatasyncs >= s.group_commits, "{s:?}");
-    assert!(s.group_commits < s.user_records, "no group was ever formed: {s:?}");
+    assert!(
+        s.group_commits < s.user_records,
+        "no group was ever formed: {s:?}"
+    );
     for w in 0..writers {
-        let n = engine.scan(&format!("car-{w}"), None, i64::MIN, i64::MAX).expect("scan").len();
+        let n = engine
+            .scan(&format!("car-{w}"), None, i64::MIN, i64::MAX)
+            .expect("scan")
+            .len();
         assert_eq!(n, per_writer as usize);
     }
 }
@@ -56,16 +64,27 @@ fn segments_rotate_retire_and_are_recycled() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let s = engine.stats();
-    assert!(s.live_segments <= 3, "departed devices' segments were not retired: {s:?}");
-    assert!(s.segments_recycled >= 2, "retired segments were not reused: {s:?}");
+    assert!(
+        s.live_segments <= 3,
+        "departed devices' segments were not retired: {s:?}"
+    );
+    assert!(
+        s.segments_recycled >= 2,
+        "retired segments were not reused: {s:?}"
+    );
     assert_eq!(s.lower_bytes_written, 0);
-    let on_disk = std::fs::read_dir(dir.path().join("log")).expect("ls").count();
+    let on_disk = std::fs::read_dir(dir.path().join("log"))
+        .expect("ls")
+        .count();
     assert!(on_disk <= 6, "{on_disk} segment files left on disk");
 
     engine.put("last", "cam", 1, b"x").expect("put");
     drop(engine);
     let engine = open(dir.path(), &clock);
-    assert_eq!(engine.get("last", "cam", 1).expect("get"), Some(b"x".to_vec()));
+    assert_eq!(
+        engine.get("last", "cam", 1).expect("get"),
+        Some(b"x".to_vec())
+    );
     assert_eq!(engine.stats().upper.devices, 1);
 }
 
@@ -84,7 +103,10 @@ fn a_segment_is_not_retired_while_a_present_device_holds_it() {
     assert!(engine.stats().live_segments >= 2);
     drop(engine);
     let engine = open(dir.path(), &clock);
-    assert_eq!(engine.get("stayer", "s", 0).expect("get"), Some(b"first".to_vec()));
+    assert_eq!(
+        engine.get("stayer", "s", 0).expect("get"),
+        Some(b"first".to_vec())
+    );
     assert!(engine.get("visitor", "cam", 5).expect("get").is_none());
     // Once the stayer settles, the old segments can go.
     clock.advance_ms(MANAGEMENT_MS);
@@ -92,29 +114,50 @@ fn a_segment_is_not_retired_while_a_present_device_holds_it() {
     engine.put("x", "s", 0, b"y").expect("put"); // move the applied end on
     engine.maintain().expect("maintain");
     assert!(engine.stats().live_segments <= 2, "{:?}", engine.stats());
-    assert_eq!(engine.get("stayer", "s", 0).expect("get"), Some(b"first".to_vec()));
+    assert_eq!(
+        engine.get("stayer", "s", 0).expect("get"),
+        Some(b"first".to_vec())
+    );
 }
 
 #[test]
 fn every_durability_mode_keeps_acknowledged_writes_across_a_clean_restart() {
-    for durability in [Durability::Sync, Durability::Periodic { interval_ms: 5 }, Durability::None] {
+    for durability in [
+        Durability::Sync,
+        Durability::Periodic { interval_ms: 5 },
+        Durability::None,
+    ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = clock();
-        let opts = Options { durability, ..options(&clock) };
+        let opts = Options {
+            durability,
+            ..options(&clock)
+        };
         let engine = Engine::open(dir.path(), opts.clone()).expect("open");
         for ts in 0..300 {
-            engine.put("car", "speed", ts, &value("car", "speed", ts, 300)).expect("put");
+            engine
+                .put("car", "speed", ts, &value("car", "speed", ts, 300))
+                .expect("put");
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
         let s = engine.stats();
         match durability {
             Durability::Sync => assert!(s.fdatasyncs >= s.group_commits),
-            Durability::Periodic { .. } => assert!(s.fdatasyncs >= 1, "the periodic flusher never ran"),
+            Durability::Periodic { .. } => {
+                assert!(s.fdatasyncs >= 1, "the periodic flusher never ran")
+            }
             Durability::None => assert_eq!(s.fdatasyncs, 0),
         }
         engine.close().expect("close");
         let engine = Engine::open(dir.path(), opts).expect("reopen");
-        assert_eq!(engine.scan("car", None, i64::MIN, i64::MAX).expect("scan").len(), 300, "{durability:?}");
+        assert_eq!(
+            engine
+                .scan("car", None, i64::MIN, i64::MAX)
+                .expect("scan")
+                .len(),
+            300,
+            "{durability:?}"
+        );
     }
 }
 
@@ -123,25 +166,57 @@ fn the_index_memory_cap_migrates_the_oldest_devices_early() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = clock();
     let cap = 1 << 20;
-    let engine =
-        Engine::open(dir.path(), Options { index_bytes_max: cap, segment_bytes: 8 << 20, ..options(&clock) })
-            .expect("open");
+    let engine = Engine::open(
+        dir.path(),
+        Options {
+            index_bytes_max: cap,
+            segment_bytes: 8 << 20,
+            ..options(&clock)
+        },
+    )
+    .expect("open");
     // ~24 bytes per record: 100 devices x 1000 readings is ~2.4 MiB of index, over the cap.
     for device in 0..100 {
         let name = format!("sensor-box-{device}");
         let batch: Vec<(i64, Vec<u8>)> = (0..1000).map(|ts| (ts, Vec::new())).collect();
-        let records: Vec<Record<'_>> =
-            batch.iter().map(|(ts, v)| Record { device: &name, sensor: "t", ts_ms: *ts, value: v }).collect();
+        let records: Vec<Record<'_>> = batch
+            .iter()
+            .map(|(ts, v)| Record {
+                device: &name,
+                sensor: "t",
+                ts_ms: *ts,
+                value: v,
+            })
+            .collect();
         engine.put_batch(&records).expect("put");
         clock.advance_ms(1);
-        assert!(engine.stats().index_bytes <= cap + 64 * 1024, "index grew past its cap: {:?}", engine.stats());
+        assert!(
+            engine.stats().index_bytes <= cap + 64 * 1024,
+            "index grew past its cap: {:?}",
+            engine.stats()
+        );
     }
     let s = engine.stats();
     assert!(s.migrations > 0 && s.lower.devices > 0, "{s:?}");
-    assert!(s.upper.devices > 0, "the newest devices should still be in the upper tier");
+    assert!(
+        s.upper.devices > 0,
+        "the newest devices should still be in the upper tier"
+    );
     let per_record = s.index_bytes as f64 / s.upper.records as f64;
     assert!(per_record < 40.0, "{per_record} index bytes per record");
     // The oldest devices went first, and everything is still readable.
-    assert_eq!(engine.scan("sensor-box-0", None, i64::MIN, i64::MAX).expect("scan").len(), 1000);
-    assert_eq!(engine.scan("sensor-box-99", None, i64::MIN, i64::MAX).expect("scan").len(), 1000);
+    assert_eq!(
+        engine
+            .scan("sensor-box-0", None, i64::MIN, i64::MAX)
+            .expect("scan")
+            .len(),
+        1000
+    );
+    assert_eq!(
+        engine
+            .scan("sensor-box-99", None, i64::MIN, i64::MAX)
+            .expect("scan")
+            .len(),
+        1000
+    );
 }

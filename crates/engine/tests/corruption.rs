@@ -26,14 +26,20 @@ fn populated(n: i64) -> tempfile::TempDir {
     let clock = clock();
     let engine = open(dir.path(), &clock);
     for ts in 0..n {
-        engine.put("car", "speed", ts, &value("car", "speed", ts, 100)).expect("put");
+        engine
+            .put("car", "speed", ts, &value("car", "speed", ts, 100))
+            .expect("put");
     }
     drop(engine);
     dir
 }
 
 fn flip(path: &Path, offset: u64) {
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).expect("open");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
     let mut byte = [0u8];
     file.read_exact_at(&mut byte, offset).expect("read");
     byte[0] ^= 0x40;
@@ -47,9 +53,16 @@ fn a_flipped_byte_in_the_middle_of_the_log_names_file_and_offset() {
     let offset = SEGMENT_HEADER_BYTES + 1000;
     flip(segment, offset);
     match Engine::open(dir.path(), options(&clock())) {
-        Err(Error::Corrupt { file, offset: at, reason }) => {
+        Err(Error::Corrupt {
+            file,
+            offset: at,
+            reason,
+        }) => {
             assert_eq!(&file, segment);
-            assert!(at <= offset && offset - at < 200, "reported offset {at}, flipped {offset}");
+            assert!(
+                at <= offset && offset - at < 200,
+                "reported offset {at}, flipped {offset}"
+            );
             assert!(reason.contains("valid records follow"), "{reason}");
         }
         other => panic!("expected Corrupt, got {:?}", other.map(|_| ())),
@@ -65,12 +78,18 @@ fn a_torn_tail_is_cut_and_the_rest_survives() {
     // Find the end of the data: the last record is the 50th; tear it by zeroing its second half.
     let data = std::fs::read(segment).expect("read");
     let end = data.iter().rposition(|&b| b != 0).expect("data") as u64 + 1;
-    let file = std::fs::OpenOptions::new().write(true).open(segment).expect("open");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .expect("open");
     file.write_all_at(&[0u8; 60], end - 60).expect("tear");
     drop(file);
 
     let report = roamkv_engine::check(dir.path()).expect("check");
-    assert!(report.problems.is_empty() && report.torn_tail.is_some(), "{report:?}");
+    assert!(
+        report.problems.is_empty() && report.torn_tail.is_some(),
+        "{report:?}"
+    );
 
     let engine = Engine::open(dir.path(), options(&clock())).expect("a torn tail is not an error");
     let stats = engine.stats();
@@ -81,7 +100,13 @@ fn a_torn_tail_is_cut_and_the_rest_survives() {
     engine.put("car", "speed", 999, b"after").expect("put");
     drop(engine);
     let engine = Engine::open(dir.path(), options(&clock())).expect("reopen");
-    assert_eq!(engine.scan("car", None, i64::MIN, i64::MAX).expect("scan").len(), 50);
+    assert_eq!(
+        engine
+            .scan("car", None, i64::MIN, i64::MAX)
+            .expect("scan")
+            .len(),
+        50
+    );
     assert!(engine.stats().recovery_cut.is_none());
 }
 
@@ -89,14 +114,25 @@ fn a_torn_tail_is_cut_and_the_rest_survives() {
 fn a_truncated_segment_file_is_an_error_not_a_panic() {
     let dir = populated(20);
     let segment = &segments(dir.path())[0];
-    let file = std::fs::OpenOptions::new().write(true).open(segment).expect("open");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .expect("open");
     file.set_len(10_000).expect("truncate");
     match Engine::open(dir.path(), options(&clock())) {
-        Err(Error::Corrupt { file, offset: 24, .. }) => assert_eq!(&file, segment),
-        other => panic!("expected Corrupt at the size field, got {:?}", other.map(|_| ())),
+        Err(Error::Corrupt {
+            file, offset: 24, ..
+        }) => assert_eq!(&file, segment),
+        other => panic!(
+            "expected Corrupt at the size field, got {:?}",
+            other.map(|_| ())
+        ),
     }
     file.set_len(100).expect("truncate");
-    assert!(matches!(Engine::open(dir.path(), options(&clock())), Err(Error::Corrupt { offset: 0, .. })));
+    assert!(matches!(
+        Engine::open(dir.path(), options(&clock())),
+        Err(Error::Corrupt { offset: 0, .. })
+    ));
 }
 
 #[test]
@@ -114,11 +150,18 @@ fn every_single_byte_flip_of_the_log_is_detected_or_harmless() {
         flip(&segment, offset);
         match Engine::open(dir.path(), options(&clock())) {
             Ok(engine) => {
-                let n = engine.scan("car", None, i64::MIN, i64::MAX).expect("scan").len();
+                let n = engine
+                    .scan("car", None, i64::MIN, i64::MAX)
+                    .expect("scan")
+                    .len();
                 // Accepted only as a torn tail: the damaged record was the last one.
                 assert!(n >= 5, "flip at {offset} silently lost {} records", 6 - n);
                 for r in engine.scan("car", None, i64::MIN, i64::MAX).expect("scan") {
-                    assert_eq!(r.value, value("car", "speed", r.ts_ms, 100), "flip at {offset} changed a value");
+                    assert_eq!(
+                        r.value,
+                        value("car", "speed", r.ts_ms, 100),
+                        "flip at {offset} changed a value"
+                    );
                 }
             }
             Err(Error::Corrupt { .. }) => {}

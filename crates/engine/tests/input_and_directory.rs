@@ -3,7 +3,9 @@
 mod common;
 
 use common::*;
-use roamkv_engine::limits::{BATCH_RECORDS_MAX, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
+use roamkv_engine::limits::{
+    BATCH_RECORDS_MAX, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX,
+};
 use roamkv_engine::{Engine, Error, Options, Record};
 
 #[test]
@@ -29,17 +31,41 @@ fn bad_records_are_refused_and_change_nothing() {
     for (device, sensor, value) in cases {
         // The bad record rides in a batch with a good one: the whole batch is refused.
         let batch = [
-            Record { device: "good", sensor: "x", ts_ms: 5, value: b"v" },
-            Record { device, sensor, ts_ms: 2, value },
+            Record {
+                device: "good",
+                sensor: "x",
+                ts_ms: 5,
+                value: b"v",
+            },
+            Record {
+                device,
+                sensor,
+                ts_ms: 2,
+                value,
+            },
         ];
         let err = engine.put_batch(&batch).expect_err("must be refused");
         assert!(err.is_invalid_input(), "{err}");
     }
-    let ok: Vec<Record<'_>> =
-        (0..=BATCH_RECORDS_MAX).map(|_| Record { device: "car", sensor: "s", ts_ms: 3, value: b"" }).collect();
-    assert!(matches!(engine.put_batch(&ok), Err(Error::BatchTooLarge { .. })));
+    let ok: Vec<Record<'_>> = (0..=BATCH_RECORDS_MAX)
+        .map(|_| Record {
+            device: "car",
+            sensor: "s",
+            ts_ms: 3,
+            value: b"",
+        })
+        .collect();
+    assert!(matches!(
+        engine.put_batch(&ok),
+        Err(Error::BatchTooLarge { .. })
+    ));
 
-    assert!(engine.get("", "speed", 1).expect_err("empty id").is_invalid_input());
+    assert!(
+        engine
+            .get("", "speed", 1)
+            .expect_err("empty id")
+            .is_invalid_input()
+    );
     assert!(engine.depart("").expect_err("empty id").is_invalid_input());
 
     let after = engine.stats();
@@ -55,9 +81,18 @@ fn a_batch_larger_than_a_segment_is_refused() {
     let clock = clock();
     let engine = open(dir.path(), &clock); // 1 MiB segments
     let value = vec![7u8; 200 * 1024];
-    let batch: Vec<Record<'_>> =
-        (0..6).map(|ts| Record { device: "car", sensor: "cam", ts_ms: ts, value: &value }).collect();
-    assert!(matches!(engine.put_batch(&batch), Err(Error::BatchTooLarge { .. })));
+    let batch: Vec<Record<'_>> = (0..6)
+        .map(|ts| Record {
+            device: "car",
+            sensor: "cam",
+            ts_ms: ts,
+            value: &value,
+        })
+        .collect();
+    assert!(matches!(
+        engine.put_batch(&batch),
+        Err(Error::BatchTooLarge { .. })
+    ));
     engine.put_batch(&batch[..4]).expect("a batch that fits");
 }
 
@@ -83,11 +118,17 @@ fn a_directory_that_is_not_roamkvs_is_refused_untouched() {
         Err(Error::NotADataDirectory { .. }) => {}
         other => panic!("expected NotADataDirectory, got {:?}", other.map(|_| ())),
     }
-    let names: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("precious.txt")]);
 
     std::fs::write(dir.path().join("ROAMKV"), b"something else\n").expect("write");
-    assert!(matches!(Engine::open(dir.path(), options(&clock)), Err(Error::NotADataDirectory { .. })));
+    assert!(matches!(
+        Engine::open(dir.path(), options(&clock)),
+        Err(Error::NotADataDirectory { .. })
+    ));
 }
 
 #[test]
@@ -95,10 +136,22 @@ fn invalid_options_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = clock();
     for options in [
-        Options { segment_bytes: 4096, ..options(&clock) },
-        Options { segment_bytes: (1 << 20) + 1, ..options(&clock) },
-        Options { index_bytes_max: 10, ..options(&clock) },
+        Options {
+            segment_bytes: 4096,
+            ..options(&clock)
+        },
+        Options {
+            segment_bytes: (1 << 20) + 1,
+            ..options(&clock)
+        },
+        Options {
+            index_bytes_max: 10,
+            ..options(&clock)
+        },
     ] {
-        assert!(matches!(Engine::open(dir.path(), options), Err(Error::InvalidOptions(_))));
+        assert!(matches!(
+            Engine::open(dir.path(), options),
+            Err(Error::InvalidOptions(_))
+        ));
     }
 }

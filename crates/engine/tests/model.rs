@@ -15,10 +15,18 @@ type Model = BTreeMap<(String, String, i64), Vec<u8>>;
 const DEVICES: [&str; 6] = ["car-1", "car-2", "drone-a", "drone-b", "phone-x", "phone-y"];
 const SENSORS: [&str; 3] = ["alt", "speed", "temp"];
 
-fn model_scan(model: &Model, device: &str, sensor: Option<&str>, from: i64, to: i64) -> Vec<(String, i64, Vec<u8>)> {
+fn model_scan(
+    model: &Model,
+    device: &str,
+    sensor: Option<&str>,
+    from: i64,
+    to: i64,
+) -> Vec<(String, i64, Vec<u8>)> {
     model
         .iter()
-        .filter(|((d, s, ts), _)| d == device && sensor.is_none_or(|x| x == s) && (from..to).contains(ts))
+        .filter(|((d, s, ts), _)| {
+            d == device && sensor.is_none_or(|x| x == s) && (from..to).contains(ts)
+        })
         .map(|((_, s, ts), v)| (s.clone(), *ts, v.clone()))
         .collect()
 }
@@ -41,11 +49,22 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
                 let batch: Vec<(String, i64, Vec<u8>)> = (0..n)
                     .map(|_| {
                         let len = rng.random_range(0..300);
-                        (DEVICES[rng.random_range(0..DEVICES.len())].to_string(), rng.random_range(0..60), (0..len).map(|_| rng.random()).collect())
+                        (
+                            DEVICES[rng.random_range(0..DEVICES.len())].to_string(),
+                            rng.random_range(0..60),
+                            (0..len).map(|_| rng.random()).collect(),
+                        )
                     })
                     .collect();
-                let records: Vec<Record<'_>> =
-                    batch.iter().map(|(d, ts, v)| Record { device: d, sensor, ts_ms: *ts, value: v }).collect();
+                let records: Vec<Record<'_>> = batch
+                    .iter()
+                    .map(|(d, ts, v)| Record {
+                        device: d,
+                        sensor,
+                        ts_ms: *ts,
+                        value: v,
+                    })
+                    .collect();
                 e.put_batch(&records).expect("put");
                 for (d, ts, v) in batch {
                     model.insert((d, sensor.to_string(), ts), v);
@@ -53,16 +72,30 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
             }
             45..60 => {
                 let ts = rng.random_range(0..60);
-                let want = model.get(&(device.to_string(), sensor.to_string(), ts)).cloned();
-                assert_eq!(e.get(device, sensor, ts).expect("get"), want, "seed {seed} step {step}: get {device}/{sensor}/{ts}");
+                let want = model
+                    .get(&(device.to_string(), sensor.to_string(), ts))
+                    .cloned();
+                assert_eq!(
+                    e.get(device, sensor, ts).expect("get"),
+                    want,
+                    "seed {seed} step {step}: get {device}/{sensor}/{ts}"
+                );
             }
             60..72 => {
                 let from = rng.random_range(-5..60);
                 let to = from + rng.random_range(0..40);
                 let sensor = rng.random_bool(0.5).then_some(sensor);
-                let got: Vec<(String, i64, Vec<u8>)> =
-                    e.scan(device, sensor, from, to).expect("scan").into_iter().map(|r| (r.sensor, r.ts_ms, r.value)).collect();
-                assert_eq!(got, model_scan(&model, device, sensor, from, to), "seed {seed} step {step}: scan {device} {sensor:?} [{from},{to})");
+                let got: Vec<(String, i64, Vec<u8>)> = e
+                    .scan(device, sensor, from, to)
+                    .expect("scan")
+                    .into_iter()
+                    .map(|r| (r.sensor, r.ts_ms, r.value))
+                    .collect();
+                assert_eq!(
+                    got,
+                    model_scan(&model, device, sensor, from, to),
+                    "seed {seed} step {step}: scan {device} {sensor:?} [{from},{to})"
+                );
             }
             72..78 => {
                 e.depart(device).expect("depart");
@@ -82,16 +115,30 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
     drop(engine.take());
     let e = open_with(dir.path(), &clock, lower);
     for device in DEVICES {
-        let got: Vec<(String, i64, Vec<u8>)> =
-            e.scan(device, None, i64::MIN, i64::MAX).expect("scan").into_iter().map(|r| (r.sensor, r.ts_ms, r.value)).collect();
-        assert_eq!(got, model_scan(&model, device, None, i64::MIN, i64::MAX), "seed {seed}: final {device}");
+        let got: Vec<(String, i64, Vec<u8>)> = e
+            .scan(device, None, i64::MIN, i64::MAX)
+            .expect("scan")
+            .into_iter()
+            .map(|r| (r.sensor, r.ts_ms, r.value))
+            .collect();
+        assert_eq!(
+            got,
+            model_scan(&model, device, None, i64::MIN, i64::MAX),
+            "seed {seed}: final {device}"
+        );
     }
-    assert!(restarts > 0 && migrations > 0, "seed {seed}: the run exercised too little ({restarts} restarts, {migrations} migrations)");
+    assert!(
+        restarts > 0 && migrations > 0,
+        "seed {seed}: the run exercised too little ({restarts} restarts, {migrations} migrations)"
+    );
 }
 
 /// Seeds per test: 3 in the test suite; set ROAMKV_MODEL_SEEDS for a longer soak.
 fn seeds() -> u64 {
-    std::env::var("ROAMKV_MODEL_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3)
+    std::env::var("ROAMKV_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
 }
 
 #[test]

@@ -390,14 +390,23 @@ fn write_fs_report(
                     let values = fs_names
                         .iter()
                         .map(|fs| {
-                            results.iter().find(|m| &m.fs == fs && &m.workload == v).map_or(f64::NAN, pick)
+                            results
+                                .iter()
+                                .find(|m| &m.fs == fs && &m.workload == v)
+                                .map_or(f64::NAN, pick)
                         })
                         .collect();
                     (v.clone(), values)
                 })
                 .collect()
         };
-        let series = series_by(&|m| if is_sync { m.ops_per_s_median } else { m.mb_per_s_median });
+        let series = series_by(&|m| {
+            if is_sync {
+                m.ops_per_s_median
+            } else {
+                m.mb_per_s_median
+            }
+        });
         html.heading(family);
         html.svg(&bar_chart_svg(
             family,

@@ -8,7 +8,13 @@ use roamkv_lab::queries::sensor::{self, SensorSpec, SensorStore};
 #[test]
 fn roamkv_and_sqlite_return_the_same_rows_in_both_tiers() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = SensorSpec { devices: 12, sensors_per_device: 4, readings_per_sensor: 150, value_bytes: 16, seed: 8 };
+    let spec = SensorSpec {
+        devices: 12,
+        sensors_per_device: 4,
+        readings_per_sensor: 150,
+        value_bytes: 16,
+        seed: 8,
+    };
     let sqlite = sensor::SqliteSensor::load(dir.path(), &spec).expect("sqlite");
     let mut roamkv = RoamkvSensor::load(&dir.path().join("roamkv"), &spec).expect("roamkv");
     for migrated in [false, true] {
@@ -27,5 +33,9 @@ fn roamkv_and_sqlite_return_the_same_rows_in_both_tiers() {
     let dir = tempfile::tempdir().expect("second tempdir");
     let runs = sensor::compare(dir.path(), "plain", &spec, 3, &|| Ok(())).expect("compare");
     let stores: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.store.as_str()).collect();
-    assert_eq!(stores.len(), 3, "sqlite + roamkv upper + roamkv lower: {stores:?}");
+    assert_eq!(
+        stores.len(),
+        3,
+        "sqlite + roamkv upper + roamkv lower: {stores:?}"
+    );
 }

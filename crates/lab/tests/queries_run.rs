@@ -31,10 +31,28 @@ fn every_query_type_returns_its_expected_rows() {
     let no_op = || Ok(());
     let quiet = |_: &str| {};
     for cache in [Cache::Warm, Cache::Cold] {
-        let set = queries::QuerySet { db: &db, fs_name: "plain", cache, repetitions: 3, rows, seed: 11 };
+        let set = queries::QuerySet {
+            db: &db,
+            fs_name: "plain",
+            cache,
+            repetitions: 3,
+            rows,
+            seed: 11,
+        };
         let runs = queries::run_query_set(&set, &no_op, &quiet).expect("queries");
         let names: Vec<&str> = runs.iter().map(|r| r.query.as_str()).collect();
-        assert_eq!(names, ["point", "set", "range-100", "range-1000", "range-all", "multi", "join"]);
+        assert_eq!(
+            names,
+            [
+                "point",
+                "set",
+                "range-100",
+                "range-1000",
+                "range-all",
+                "multi",
+                "join"
+            ]
+        );
         for r in &runs {
             assert_eq!(r.timing_us.repetitions, 3);
             assert!(r.timing_us.mean > 0.0 && r.timing_us.p95 >= r.timing_us.median);
@@ -48,7 +66,12 @@ fn every_query_type_returns_its_expected_rows() {
             match expected {
                 Some(e) => assert_eq!(r.result_rows_mean, e, "{}", r.query),
                 // ~200 rows for set, ~100 for multi: a window, not an exact count.
-                None => assert!(r.result_rows_mean > 0.0 && r.result_rows_mean < 1_000.0, "{}: {}", r.query, r.result_rows_mean),
+                None => assert!(
+                    r.result_rows_mean > 0.0 && r.result_rows_mean < 1_000.0,
+                    "{}: {}",
+                    r.query,
+                    r.result_rows_mean
+                ),
             }
         }
     }
@@ -56,8 +79,24 @@ fn every_query_type_returns_its_expected_rows() {
 
 #[test]
 fn query_list_scales_ranges_to_the_table() {
-    let names: Vec<String> = sqlquery::query_kinds(1_000_000).into_iter().map(|k| k.name).collect();
-    assert_eq!(names, ["point", "set", "range-100", "range-1000", "range-10000", "range-100000", "range-all", "multi", "join"]);
+    let names: Vec<String> = sqlquery::query_kinds(1_000_000)
+        .into_iter()
+        .map(|k| k.name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "point",
+            "set",
+            "range-100",
+            "range-1000",
+            "range-10000",
+            "range-100000",
+            "range-all",
+            "multi",
+            "join"
+        ]
+    );
 }
 
 #[test]
@@ -92,10 +131,22 @@ fn ratios_compare_means_between_file_systems() {
         query: q.into(),
         indexed,
         range_rows: None,
-        timing_us: sqlquery::TimingUs { repetitions: 1, mean, median: mean, p95: mean, min: mean, max: mean },
+        timing_us: sqlquery::TimingUs {
+            repetitions: 1,
+            mean,
+            median: mean,
+            p95: mean,
+            min: mean,
+            max: mean,
+        },
         result_rows_mean: 1.0,
     };
-    let runs = vec![mk("xfs", "point", true, 10.0), mk("ext4", "point", true, 12.0), mk("xfs", "set", false, 100.0), mk("ext4", "set", false, 90.0)];
+    let runs = vec![
+        mk("xfs", "point", true, 10.0),
+        mk("ext4", "point", true, 12.0),
+        mk("xfs", "set", false, 100.0),
+        mk("ext4", "set", false, 90.0),
+    ];
     let r = queries::ratios(&runs, &["xfs".into(), "ext4".into()]);
     let get = |q: &str| r.iter().find(|x| x.query == q).map(|x| x.ratio).expect(q);
     assert!((get("point") - 1.2).abs() < 1e-9);
@@ -106,7 +157,13 @@ fn ratios_compare_means_between_file_systems() {
 #[test]
 fn sqlite_sensor_store_answers_the_five_questions() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = SensorSpec { devices: 20, sensors_per_device: 4, readings_per_sensor: 200, value_bytes: 16, seed: 4 };
+    let spec = SensorSpec {
+        devices: 20,
+        sensors_per_device: 4,
+        readings_per_sensor: 200,
+        value_bytes: 16,
+        seed: 4,
+    };
     let store = sensor::SqliteSensor::load(dir.path(), &spec).expect("load");
     for name in sensor::QUERY_NAMES {
         for q in sensor::params(&spec, name, 5) {

@@ -3,7 +3,12 @@
 use roamkv_lab::queries::schema::{self, ColumnKind, GenSpec, ITEMS, OWNERS};
 
 fn spec(rows: usize, seed: u64) -> GenSpec {
-    GenSpec { rows, foreign_rows: rows, duplicate_fraction: schema::DUPLICATE_FRACTION_DEFAULT, seed }
+    GenSpec {
+        rows,
+        foreign_rows: rows,
+        duplicate_fraction: schema::DUPLICATE_FRACTION_DEFAULT,
+        seed,
+    }
 }
 
 #[test]
@@ -36,8 +41,18 @@ fn non_key_columns_stay_within_the_duplicate_bound_and_have_some_duplicates() {
         let g = schema::generate(table, spec(rows, 9)).expect("generate");
         for (c, col) in table.columns.iter().enumerate().skip(1) {
             let dups = g.duplicate_rows(c);
-            assert!(dups as f64 <= rows as f64 * schema::DUPLICATE_FRACTION_MAX, "{}.{}: {dups} duplicates", table.name, col.name);
-            assert!(dups > 0, "{}.{} should repeat some values", table.name, col.name);
+            assert!(
+                dups as f64 <= rows as f64 * schema::DUPLICATE_FRACTION_MAX,
+                "{}.{}: {dups} duplicates",
+                table.name,
+                col.name
+            );
+            assert!(
+                dups > 0,
+                "{}.{} should repeat some values",
+                table.name,
+                col.name
+            );
         }
         assert_eq!(g.duplicate_rows(0), 0, "keys are unique");
     }
@@ -45,10 +60,18 @@ fn non_key_columns_stay_within_the_duplicate_bound_and_have_some_duplicates() {
 
 #[test]
 fn duplicate_fraction_above_twenty_percent_is_rejected() {
-    let bad = GenSpec { duplicate_fraction: 0.25, ..spec(100, 1) };
-    let err = schema::generate(ITEMS, bad).err().expect("0.25 exceeds the bound");
+    let bad = GenSpec {
+        duplicate_fraction: 0.25,
+        ..spec(100, 1)
+    };
+    let err = schema::generate(ITEMS, bad)
+        .err()
+        .expect("0.25 exceeds the bound");
     assert!(err.to_string().contains("0.25"), "{err}");
-    assert!(schema::generate(ITEMS, spec(0, 1)).is_err(), "empty table is an error");
+    assert!(
+        schema::generate(ITEMS, spec(0, 1)).is_err(),
+        "empty table is an error"
+    );
 }
 
 #[test]
@@ -63,11 +86,24 @@ fn same_seed_same_rows_other_seed_other_rows() {
 
 #[test]
 fn foreign_keys_point_at_existing_owners() {
-    let g = schema::generate(ITEMS, GenSpec { foreign_rows: 700, ..spec(1_000, 3) }).expect("generate");
-    let fk = ITEMS.columns.iter().position(|c| c.kind == ColumnKind::ForeignKey).expect("owner_id");
+    let g = schema::generate(
+        ITEMS,
+        GenSpec {
+            foreign_rows: 700,
+            ..spec(1_000, 3)
+        },
+    )
+    .expect("generate");
+    let fk = ITEMS
+        .columns
+        .iter()
+        .position(|c| c.kind == ColumnKind::ForeignKey)
+        .expect("owner_id");
     for r in 0..g.rows() {
         match g.value(r, fk) {
-            rusqlite::types::Value::Integer(id) => assert!((1..=700).contains(&id), "owner_id {id}"),
+            rusqlite::types::Value::Integer(id) => {
+                assert!((1..=700).contains(&id), "owner_id {id}")
+            }
             other => panic!("owner_id not an integer: {other:?}"),
         }
     }

@@ -43,17 +43,29 @@ fn spec(journal_mode: JournalMode, sync_call: SyncCall) -> RunSpec {
 
 #[test]
 fn wal_issues_fewer_block_writes_per_insert_than_delete_on_ext4() {
-    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let Some(fx) = ext4_or_skip("wal_issues_fewer_block_writes_per_insert_than_delete_on_ext4") else { return };
-    let delete = measure::run_one(&fx, &spec(JournalMode::Delete, SyncCall::Fsync)).expect("delete run");
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Some(fx) = ext4_or_skip("wal_issues_fewer_block_writes_per_insert_than_delete_on_ext4")
+    else {
+        return;
+    };
+    let delete =
+        measure::run_one(&fx, &spec(JournalMode::Delete, SyncCall::Fsync)).expect("delete run");
     let wal = measure::run_one(&fx, &spec(JournalMode::Wal, SyncCall::Fsync)).expect("wal run");
     println!(
         "ext4 insert, FULL, fsync: DELETE {:.2} writes/tx ({:.0} tx/s), WAL {:.2} writes/tx ({:.0} tx/s)",
         delete.block_writes_per_tx, delete.tx_per_sec, wal.block_writes_per_tx, wal.tx_per_sec
     );
-    println!("DELETE immediate {:?}\nDELETE deferred {:?}", delete.immediate, delete.deferred);
+    println!(
+        "DELETE immediate {:?}\nDELETE deferred {:?}",
+        delete.immediate, delete.deferred
+    );
     assert_eq!(delete.transactions, 40);
-    assert!(delete.block_writes_per_tx > 0.0, "the tracer saw no writes: {delete:?}");
+    assert!(
+        delete.block_writes_per_tx > 0.0,
+        "the tracer saw no writes: {delete:?}"
+    );
     assert!(
         wal.block_writes_per_tx < delete.block_writes_per_tx,
         "WAL {:.2} writes/tx should be below DELETE {:.2}",
@@ -61,25 +73,64 @@ fn wal_issues_fewer_block_writes_per_insert_than_delete_on_ext4() {
         delete.block_writes_per_tx
     );
     // DELETE mode writes its rollback journal every transaction; WAL appends to the -wal file.
-    assert!(delete.immediate.journal.writes >= 40, "DELETE journal writes: {:?}", delete.immediate);
-    assert!(wal.immediate.journal.writes >= 40, "WAL log writes: {:?}", wal.immediate);
+    assert!(
+        delete.immediate.journal.writes >= 40,
+        "DELETE journal writes: {:?}",
+        delete.immediate
+    );
+    assert!(
+        wal.immediate.journal.writes >= 40,
+        "WAL log writes: {:?}",
+        wal.immediate
+    );
     // ext4 commits its own journal for every fsync that changed metadata.
-    assert!(delete.immediate.fs_journal.writes > 0, "jbd2 writes: {:?}", delete.immediate);
-    assert!(delete.sync_calls.fsync_calls >= 80 && delete.sync_calls.delegated_syncs == 0, "{:?}", delete.sync_calls);
+    assert!(
+        delete.immediate.fs_journal.writes > 0,
+        "jbd2 writes: {:?}",
+        delete.immediate
+    );
+    assert!(
+        delete.sync_calls.fsync_calls >= 80 && delete.sync_calls.delegated_syncs == 0,
+        "{:?}",
+        delete.sync_calls
+    );
 }
 
 #[test]
 fn synchronous_off_leaves_the_writes_to_the_deferred_write_back() {
-    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let Some(fx) = ext4_or_skip("synchronous_off_leaves_the_writes_to_the_deferred_write_back") else { return };
-    let run = measure::run_one(&fx, &RunSpec { synchronous: Synchronous::Off, ..spec(JournalMode::Delete, SyncCall::Fdatasync) })
-        .expect("synchronous=off run");
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Some(fx) = ext4_or_skip("synchronous_off_leaves_the_writes_to_the_deferred_write_back")
+    else {
+        return;
+    };
+    let run = measure::run_one(
+        &fx,
+        &RunSpec {
+            synchronous: Synchronous::Off,
+            ..spec(JournalMode::Delete, SyncCall::Fdatasync)
+        },
+    )
+    .expect("synchronous=off run");
     println!(
         "ext4 insert, synchronous OFF: {:.2} writes/tx while running, {:.2} including syncfs",
         run.block_writes_per_tx, run.block_writes_per_tx_after_syncfs
     );
-    assert_eq!(run.sync_calls.delegated_syncs + run.sync_calls.fsync_calls, 0, "OFF never syncs");
-    assert!(run.block_writes_per_tx < 0.5, "nothing should reach the device before syncfs: {:?}", run.immediate);
-    assert!(run.deferred.db.writes > 0, "syncfs writes the database back: {:?}", run.deferred);
+    assert_eq!(
+        run.sync_calls.delegated_syncs + run.sync_calls.fsync_calls,
+        0,
+        "OFF never syncs"
+    );
+    assert!(
+        run.block_writes_per_tx < 0.5,
+        "nothing should reach the device before syncfs: {:?}",
+        run.immediate
+    );
+    assert!(
+        run.deferred.db.writes > 0,
+        "syncfs writes the database back: {:?}",
+        run.deferred
+    );
     assert!(run.block_writes_per_tx_after_syncfs > run.block_writes_per_tx);
 }

@@ -14,9 +14,19 @@ const INSERTS: usize = 5;
 
 /// Five autocommit inserts in DELETE mode, synchronous FULL: each one syncs journal and database.
 fn five_inserts(dir: &Path, call: SyncCall) {
-    let config = DbConfig { journal_mode: JournalMode::Delete, synchronous: Synchronous::Full, sync_call: call };
+    let config = DbConfig {
+        journal_mode: JournalMode::Delete,
+        synchronous: Synchronous::Full,
+        sync_call: call,
+    };
     let conn = workload::open(&dir.join("sync.db"), config).expect("open database");
-    let spec = StreamSpec { op: Op::Insert, transactions: INSERTS, rows_per_tx: 1, record_bytes: 100, seed: 1 };
+    let spec = StreamSpec {
+        op: Op::Insert,
+        transactions: INSERTS,
+        rows_per_tx: 1,
+        record_bytes: 100,
+        seed: 1,
+    };
     workload::run_stream(&conn, &spec).expect("run inserts");
 }
 
@@ -30,14 +40,26 @@ fn shim_counts_the_call_it_makes_in_each_mode() {
     five_inserts(dir.path(), SyncCall::Fsync);
     let fsync_mode = SyncCounts::read().delta(&before);
     // DELETE mode + FULL: at least journal sync + database sync per insert.
-    assert!(fsync_mode.fsync_calls >= 2 * INSERTS as u64, "fsync mode: {fsync_mode:?}");
-    assert_eq!(fsync_mode.delegated_syncs, 0, "fsync mode must not delegate: {fsync_mode:?}");
+    assert!(
+        fsync_mode.fsync_calls >= 2 * INSERTS as u64,
+        "fsync mode: {fsync_mode:?}"
+    );
+    assert_eq!(
+        fsync_mode.delegated_syncs, 0,
+        "fsync mode must not delegate: {fsync_mode:?}"
+    );
 
     let before = SyncCounts::read();
     five_inserts(&dir.path().join("."), SyncCall::Fdatasync);
     let fdatasync_mode = SyncCounts::read().delta(&before);
-    assert_eq!(fdatasync_mode.fsync_calls, 0, "fdatasync mode: {fdatasync_mode:?}");
-    assert!(fdatasync_mode.delegated_syncs >= 2 * INSERTS as u64, "fdatasync mode: {fdatasync_mode:?}");
+    assert_eq!(
+        fdatasync_mode.fsync_calls, 0,
+        "fdatasync mode: {fdatasync_mode:?}"
+    );
+    assert!(
+        fdatasync_mode.delegated_syncs >= 2 * INSERTS as u64,
+        "fdatasync mode: {fdatasync_mode:?}"
+    );
 }
 
 /// Runs in a child under strace (ignored when run directly).
@@ -66,33 +88,60 @@ fn strace_counts(call: SyncCall) -> Option<(usize, usize)> {
     let output = match status {
         Ok(o) => o,
         Err(e) => {
-            println!("SKIP kernel_sees_the_selected_sync_call: cannot run strace ({e}); apt-get install strace");
+            println!(
+                "SKIP kernel_sees_the_selected_sync_call: cannot run strace ({e}); apt-get install strace"
+            );
             return None;
         }
     };
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        if stderr.contains("PTRACE") || stderr.contains("ptrace") || stderr.contains("Operation not permitted") {
-            println!("SKIP kernel_sees_the_selected_sync_call: ptrace not permitted here ({})", stderr.trim());
+        if stderr.contains("PTRACE")
+            || stderr.contains("ptrace")
+            || stderr.contains("Operation not permitted")
+        {
+            println!(
+                "SKIP kernel_sees_the_selected_sync_call: ptrace not permitted here ({})",
+                stderr.trim()
+            );
             return None;
         }
-        panic!("child under strace failed ({}); stderr:\n{stderr}\nlog:\n{text}", output.status);
+        panic!(
+            "child under strace failed ({}); stderr:\n{stderr}\nlog:\n{text}",
+            output.status
+        );
     }
-    let fsyncs = text.lines().filter(|l| l.contains(" fsync(") || l.starts_with("fsync(")).count();
+    let fsyncs = text
+        .lines()
+        .filter(|l| l.contains(" fsync(") || l.starts_with("fsync("))
+        .count();
     let fdatasyncs = text.lines().filter(|l| l.contains("fdatasync(")).count();
     Some((fsyncs, fdatasyncs))
 }
 
 #[test]
 fn kernel_sees_the_selected_sync_call() {
-    let Some((fsyncs, fdatasyncs)) = strace_counts(SyncCall::Fsync) else { return };
-    assert!(fsyncs >= 2 * INSERTS, "fsync mode: strace saw {fsyncs} fsync, {fdatasyncs} fdatasync");
-    assert_eq!(fdatasyncs, 0, "fsync mode: strace saw {fdatasyncs} fdatasync calls");
+    let Some((fsyncs, fdatasyncs)) = strace_counts(SyncCall::Fsync) else {
+        return;
+    };
+    assert!(
+        fsyncs >= 2 * INSERTS,
+        "fsync mode: strace saw {fsyncs} fsync, {fdatasyncs} fdatasync"
+    );
+    assert_eq!(
+        fdatasyncs, 0,
+        "fsync mode: strace saw {fdatasyncs} fdatasync calls"
+    );
 
-    let Some((fsyncs, fdatasyncs)) = strace_counts(SyncCall::Fdatasync) else { return };
+    let Some((fsyncs, fdatasyncs)) = strace_counts(SyncCall::Fdatasync) else {
+        return;
+    };
     // This repository builds SQLite with -DHAVE_FDATASYNC=1 (.cargo/config.toml); without it
     // SQLite's unix VFS would call fsync here and this assertion would say so.
-    assert!(fdatasyncs >= 2 * INSERTS, "fdatasync mode: strace saw {fsyncs} fsync, {fdatasyncs} fdatasync");
+    assert!(
+        fdatasyncs >= 2 * INSERTS,
+        "fdatasync mode: strace saw {fsyncs} fsync, {fdatasyncs} fdatasync"
+    );
     assert_eq!(fsyncs, 0, "fdatasync mode: strace saw {fsyncs} fsync calls");
 }

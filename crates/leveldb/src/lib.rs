@@ -79,7 +79,8 @@ mod ffi {
         pub fn leveldb_iter_seek(it: *mut leveldb_iterator_t, k: *const c_char, klen: usize);
         pub fn leveldb_iter_next(it: *mut leveldb_iterator_t);
         pub fn leveldb_iter_key(it: *const leveldb_iterator_t, klen: *mut usize) -> *const c_char;
-        pub fn leveldb_iter_value(it: *const leveldb_iterator_t, vlen: *mut usize) -> *const c_char;
+        pub fn leveldb_iter_value(it: *const leveldb_iterator_t, vlen: *mut usize)
+        -> *const c_char;
         pub fn leveldb_iter_get_error(it: *const leveldb_iterator_t, errptr: *mut *mut c_char);
 
         pub fn leveldb_writebatch_create() -> *mut leveldb_writebatch_t;
@@ -92,7 +93,11 @@ mod ffi {
             val: *const c_char,
             vlen: usize,
         );
-        pub fn leveldb_writebatch_delete(b: *mut leveldb_writebatch_t, key: *const c_char, klen: usize);
+        pub fn leveldb_writebatch_delete(
+            b: *mut leveldb_writebatch_t,
+            key: *const c_char,
+            klen: usize,
+        );
 
         pub fn leveldb_options_create() -> *mut leveldb_options_t;
         pub fn leveldb_options_destroy(o: *mut leveldb_options_t);
@@ -101,12 +106,17 @@ mod ffi {
         pub fn leveldb_options_set_max_open_files(o: *mut leveldb_options_t, n: c_int);
         pub fn leveldb_options_set_cache(o: *mut leveldb_options_t, c: *mut leveldb_cache_t);
         pub fn leveldb_options_set_compression(o: *mut leveldb_options_t, v: c_int);
-        pub fn leveldb_options_set_filter_policy(o: *mut leveldb_options_t, p: *mut leveldb_filterpolicy_t);
+        pub fn leveldb_options_set_filter_policy(
+            o: *mut leveldb_options_t,
+            p: *mut leveldb_filterpolicy_t,
+        );
         pub fn leveldb_options_set_max_file_size(o: *mut leveldb_options_t, s: usize);
 
         pub fn leveldb_cache_create_lru(capacity: usize) -> *mut leveldb_cache_t;
         pub fn leveldb_cache_destroy(c: *mut leveldb_cache_t);
-        pub fn leveldb_filterpolicy_create_bloom(bits_per_key: c_int) -> *mut leveldb_filterpolicy_t;
+        pub fn leveldb_filterpolicy_create_bloom(
+            bits_per_key: c_int,
+        ) -> *mut leveldb_filterpolicy_t;
         pub fn leveldb_filterpolicy_destroy(p: *mut leveldb_filterpolicy_t);
 
         pub fn leveldb_readoptions_create() -> *mut leveldb_readoptions_t;
@@ -136,7 +146,9 @@ fn check(err: *mut c_char) -> Result<(), Error> {
         return Ok(());
     }
     // SAFETY: LevelDB hands us a NUL-terminated malloc'd string that we must free with leveldb_free.
-    let message = unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned();
+    let message = unsafe { CStr::from_ptr(err) }
+        .to_string_lossy()
+        .into_owned();
     unsafe { ffi::leveldb_free(err.cast()) };
     Err(Error(message))
 }
@@ -226,7 +238,11 @@ impl Db {
     }
 
     fn write_options(&self, sync: bool) -> *const ffi::leveldb_writeoptions_t {
-        if sync { self.write_sync } else { self.write_async }
+        if sync {
+            self.write_sync
+        } else {
+            self.write_async
+        }
     }
 
     /// `sync = true` makes LevelDB fsync its log before returning.
@@ -250,7 +266,15 @@ impl Db {
     pub fn delete(&self, key: &[u8], sync: bool) -> Result<(), Error> {
         let mut err = ptr::null_mut();
         // SAFETY: as in put.
-        unsafe { ffi::leveldb_delete(self.db, self.write_options(sync), key.as_ptr().cast(), key.len(), &mut err) };
+        unsafe {
+            ffi::leveldb_delete(
+                self.db,
+                self.write_options(sync),
+                key.as_ptr().cast(),
+                key.len(),
+                &mut err,
+            )
+        };
         check(err)
     }
 
@@ -267,7 +291,14 @@ impl Db {
         let mut len = 0usize;
         // SAFETY: the returned buffer is malloc'd by LevelDB and freed below after copying.
         let value = unsafe {
-            ffi::leveldb_get(self.db, self.read_options, key.as_ptr().cast(), key.len(), &mut len, &mut err)
+            ffi::leveldb_get(
+                self.db,
+                self.read_options,
+                key.as_ptr().cast(),
+                key.len(),
+                &mut len,
+                &mut err,
+            )
         };
         check(err)?;
         if value.is_null() {
@@ -282,7 +313,10 @@ impl Db {
     pub fn iter(&self) -> Iter<'_> {
         // SAFETY: the iterator borrows the Db (lifetime 'a) and is destroyed in Drop.
         let raw = unsafe { ffi::leveldb_create_iterator(self.db, self.read_options) };
-        Iter { raw, _db: std::marker::PhantomData }
+        Iter {
+            raw,
+            _db: std::marker::PhantomData,
+        }
     }
 
     /// A LevelDB property such as `leveldb.stats` or `leveldb.num-files-at-level0`.
@@ -293,7 +327,9 @@ impl Db {
         if value.is_null() {
             return None;
         }
-        let text = unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned();
+        let text = unsafe { CStr::from_ptr(value) }
+            .to_string_lossy()
+            .into_owned();
         unsafe { ffi::leveldb_free(value.cast()) };
         Some(text)
     }
@@ -338,12 +374,21 @@ unsafe impl Send for WriteBatch {}
 impl WriteBatch {
     pub fn new() -> WriteBatch {
         // SAFETY: plain constructor.
-        WriteBatch { raw: unsafe { ffi::leveldb_writebatch_create() }, len: 0 }
+        WriteBatch {
+            raw: unsafe { ffi::leveldb_writebatch_create() },
+            len: 0,
+        }
     }
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
         // SAFETY: LevelDB copies key and value into the batch.
         unsafe {
-            ffi::leveldb_writebatch_put(self.raw, key.as_ptr().cast(), key.len(), value.as_ptr().cast(), value.len())
+            ffi::leveldb_writebatch_put(
+                self.raw,
+                key.as_ptr().cast(),
+                key.len(),
+                value.as_ptr().cast(),
+                value.len(),
+            )
         };
         self.len += 1;
     }
@@ -413,7 +458,9 @@ impl Iter<'_> {
         assert!(self.valid(), "value() on an invalid LevelDB iterator");
         let mut len = 0;
         // SAFETY: as in key().
-        unsafe { std::slice::from_raw_parts(ffi::leveldb_iter_value(self.raw, &mut len).cast(), len) }
+        unsafe {
+            std::slice::from_raw_parts(ffi::leveldb_iter_value(self.raw, &mut len).cast(), len)
+        }
     }
     /// The iterator's error status (e.g. a corrupt block met while iterating).
     pub fn status(&self) -> Result<(), Error> {
@@ -457,7 +504,13 @@ mod tests {
                 it.next();
             }
             it.status()?;
-            assert_eq!(seen, vec![(b"b".to_vec(), b"2".to_vec()), (b"c".to_vec(), b"3".to_vec())]);
+            assert_eq!(
+                seen,
+                vec![
+                    (b"b".to_vec(), b"2".to_vec()),
+                    (b"c".to_vec(), b"3".to_vec())
+                ]
+            );
             assert!(db.property("leveldb.stats").is_some());
         }
         let db = Db::open(dir.path(), &Options::default())?;
@@ -468,8 +521,13 @@ mod tests {
     #[test]
     fn open_missing_without_create_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let options = Options { create_if_missing: false, ..Options::default() };
-        let err = Db::open(&dir.path().join("nope"), &options).err().expect("must fail");
+        let options = Options {
+            create_if_missing: false,
+            ..Options::default()
+        };
+        let err = Db::open(&dir.path().join("nope"), &options)
+            .err()
+            .expect("must fail");
         assert!(err.0.contains("does not exist"), "{err}");
     }
 }

@@ -35,22 +35,29 @@ impl LevelLower {
             ..Options::default()
         };
         let db = Db::open(&dir.join("leveldb"), &options).map_err(lower_err)?;
-        Ok(LevelLower { db, log_bytes: AtomicU64::new(0) })
+        Ok(LevelLower {
+            db,
+            log_bytes: AtomicU64::new(0),
+        })
     }
 
     fn count(&self, key: &[u8], value: &[u8]) {
-        self.log_bytes.fetch_add((key.len() + value.len() + 8) as u64, Ordering::Relaxed);
+        self.log_bytes
+            .fetch_add((key.len() + value.len() + 8) as u64, Ordering::Relaxed);
     }
 
     /// Sum of the "Write(MB)" column of leveldb.stats: flushes and compactions.
     fn table_bytes_written(&self) -> u64 {
-        let Some(stats) = self.db.property("leveldb.stats") else { return 0 };
+        let Some(stats) = self.db.property("leveldb.stats") else {
+            return 0;
+        };
         let mb: f64 = stats
             .lines()
             .filter_map(|line| {
                 let cols: Vec<&str> = line.split_whitespace().collect();
                 // Level Files Size(MB) Time(sec) Read(MB) Write(MB)
-                (cols.len() == 6 && cols[0].parse::<u32>().is_ok()).then(|| cols[5].parse::<f64>().ok())?
+                (cols.len() == 6 && cols[0].parse::<u32>().is_ok())
+                    .then(|| cols[5].parse::<f64>().ok())?
             })
             .sum();
         (mb * 1_048_576.0) as u64
@@ -105,7 +112,12 @@ impl LowerTier for LevelLower {
         self.db.get(key).map_err(lower_err)
     }
 
-    fn scan(&self, start: &[u8], end: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         let mut it = self.db.iter();
         it.seek(start);
         while it.valid() && it.key() < end {
@@ -120,7 +132,9 @@ impl LowerTier for LevelLower {
     fn persist(&self) -> Result<()> {
         // A synced write makes LevelDB's whole log durable, with everything before it.
         self.count(PERSIST_MARKER_KEY, &[]);
-        self.db.put(PERSIST_MARKER_KEY, &[], true).map_err(lower_err)
+        self.db
+            .put(PERSIST_MARKER_KEY, &[], true)
+            .map_err(lower_err)
     }
 
     fn bytes_written(&self) -> u64 {
@@ -137,7 +151,8 @@ impl LowerTier for LevelLower {
                     .lines()
                     .filter_map(|line| {
                         let cols: Vec<&str> = line.split_whitespace().collect();
-                        (cols.len() == 6 && cols[0].parse::<u32>().is_ok()).then(|| cols[2].parse::<f64>().ok())?
+                        (cols.len() == 6 && cols[0].parse::<u32>().is_ok())
+                            .then(|| cols[2].parse::<f64>().ok())?
                     })
                     .sum()
             })

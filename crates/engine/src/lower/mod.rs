@@ -51,7 +51,12 @@ pub trait LowerTier: Send + Sync {
     fn write(&self, ops: &[LowerOp]) -> Result<()>;
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Calls `visit(key, value)` for keys in [start, end) in order until it returns false.
-    fn scan(&self, start: &[u8], end: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
     /// Makes every write so far durable (RocksDB: flush memtables; LevelDB: sync its log).
     fn persist(&self) -> Result<()>;
     /// Bytes the LSM itself wrote to files: ingested runs, flushes, compactions, its own log.

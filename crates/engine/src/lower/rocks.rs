@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::statistics::Ticker;
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IngestExternalFileOptions, IteratorMode,
-    Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
+    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IngestExternalFileOptions,
+    IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
 };
 
 use super::{LowerOp, LowerTier};
@@ -44,7 +44,8 @@ impl RocksLower {
         options.set_block_based_table_factory(&table);
         let db = DB::open(&options, dir.join("rocksdb")).map_err(lower_err)?;
         let ingest_dir = dir.join("ingest");
-        std::fs::create_dir_all(&ingest_dir).context(|| format!("creating {}", ingest_dir.display()))?;
+        std::fs::create_dir_all(&ingest_dir)
+            .context(|| format!("creating {}", ingest_dir.display()))?;
         Ok(RocksLower {
             db,
             options,
@@ -74,7 +75,9 @@ impl LowerTier for RocksLower {
                 writer.put(key, value).map_err(lower_err)?;
             }
             writer.finish().map_err(lower_err)?;
-            bytes += std::fs::metadata(&path).context(|| format!("stat {}", path.display()))?.len();
+            bytes += std::fs::metadata(&path)
+                .context(|| format!("stat {}", path.display()))?
+                .len();
             paths.push(path);
         }
         if paths.is_empty() {
@@ -83,7 +86,10 @@ impl LowerTier for RocksLower {
         let mut ingest = IngestExternalFileOptions::default();
         // Move (hard-link) the files instead of copying them: each run is written exactly once.
         ingest.set_move_files(true);
-        let outcome = self.db.ingest_external_file_opts(&ingest, paths.iter().collect()).map_err(lower_err);
+        let outcome = self
+            .db
+            .ingest_external_file_opts(&ingest, paths.iter().collect())
+            .map_err(lower_err);
         // With move_files RocksDB links the files into its directory; our names are leftovers.
         for path in &paths {
             let _ = std::fs::remove_file(path);
@@ -109,10 +115,18 @@ impl LowerTier for RocksLower {
         self.db.get(key).map_err(lower_err)
     }
 
-    fn scan(&self, start: &[u8], end: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         let mut read = ReadOptions::default();
         read.set_iterate_upper_bound(end.to_vec());
-        for item in self.db.iterator_opt(IteratorMode::From(start, Direction::Forward), read) {
+        for item in self
+            .db
+            .iterator_opt(IteratorMode::From(start, Direction::Forward), read)
+        {
             let (key, value) = item.map_err(lower_err)?;
             if !visit(&key, &value) {
                 break;
@@ -133,7 +147,10 @@ impl LowerTier for RocksLower {
 
     fn estimate(&self) -> (u64, u64) {
         let prop = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
-        (prop("rocksdb.estimate-num-keys"), prop("rocksdb.live-sst-files-size"))
+        (
+            prop("rocksdb.estimate-num-keys"),
+            prop("rocksdb.live-sst-files-size"),
+        )
     }
 
     fn verify(&self) -> Result<u64> {

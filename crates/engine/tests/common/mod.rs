@@ -27,7 +27,14 @@ pub fn open(dir: &Path, clock: &Arc<ManualClock>) -> Engine {
 }
 
 pub fn open_with(dir: &Path, clock: &Arc<ManualClock>, lower: LowerTierKind) -> Engine {
-    Engine::open(dir, Options { lower_tier: lower, ..options(clock) }).expect("open")
+    Engine::open(
+        dir,
+        Options {
+            lower_tier: lower,
+            ..options(clock)
+        },
+    )
+    .expect("open")
 }
 
 pub fn clock() -> Arc<ManualClock> {

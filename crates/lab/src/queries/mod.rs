@@ -74,12 +74,19 @@ impl Cache {
     }
     pub fn parse_list(s: &str) -> Result<Vec<Cache>, LabError> {
         let mut out = Vec::new();
-        for part in s.split(',').map(|p| p.trim().to_ascii_lowercase()).filter(|p| !p.is_empty()) {
+        for part in s
+            .split(',')
+            .map(|p| p.trim().to_ascii_lowercase())
+            .filter(|p| !p.is_empty())
+        {
             let c = match part.as_str() {
                 "cold" => Cache::Cold,
                 "warm" => Cache::Warm,
                 other => {
-                    return Err(LabError::Parse { what: "cache state".into(), detail: format!("{other:?}; valid: cold, warm") });
+                    return Err(LabError::Parse {
+                        what: "cache state".into(),
+                        detail: format!("{other:?}; valid: cold, warm"),
+                    });
                 }
             };
             if !out.contains(&c) {
@@ -87,7 +94,10 @@ impl Cache {
             }
         }
         if out.is_empty() {
-            return Err(LabError::Parse { what: "cache state".into(), detail: "empty; valid: cold, warm".into() });
+            return Err(LabError::Parse {
+                what: "cache state".into(),
+                detail: "empty; valid: cold, warm".into(),
+            });
         }
         Ok(out)
     }
@@ -110,16 +120,31 @@ pub struct QueriesConfig {
 impl QueriesArgs {
     pub fn resolve(&self) -> Result<QueriesConfig, LabError> {
         let fs = fixture::parse_fs_list(self.fs.as_deref().unwrap_or("xfs,ext4"))?;
-        let rows = self.rows.unwrap_or(if self.quick { 20_000 } else { 1_000_000 });
-        let warm = self.repetitions.unwrap_or(if self.quick { 10 } else { 100 });
-        let cold = self.cold_repetitions.unwrap_or(if self.quick { 5 } else { warm });
+        let rows = self
+            .rows
+            .unwrap_or(if self.quick { 20_000 } else { 1_000_000 });
+        let warm = self
+            .repetitions
+            .unwrap_or(if self.quick { 10 } else { 100 });
+        let cold = self
+            .cold_repetitions
+            .unwrap_or(if self.quick { 5 } else { warm });
         if rows < 100 || warm == 0 {
-            return Err(LabError::Parse { what: "--rows/--repetitions".into(), detail: "need at least 100 rows and 1 repetition".into() });
+            return Err(LabError::Parse {
+                what: "--rows/--repetitions".into(),
+                detail: "need at least 100 rows and 1 repetition".into(),
+            });
         }
         let sensor = (!self.no_sensor).then(|| sensor::SensorSpec {
-            devices: self.sensor_devices.unwrap_or(if self.quick { 20 } else { 100 }),
+            devices: self
+                .sensor_devices
+                .unwrap_or(if self.quick { 20 } else { 100 }),
             sensors_per_device: 4,
-            readings_per_sensor: self.sensor_readings.unwrap_or(if self.quick { 250 } else { 1_000 }),
+            readings_per_sensor: self.sensor_readings.unwrap_or(if self.quick {
+                250
+            } else {
+                1_000
+            }),
             value_bytes: 16,
             seed: self.seed,
         });
@@ -158,11 +183,21 @@ pub struct Tables {
 pub fn generate_tables(config: &QueriesConfig) -> Result<Tables, schema::SchemaError> {
     let owners = schema::generate(
         schema::OWNERS,
-        GenSpec { rows: config.owner_rows, foreign_rows: config.owner_rows, duplicate_fraction: config.duplicate_fraction, seed: config.seed ^ 0x0B },
+        GenSpec {
+            rows: config.owner_rows,
+            foreign_rows: config.owner_rows,
+            duplicate_fraction: config.duplicate_fraction,
+            seed: config.seed ^ 0x0B,
+        },
     )?;
     let items = schema::generate(
         schema::ITEMS,
-        GenSpec { rows: config.rows, foreign_rows: config.owner_rows, duplicate_fraction: config.duplicate_fraction, seed: config.seed ^ 0x1A },
+        GenSpec {
+            rows: config.rows,
+            foreign_rows: config.owner_rows,
+            duplicate_fraction: config.duplicate_fraction,
+            seed: config.seed ^ 0x1A,
+        },
     )?;
     Ok(Tables { items, owners })
 }
@@ -171,8 +206,14 @@ pub fn generate_tables(config: &QueriesConfig) -> Result<Tables, schema::SchemaE
 pub fn load_database(dir: &Path, tables: &Tables) -> Result<PathBuf, LabError> {
     let path = dir.join("queries.db");
     let conn = Connection::open(&path).map_err(sqlite_err)?;
-    tables.owners.load(&conn).map_err(|e| LabError::Unsupported(format!("loading owners: {e}")))?;
-    tables.items.load(&conn).map_err(|e| LabError::Unsupported(format!("loading items: {e}")))?;
+    tables
+        .owners
+        .load(&conn)
+        .map_err(|e| LabError::Unsupported(format!("loading owners: {e}")))?;
+    tables
+        .items
+        .load(&conn)
+        .map_err(|e| LabError::Unsupported(format!("loading items: {e}")))?;
     conn.close().map_err(|(_, e)| sqlite_err(e))?;
     Ok(path)
 }
@@ -200,16 +241,28 @@ pub fn run_query_set(
     before_cold: &dyn Fn() -> Result<(), LabError>,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<QueryRun>, LabError> {
-    let QuerySet { db, fs_name, cache, repetitions, rows, seed } = *set;
+    let QuerySet {
+        db,
+        fs_name,
+        cache,
+        repetitions,
+        rows,
+        seed,
+    } = *set;
     let mut out = Vec::new();
     let setup = Connection::open(db).map_err(sqlite_err)?;
     for kind in sqlquery::query_kinds(rows) {
         progress(&format!("{fs_name} {} {}", cache.name(), kind.name));
         // Same parameter sequence on every file system: the seed depends on the query only.
-        let mut params = ParamGen::new(&setup, rows, seed ^ hash_name(&kind.name)).map_err(sqlite_err)?;
+        let mut params =
+            ParamGen::new(&setup, rows, seed ^ hash_name(&kind.name)).map_err(sqlite_err)?;
         let mut times = Vec::with_capacity(repetitions);
         let mut result_rows = 0u64;
-        let warm_conn = if cache == Cache::Warm { Some(Connection::open(db).map_err(sqlite_err)?) } else { None };
+        let warm_conn = if cache == Cache::Warm {
+            Some(Connection::open(db).map_err(sqlite_err)?)
+        } else {
+            None
+        };
         if let Some(conn) = &warm_conn {
             let p = params.next(kind.range_rows.unwrap_or(100));
             sqlquery::execute(conn, &kind, &p).map_err(sqlite_err)?;
@@ -226,7 +279,10 @@ pub fn run_query_set(
                     let conn = Connection::open(db).map_err(sqlite_err)?;
                     // Opening reads the schema; the query is timed from here, as on a freshly
                     // started app whose first statement has been prepared once.
-                    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0)).map_err(sqlite_err)?;
+                    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                    .map_err(sqlite_err)?;
                     sqlquery::execute(&conn, &kind, &p).map_err(sqlite_err)?
                 }
             };
@@ -247,7 +303,9 @@ pub fn run_query_set(
 }
 
 fn hash_name(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Ratio of mean times between two file systems for each query and cache (b / a: > 1 means a is
@@ -269,7 +327,12 @@ pub fn ratios(runs: &[QueryRun], fs: &[String]) -> Vec<Ratio> {
         for cache in [Cache::Warm, Cache::Cold] {
             let mut groups: [(f64, usize); 2] = [(0.0, 0), (0.0, 0)];
             for ra in runs.iter().filter(|r| &r.fs == a && r.cache == cache) {
-                let Some(rb) = runs.iter().find(|r| &r.fs == b && r.cache == cache && r.query == ra.query) else { continue };
+                let Some(rb) = runs
+                    .iter()
+                    .find(|r| &r.fs == b && r.cache == cache && r.query == ra.query)
+                else {
+                    continue;
+                };
                 if ra.timing_us.mean <= 0.0 {
                     continue;
                 }
@@ -277,12 +340,27 @@ pub fn ratios(runs: &[QueryRun], fs: &[String]) -> Vec<Ratio> {
                 let g = &mut groups[usize::from(!ra.indexed)];
                 g.0 += ratio.ln();
                 g.1 += 1;
-                out.push(Ratio { cache, query: ra.query.clone(), fs_a: a.clone(), fs_b: b.clone(), ratio });
+                out.push(Ratio {
+                    cache,
+                    query: ra.query.clone(),
+                    fs_a: a.clone(),
+                    fs_b: b.clone(),
+                    ratio,
+                });
             }
-            for (i, label) in ["indexed (geo-mean)", "full scan (geo-mean)"].iter().enumerate() {
+            for (i, label) in ["indexed (geo-mean)", "full scan (geo-mean)"]
+                .iter()
+                .enumerate()
+            {
                 if groups[i].1 > 0 {
                     let ratio = (groups[i].0 / groups[i].1 as f64).exp();
-                    out.push(Ratio { cache, query: label.to_string(), fs_a: a.clone(), fs_b: b.clone(), ratio });
+                    out.push(Ratio {
+                        cache,
+                        query: label.to_string(),
+                        fs_a: a.clone(),
+                        fs_b: b.clone(),
+                        ratio,
+                    });
                 }
             }
         }
@@ -318,7 +396,12 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
         config.rows,
         config.warm_repetitions,
         config.cold_repetitions,
-        config.fs.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
+        config
+            .fs
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(",")
     );
     let t = Instant::now();
     let tables = generate_tables(&config).map_err(|e| LabError::Unsupported(e.to_string()))?;
@@ -344,15 +427,35 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
         let t = Instant::now();
         let db = load_database(fx.mount_dir(), &tables)?;
         fx.quiesce()?;
-        say(&bar, format!("{}: loaded {} + {} rows in {:.1} s", spec.name(), config.rows, config.owner_rows, t.elapsed().as_secs_f64()));
+        say(
+            &bar,
+            format!(
+                "{}: loaded {} + {} rows in {:.1} s",
+                spec.name(),
+                config.rows,
+                config.owner_rows,
+                t.elapsed().as_secs_f64()
+            ),
+        );
         for &cache in &config.caches {
-            let reps = if cache == Cache::Warm { config.warm_repetitions } else { config.cold_repetitions };
+            let reps = if cache == Cache::Warm {
+                config.warm_repetitions
+            } else {
+                config.cold_repetitions
+            };
             let progress = |m: &str| bar.set_message(m.to_string());
             let before_cold = || {
                 bar.inc(1);
                 fixture::drop_caches()
             };
-            let query_set = QuerySet { db: &db, fs_name: spec.name(), cache, repetitions: reps, rows: config.rows, seed: config.seed };
+            let query_set = QuerySet {
+                db: &db,
+                fs_name: spec.name(),
+                cache,
+                repetitions: reps,
+                rows: config.rows,
+                seed: config.seed,
+            };
             let set = run_query_set(&query_set, &before_cold, &progress)?;
             if cache == Cache::Warm {
                 bar.inc((set.len() * reps) as u64);
@@ -364,9 +467,18 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
             let dir = fx.mount_dir().join("sensor");
             std::fs::create_dir_all(&dir).map_err(|e| LabError::io(&dir, e))?;
             let quiesce = || fx.quiesce();
-            match sensor::compare(&dir, spec.name(), sensor_spec, config.warm_repetitions, &quiesce) {
+            match sensor::compare(
+                &dir,
+                spec.name(),
+                sensor_spec,
+                config.warm_repetitions,
+                &quiesce,
+            ) {
                 Ok(r) => sensor_runs.extend(r),
-                Err(e) => say(&bar, format!("{}: sensor comparison failed: {e}", spec.name())),
+                Err(e) => say(
+                    &bar,
+                    format!("{}: sensor comparison failed: {e}", spec.name()),
+                ),
             }
         }
         drop(fx);
@@ -397,7 +509,15 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
     });
     let json = crate::report::write_json(&args.out, "results", &value)?;
     let html_path = args.out.join("report.html");
-    write_html(&html_path, &header, &command, &config, &runs, &ratio_list, &sensor_runs)?;
+    write_html(
+        &html_path,
+        &header,
+        &command,
+        &config,
+        &runs,
+        &ratio_list,
+        &sensor_runs,
+    )?;
     eprintln!("wrote {} and {}", json.display(), html_path.display());
     Ok(())
 }
@@ -406,7 +526,11 @@ const ROAMKV_MISSING: &str = "roamkv was not measured: this build of roamkv-lab 
 (cargo build --release -p roamkv-lab --features engine, or the roamkv CLI built with it).";
 
 fn fmt_us(us: f64) -> String {
-    if us >= 10_000.0 { format!("{:.1} ms", us / 1000.0) } else { format!("{us:.1} us") }
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} us")
+    }
 }
 
 fn run_rows(runs: &[QueryRun]) -> Vec<Vec<String>> {
@@ -426,7 +550,9 @@ fn run_rows(runs: &[QueryRun]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const RUN_COLUMNS: [&str; 8] = ["fs", "cache", "query", "rows", "mean", "median", "p95", "reps"];
+const RUN_COLUMNS: [&str; 8] = [
+    "fs", "cache", "query", "rows", "mean", "median", "p95", "reps",
+];
 
 fn print_tables(runs: &[QueryRun], ratio_list: &[Ratio], sensor_runs: &[sensor::SensorRun]) {
     let mut t = comfy_table::Table::new();
@@ -439,7 +565,12 @@ fn print_tables(runs: &[QueryRun], ratio_list: &[Ratio], sensor_runs: &[sensor::
         let mut t = comfy_table::Table::new();
         t.set_header(vec!["cache", "query", "a:b", "ratio (1:x)"]);
         for r in ratio_list {
-            t.add_row(vec![r.cache.name().to_string(), r.query.clone(), format!("{}:{}", r.fs_a, r.fs_b), format!("1:{:.3}", r.ratio)]);
+            t.add_row(vec![
+                r.cache.name().to_string(),
+                r.query.clone(),
+                format!("{}:{}", r.fs_a, r.fs_b),
+                format!("1:{:.3}", r.ratio),
+            ]);
         }
         println!("{t}");
     }
@@ -466,7 +597,10 @@ fn write_html(
     sensor_runs: &[sensor::SensorRun],
 ) -> Result<(), LabError> {
     use crate::report::{Html, bar_chart_svg};
-    let mut html = Html::new("roamkv lab queries — SQLite search queries per file system (paper 000)", header);
+    let mut html = Html::new(
+        "roamkv lab queries — SQLite search queries per file system (paper 000)",
+        header,
+    );
     html.paragraph(&format!(
         "Command: {command}. Tables: items (10 fields, {} B declared) and owners (8 fields, {} B), {} rows each, \
          non-key duplicates {:.0} % (paper 000: at most 20 %). Warm: one connection, one untimed run first, {} \
@@ -480,27 +614,50 @@ fn write_html(
     ));
     let fs_names: Vec<String> = config.fs.iter().map(|f| f.name().to_string()).collect();
     for &cache in &config.caches {
-        let queries: Vec<String> = runs.iter().filter(|r| r.cache == cache && r.fs == fs_names[0]).map(|r| r.query.clone()).collect();
+        let queries: Vec<String> = runs
+            .iter()
+            .filter(|r| r.cache == cache && r.fs == fs_names[0])
+            .map(|r| r.query.clone())
+            .collect();
         let series: Vec<(String, Vec<f64>)> = fs_names
             .iter()
             .map(|fs| {
                 let v = queries
                     .iter()
-                    .map(|q| runs.iter().find(|r| &r.fs == fs && r.cache == cache && &r.query == q).map(|r| r.timing_us.mean / 1000.0).unwrap_or(0.0))
+                    .map(|q| {
+                        runs.iter()
+                            .find(|r| &r.fs == fs && r.cache == cache && &r.query == q)
+                            .map(|r| r.timing_us.mean / 1000.0)
+                            .unwrap_or(0.0)
+                    })
                     .collect();
                 (fs.clone(), v)
             })
             .collect();
         html.heading(&format!("{} cache: mean time per query (ms)", cache.name()));
-        html.svg(&bar_chart_svg(&format!("SQLite queries, {} cache", cache.name()), "ms (mean)", &queries, &series));
+        html.svg(&bar_chart_svg(
+            &format!("SQLite queries, {} cache", cache.name()),
+            "ms (mean)",
+            &queries,
+            &series,
+        ));
     }
     html.heading("All measurements");
     html.table(&RUN_COLUMNS, &run_rows(runs));
     if !ratio_list.is_empty() {
-        html.heading("Ratios between file systems (paper 000: indexed XFS:FAT = 1:1.04, full scan 1.004:1)");
+        html.heading(
+            "Ratios between file systems (paper 000: indexed XFS:FAT = 1:1.04, full scan 1.004:1)",
+        );
         let rows: Vec<Vec<String>> = ratio_list
             .iter()
-            .map(|r| vec![r.cache.name().to_string(), r.query.clone(), format!("{}:{}", r.fs_a, r.fs_b), format!("1:{:.3}", r.ratio)])
+            .map(|r| {
+                vec![
+                    r.cache.name().to_string(),
+                    r.query.clone(),
+                    format!("{}:{}", r.fs_a, r.fs_b),
+                    format!("1:{:.3}", r.ratio),
+                ]
+            })
             .collect();
         html.table(&["cache", "query", "a:b", "ratio"], &rows);
     }
@@ -512,7 +669,12 @@ fn write_html(
         }
         html.table(&sensor::RUN_COLUMNS, &sensor::run_rows(sensor_runs));
         let (cats, series) = sensor::chart_series(sensor_runs);
-        html.svg(&bar_chart_svg("Sensor queries (warm), median", "us (median)", &cats, &series));
+        html.svg(&bar_chart_svg(
+            "Sensor queries (warm), median",
+            "us (median)",
+            &cats,
+            &series,
+        ));
     }
     html.write(path)
 }

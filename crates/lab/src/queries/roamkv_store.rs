@@ -64,12 +64,20 @@ mod with_engine {
             };
             let engine = Engine::open(dir, options).map_err(engine_err)?;
             let devices: Vec<String> = (0..spec.devices).map(|d| spec.device(d)).collect();
-            let sensors: Vec<String> = (0..spec.sensors_per_device).map(|s| spec.sensor(s)).collect();
-            let mut values: Vec<(usize, usize, usize, Vec<u8>)> = Vec::with_capacity(LOAD_BATCH_RECORDS);
+            let sensors: Vec<String> = (0..spec.sensors_per_device)
+                .map(|s| spec.sensor(s))
+                .collect();
+            let mut values: Vec<(usize, usize, usize, Vec<u8>)> =
+                Vec::with_capacity(LOAD_BATCH_RECORDS);
             let flush = |values: &mut Vec<(usize, usize, usize, Vec<u8>)>| -> Result<(), LabError> {
                 let records: Vec<Record<'_>> = values
                     .iter()
-                    .map(|(d, s, i, v)| Record { device: &devices[*d], sensor: &sensors[*s], ts_ms: spec.ts(*i), value: v })
+                    .map(|(d, s, i, v)| Record {
+                        device: &devices[*d],
+                        sensor: &sensors[*s],
+                        ts_ms: spec.ts(*i),
+                        value: v,
+                    })
                     .collect();
                 engine.put_batch(&records).map_err(engine_err)?;
                 values.clear();
@@ -88,7 +96,14 @@ mod with_engine {
             }
             flush(&mut values)?;
             let watched = spec.watched();
-            Ok(RoamkvSensor { engine, clock, spec: *spec, label: "roamkv (upper tier)".into(), devices, watched })
+            Ok(RoamkvSensor {
+                engine,
+                clock,
+                spec: *spec,
+                label: "roamkv (upper tier)".into(),
+                devices,
+                watched,
+            })
         }
 
         /// Lets the management time pass and migrates every device into the lower tier.
@@ -97,7 +112,10 @@ mod with_engine {
             self.engine.maintain().map_err(engine_err)?;
             let stats = self.engine.stats();
             if stats.upper.devices != 0 {
-                return Err(LabError::Unsupported(format!("after maintain(), {} devices are still in the upper tier", stats.upper.devices)));
+                return Err(LabError::Unsupported(format!(
+                    "after maintain(), {} devices are still in the upper tier",
+                    stats.upper.devices
+                )));
             }
             self.label = "roamkv (lower tier, RocksDB)".into();
             Ok(())
@@ -106,7 +124,10 @@ mod with_engine {
         fn scan_all(&self, keep: impl Fn(&[u8]) -> bool) -> Result<u64, LabError> {
             let mut n = 0;
             for d in &self.devices {
-                let readings = self.engine.scan(d, None, i64::MIN, i64::MAX).map_err(engine_err)?;
+                let readings = self
+                    .engine
+                    .scan(d, None, i64::MIN, i64::MAX)
+                    .map_err(engine_err)?;
                 n += readings.iter().filter(|r| keep(&r.value)).count() as u64;
             }
             Ok(n)
@@ -119,20 +140,37 @@ mod with_engine {
         }
         fn answer(&self, q: &SensorQuery) -> Result<u64, LabError> {
             match q {
-                SensorQuery::Point { device, sensor, ts } => {
-                    Ok(u64::from(self.engine.get(device, sensor, *ts).map_err(engine_err)?.is_some()))
-                }
-                SensorQuery::Range { device, sensor, from, to } => {
-                    Ok(self.engine.scan(device, Some(sensor), *from, *to).map_err(engine_err)?.len() as u64)
-                }
+                SensorQuery::Point { device, sensor, ts } => Ok(u64::from(
+                    self.engine
+                        .get(device, sensor, *ts)
+                        .map_err(engine_err)?
+                        .is_some(),
+                )),
+                SensorQuery::Range {
+                    device,
+                    sensor,
+                    from,
+                    to,
+                } => Ok(self
+                    .engine
+                    .scan(device, Some(sensor), *from, *to)
+                    .map_err(engine_err)?
+                    .len() as u64),
                 SensorQuery::Set { first } => self.scan_all(|v| v.first() == Some(first)),
-                SensorQuery::Multi { first, second_below } => {
-                    self.scan_all(|v| v.first() == Some(first) && v.get(1).is_some_and(|b| b < second_below))
-                }
+                SensorQuery::Multi {
+                    first,
+                    second_below,
+                } => self.scan_all(|v| {
+                    v.first() == Some(first) && v.get(1).is_some_and(|b| b < second_below)
+                }),
                 SensorQuery::Join { sensor, from, to } => {
                     let mut n = 0;
                     for d in &self.watched {
-                        n += self.engine.scan(d, Some(sensor), *from, *to).map_err(engine_err)?.len() as u64;
+                        n += self
+                            .engine
+                            .scan(d, Some(sensor), *from, *to)
+                            .map_err(engine_err)?
+                            .len() as u64;
                     }
                     Ok(n)
                 }

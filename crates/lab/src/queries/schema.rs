@@ -98,7 +98,9 @@ impl TableDef {
             .map(|c| match c.kind {
                 ColumnKind::Key => format!("{} INTEGER PRIMARY KEY", c.name),
                 ColumnKind::Text(_) => format!("{} TEXT NOT NULL", c.name),
-                ColumnKind::Int(_) | ColumnKind::ForeignKey => format!("{} INTEGER NOT NULL", c.name),
+                ColumnKind::Int(_) | ColumnKind::ForeignKey => {
+                    format!("{} INTEGER NOT NULL", c.name)
+                }
             })
             .collect();
         format!("CREATE TABLE {} ({})", self.name, cols.join(", "))
@@ -106,7 +108,12 @@ impl TableDef {
     pub fn insert_sql(&self) -> String {
         let names: Vec<&str> = self.columns.iter().map(|c| c.name).collect();
         let marks: Vec<String> = (1..=self.columns.len()).map(|i| format!("?{i}")).collect();
-        format!("INSERT INTO {} ({}) VALUES ({})", self.name, names.join(", "), marks.join(", "))
+        format!(
+            "INSERT INTO {} ({}) VALUES ({})",
+            self.name,
+            names.join(", "),
+            marks.join(", ")
+        )
     }
 }
 
@@ -125,7 +132,9 @@ pub struct GenSpec {
 pub enum SchemaError {
     #[error("duplicate fraction {0} is outside 0..={DUPLICATE_FRACTION_MAX} (paper 000's bound)")]
     DuplicateFraction(f64),
-    #[error("a table needs at least 1 row (and the foreign table too), got {rows} and {foreign_rows}")]
+    #[error(
+        "a table needs at least 1 row (and the foreign table too), got {rows} and {foreign_rows}"
+    )]
     Empty { rows: usize, foreign_rows: usize },
     #[error("row count {0} exceeds the generator's limit of {ROWS_MAX}")]
     TooManyRows(usize),
@@ -150,7 +159,10 @@ impl GenSpec {
             return Err(SchemaError::DuplicateFraction(self.duplicate_fraction));
         }
         if self.rows == 0 || self.foreign_rows == 0 {
-            return Err(SchemaError::Empty { rows: self.rows, foreign_rows: self.foreign_rows });
+            return Err(SchemaError::Empty {
+                rows: self.rows,
+                foreign_rows: self.foreign_rows,
+            });
         }
         if self.rows > ROWS_MAX || self.foreign_rows > ROWS_MAX {
             return Err(SchemaError::TooManyRows(self.rows.max(self.foreign_rows)));
@@ -182,16 +194,31 @@ pub fn generate(table: TableDef, spec: GenSpec) -> Result<Generated, SchemaError
             indices.push(Vec::new());
             continue;
         }
-        let domain = if column.kind == ColumnKind::ForeignKey { spec.foreign_rows } else { usize::MAX };
+        let domain = if column.kind == ColumnKind::ForeignKey {
+            spec.foreign_rows
+        } else {
+            usize::MAX
+        };
         let distinct = spec.distinct(domain);
-        let mut rng = StdRng::seed_from_u64(spec.seed ^ ((c as u64 + 1) << 32) ^ table.name.len() as u64);
+        let mut rng =
+            StdRng::seed_from_u64(spec.seed ^ ((c as u64 + 1) << 32) ^ table.name.len() as u64);
         let mut col: Vec<u32> = (0..spec.rows)
-            .map(|i| if i < distinct { i as u32 } else { rng.random_range(0..distinct as u32) })
+            .map(|i| {
+                if i < distinct {
+                    i as u32
+                } else {
+                    rng.random_range(0..distinct as u32)
+                }
+            })
             .collect();
         col.shuffle(&mut rng);
         indices.push(col);
     }
-    Ok(Generated { table, spec, indices })
+    Ok(Generated {
+        table,
+        spec,
+        indices,
+    })
 }
 
 impl Generated {
@@ -206,25 +233,36 @@ impl Generated {
             ColumnKind::ForeignKey => {
                 // Spread the distinct owner ids over the whole foreign table.
                 let k = self.indices[c][row] as u64;
-                let id = (k * self.spec.foreign_rows as u64) / self.spec.distinct(self.spec.foreign_rows) as u64;
+                let id = (k * self.spec.foreign_rows as u64)
+                    / self.spec.distinct(self.spec.foreign_rows) as u64;
                 Value::Integer(id as i64 + 1)
             }
             ColumnKind::Int(bytes) => {
                 let k = self.indices[c][row];
                 let v = mix32(k ^ (c as u32).wrapping_mul(0x9e37_79b9)) as i64;
                 // 8-byte columns get a wider, still injective value.
-                Value::Integer(if bytes >= 8 { v * 1_000_003 + c as i64 } else { v })
+                Value::Integer(if bytes >= 8 {
+                    v * 1_000_003 + c as i64
+                } else {
+                    v
+                })
             }
-            ColumnKind::Text(width) => Value::Text(text_value(self.indices[c][row], c as u32, width)),
+            ColumnKind::Text(width) => {
+                Value::Text(text_value(self.indices[c][row], c as u32, width))
+            }
         }
     }
     pub fn row(&self, row: usize) -> Vec<Value> {
-        (0..self.table.columns.len()).map(|c| self.value(row, c)).collect()
+        (0..self.table.columns.len())
+            .map(|c| self.value(row, c))
+            .collect()
     }
     /// Rows whose value in column `c` equals an earlier row's value.
     pub fn duplicate_rows(&self, c: usize) -> usize {
         let mut seen = std::collections::HashSet::new();
-        (0..self.rows()).filter(|&r| !seen.insert(format!("{:?}", self.value(r, c)))).count()
+        (0..self.rows())
+            .filter(|&r| !seen.insert(format!("{:?}", self.value(r, c))))
+            .count()
     }
 
     /// Creates the table in `conn` and inserts every row in one transaction.

@@ -55,24 +55,45 @@ impl SensorSpec {
     }
     /// The value of reading i of (device d, sensor s): deterministic by seed.
     pub fn value(&self, d: usize, s: usize, i: usize) -> Vec<u8> {
-        let mut rng = StdRng::seed_from_u64(self.seed ^ ((d as u64) << 40) ^ ((s as u64) << 32) ^ i as u64);
+        let mut rng =
+            StdRng::seed_from_u64(self.seed ^ ((d as u64) << 40) ^ ((s as u64) << 32) ^ i as u64);
         let mut v = vec![0u8; self.value_bytes.max(2)];
         rng.fill_bytes(&mut v);
         v
     }
     pub fn watched(&self) -> Vec<String> {
-        (0..WATCHED_DEVICES.min(self.devices)).map(|i| self.device(i * self.devices / WATCHED_DEVICES.min(self.devices))).collect()
+        (0..WATCHED_DEVICES.min(self.devices))
+            .map(|i| self.device(i * self.devices / WATCHED_DEVICES.min(self.devices)))
+            .collect()
     }
 }
 
 /// One query's parameters.
 #[derive(Clone, Debug)]
 pub enum SensorQuery {
-    Point { device: String, sensor: String, ts: i64 },
-    Range { device: String, sensor: String, from: i64, to: i64 },
-    Set { first: u8 },
-    Multi { first: u8, second_below: u8 },
-    Join { sensor: String, from: i64, to: i64 },
+    Point {
+        device: String,
+        sensor: String,
+        ts: i64,
+    },
+    Range {
+        device: String,
+        sensor: String,
+        from: i64,
+        to: i64,
+    },
+    Set {
+        first: u8,
+    },
+    Multi {
+        first: u8,
+        second_below: u8,
+    },
+    Join {
+        sensor: String,
+        from: i64,
+        to: i64,
+    },
 }
 
 impl SensorQuery {
@@ -98,16 +119,34 @@ pub fn params(spec: &SensorSpec, name: &str, repetitions: usize) -> Vec<SensorQu
             let device = spec.device(rng.random_range(0..spec.devices));
             let sensor = spec.sensor(rng.random_range(0..spec.sensors_per_device));
             match name {
-                "point" => SensorQuery::Point { device, sensor, ts: spec.ts(rng.random_range(0..n)) },
+                "point" => SensorQuery::Point {
+                    device,
+                    sensor,
+                    ts: spec.ts(rng.random_range(0..n)),
+                },
                 "range" => {
                     let start = rng.random_range(0..=n.saturating_sub(100));
-                    SensorQuery::Range { device, sensor, from: spec.ts(start), to: spec.ts(start + 100) }
+                    SensorQuery::Range {
+                        device,
+                        sensor,
+                        from: spec.ts(start),
+                        to: spec.ts(start + 100),
+                    }
                 }
-                "set" => SensorQuery::Set { first: rng.random() },
-                "multi" => SensorQuery::Multi { first: rng.random(), second_below: 64 },
+                "set" => SensorQuery::Set {
+                    first: rng.random(),
+                },
+                "multi" => SensorQuery::Multi {
+                    first: rng.random(),
+                    second_below: 64,
+                },
                 _ => {
                     let start = rng.random_range(0..=n.saturating_sub(10));
-                    SensorQuery::Join { sensor, from: spec.ts(start), to: spec.ts(start + 10) }
+                    SensorQuery::Join {
+                        sensor,
+                        from: spec.ts(start),
+                        to: spec.ts(start + 10),
+                    }
                 }
             }
         })
@@ -138,15 +177,25 @@ impl SqliteSensor {
         .map_err(super::sqlite_err)?;
         let tx = conn.unchecked_transaction().map_err(super::sqlite_err)?;
         {
-            let mut ins = tx.prepare("INSERT INTO readings VALUES (?1, ?2, ?3, ?4)").map_err(super::sqlite_err)?;
+            let mut ins = tx
+                .prepare("INSERT INTO readings VALUES (?1, ?2, ?3, ?4)")
+                .map_err(super::sqlite_err)?;
             for d in 0..spec.devices {
                 for s in 0..spec.sensors_per_device {
                     for i in 0..spec.readings_per_sensor {
-                        ins.execute(params![spec.device(d), spec.sensor(s), spec.ts(i), spec.value(d, s, i)]).map_err(super::sqlite_err)?;
+                        ins.execute(params![
+                            spec.device(d),
+                            spec.sensor(s),
+                            spec.ts(i),
+                            spec.value(d, s, i)
+                        ])
+                        .map_err(super::sqlite_err)?;
                     }
                 }
             }
-            let mut w = tx.prepare("INSERT INTO watch VALUES (?1)").map_err(super::sqlite_err)?;
+            let mut w = tx
+                .prepare("INSERT INTO watch VALUES (?1)")
+                .map_err(super::sqlite_err)?;
             for d in spec.watched() {
                 w.execute(params![d]).map_err(super::sqlite_err)?;
             }
@@ -156,7 +205,10 @@ impl SqliteSensor {
     }
 }
 
-fn count(mut stmt: rusqlite::CachedStatement<'_>, p: impl rusqlite::Params) -> Result<u64, rusqlite::Error> {
+fn count(
+    mut stmt: rusqlite::CachedStatement<'_>,
+    p: impl rusqlite::Params,
+) -> Result<u64, rusqlite::Error> {
     let mut rows = stmt.query(p)?;
     let mut n = 0;
     while let Some(row) = rows.next()? {
@@ -223,7 +275,15 @@ pub struct SensorRun {
     pub load_s: f64,
 }
 
-pub const RUN_COLUMNS: [&str; 7] = ["fs", "store", "query", "rows (total)", "mean", "median", "p95"];
+pub const RUN_COLUMNS: [&str; 7] = [
+    "fs",
+    "store",
+    "query",
+    "rows (total)",
+    "mean",
+    "median",
+    "p95",
+];
 
 pub fn run_rows(runs: &[SensorRun]) -> Vec<Vec<String>> {
     runs.iter()
@@ -259,7 +319,12 @@ pub fn chart_series(runs: &[SensorRun]) -> (Vec<String>, Vec<(String, Vec<f64>)>
         .map(|s| {
             let v = cats
                 .iter()
-                .map(|c| runs.iter().find(|r| &r.store == s && &format!("{}/{}", r.fs, r.query) == c).map(|r| r.timing_us.median).unwrap_or(0.0))
+                .map(|c| {
+                    runs.iter()
+                        .find(|r| &r.store == s && &format!("{}/{}", r.fs, r.query) == c)
+                        .map(|r| r.timing_us.median)
+                        .unwrap_or(0.0)
+                })
                 .collect();
             (s.clone(), v)
         })
@@ -268,11 +333,21 @@ pub fn chart_series(runs: &[SensorRun]) -> (Vec<String>, Vec<(String, Vec<f64>)>
 }
 
 /// Times every query type on one store; the result row counts are returned for cross-checking.
-pub fn measure(store: &dyn SensorStore, fs: &str, spec: &SensorSpec, repetitions: usize, load_s: f64) -> Result<Vec<SensorRun>, LabError> {
+pub fn measure(
+    store: &dyn SensorStore,
+    fs: &str,
+    spec: &SensorSpec,
+    repetitions: usize,
+    load_s: f64,
+) -> Result<Vec<SensorRun>, LabError> {
     let mut out = Vec::new();
     for name in QUERY_NAMES {
         // Full scans are 1000x the work of a point query: fewer repetitions keep the run short.
-        let reps = if matches!(name, "set" | "multi") { repetitions.div_ceil(10).max(3) } else { repetitions };
+        let reps = if matches!(name, "set" | "multi") {
+            repetitions.div_ceil(10).max(3)
+        } else {
+            repetitions
+        };
         let qs = params(spec, name, reps + 1);
         store.answer(&qs[0])?; // untimed warm-up
         let mut times: Vec<Duration> = Vec::with_capacity(reps);
@@ -282,14 +357,27 @@ pub fn measure(store: &dyn SensorStore, fs: &str, spec: &SensorSpec, repetitions
             rows += store.answer(q)?;
             times.push(t.elapsed());
         }
-        out.push(SensorRun { fs: fs.into(), store: store.name(), query: name.into(), timing_us: TimingUs::of(&times), result_rows: rows, load_s });
+        out.push(SensorRun {
+            fs: fs.into(),
+            store: store.name(),
+            query: name.into(),
+            timing_us: TimingUs::of(&times),
+            result_rows: rows,
+            load_s,
+        });
     }
     Ok(out)
 }
 
 /// Loads the readings into each available store under `dir` and measures them; checks that every
 /// store returned the same number of rows for each query type.
-pub fn compare(dir: &Path, fs: &str, spec: &SensorSpec, repetitions: usize, quiesce: &dyn Fn() -> Result<(), LabError>) -> Result<Vec<SensorRun>, LabError> {
+pub fn compare(
+    dir: &Path,
+    fs: &str,
+    spec: &SensorSpec,
+    repetitions: usize,
+    quiesce: &dyn Fn() -> Result<(), LabError>,
+) -> Result<Vec<SensorRun>, LabError> {
     let mut runs = Vec::new();
     let t = Instant::now();
     let sqlite = SqliteSensor::load(dir, spec)?;
@@ -297,7 +385,13 @@ pub fn compare(dir: &Path, fs: &str, spec: &SensorSpec, repetitions: usize, quie
     quiesce()?;
     runs.extend(measure(&sqlite, fs, spec, repetitions, load_s)?);
     drop(sqlite);
-    runs.extend(super::roamkv_store::measure_all(dir, fs, spec, repetitions, quiesce)?);
+    runs.extend(super::roamkv_store::measure_all(
+        dir,
+        fs,
+        spec,
+        repetitions,
+        quiesce,
+    )?);
     check_agreement(&runs)?;
     Ok(runs)
 }
@@ -305,7 +399,10 @@ pub fn compare(dir: &Path, fs: &str, spec: &SensorSpec, repetitions: usize, quie
 /// Every store must have returned the same total rows per query (same data, same parameters).
 pub fn check_agreement(runs: &[SensorRun]) -> Result<(), LabError> {
     for r in runs {
-        if let Some(other) = runs.iter().find(|o| o.fs == r.fs && o.query == r.query && o.result_rows != r.result_rows) {
+        if let Some(other) = runs
+            .iter()
+            .find(|o| o.fs == r.fs && o.query == r.query && o.result_rows != r.result_rows)
+        {
             return Err(LabError::Unsupported(format!(
                 "stores disagree on {} ({}): {} returned {} rows, {} returned {}",
                 r.query, r.fs, r.store, r.result_rows, other.store, other.result_rows

@@ -29,17 +29,41 @@ pub struct QueryKind {
 /// The query list for a table of `rows` rows: ranges of 100, 1000, ... rows, then the whole table.
 pub fn query_kinds(rows: usize) -> Vec<QueryKind> {
     let mut kinds = vec![
-        QueryKind { name: "point".into(), indexed: true, range_rows: None },
-        QueryKind { name: "set".into(), indexed: false, range_rows: None },
+        QueryKind {
+            name: "point".into(),
+            indexed: true,
+            range_rows: None,
+        },
+        QueryKind {
+            name: "set".into(),
+            indexed: false,
+            range_rows: None,
+        },
     ];
     let mut size = 100;
     while size < rows {
-        kinds.push(QueryKind { name: format!("range-{size}"), indexed: true, range_rows: Some(size) });
+        kinds.push(QueryKind {
+            name: format!("range-{size}"),
+            indexed: true,
+            range_rows: Some(size),
+        });
         size *= 10;
     }
-    kinds.push(QueryKind { name: "range-all".into(), indexed: true, range_rows: Some(rows) });
-    kinds.push(QueryKind { name: "multi".into(), indexed: false, range_rows: None });
-    kinds.push(QueryKind { name: "join".into(), indexed: true, range_rows: None });
+    kinds.push(QueryKind {
+        name: "range-all".into(),
+        indexed: true,
+        range_rows: Some(rows),
+    });
+    kinds.push(QueryKind {
+        name: "multi".into(),
+        indexed: false,
+        range_rows: None,
+    });
+    kinds.push(QueryKind {
+        name: "join".into(),
+        indexed: true,
+        range_rows: None,
+    });
     kinds
 }
 
@@ -82,20 +106,39 @@ impl ParamGen {
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )?;
-        Ok(ParamGen { rng: StdRng::seed_from_u64(seed), rows, amount_min, amount_max, score_min, score_max })
+        Ok(ParamGen {
+            rng: StdRng::seed_from_u64(seed),
+            rows,
+            amount_min,
+            amount_max,
+            score_min,
+            score_max,
+        })
     }
     pub fn next(&mut self, range_rows: usize) -> Params {
         let span = self.rows.saturating_sub(range_rows) as i64;
         let key = 1 + self.rng.random_range(0..=span);
         // An amount window of ~2x the target for multi (half survive the score condition) and set.
-        let width = ((self.amount_max - self.amount_min) as f64 * (2.0 * TARGET_RESULT_ROWS as f64 / self.rows as f64)) as i64;
-        let lo = self.amount_min + self.rng.random_range(0..=(self.amount_max - self.amount_min - width).max(0));
+        let width = ((self.amount_max - self.amount_min) as f64
+            * (2.0 * TARGET_RESULT_ROWS as f64 / self.rows as f64)) as i64;
+        let lo = self.amount_min
+            + self
+                .rng
+                .random_range(0..=(self.amount_max - self.amount_min - width).max(0));
         let score_max = self.score_min + (self.score_max - self.score_min) / 2;
-        Params { key, amount_lo: lo, amount_hi: lo + width, score_max }
+        Params {
+            key,
+            amount_lo: lo,
+            amount_hi: lo + width,
+            score_max,
+        }
     }
 }
 
-fn consume(stmt: &mut rusqlite::Statement<'_>, params: impl rusqlite::Params) -> Result<(u64, u64), rusqlite::Error> {
+fn consume(
+    stmt: &mut rusqlite::Statement<'_>,
+    params: impl rusqlite::Params,
+) -> Result<(u64, u64), rusqlite::Error> {
     let columns = stmt.column_count();
     let mut rows = stmt.query(params)?;
     let (mut n, mut bytes) = (0u64, 0u64);
@@ -113,7 +156,11 @@ fn consume(stmt: &mut rusqlite::Statement<'_>, params: impl rusqlite::Params) ->
 }
 
 /// Runs one query (prepare + step through every row), timed.
-pub fn execute(conn: &Connection, kind: &QueryKind, p: &Params) -> Result<Execution, rusqlite::Error> {
+pub fn execute(
+    conn: &Connection,
+    kind: &QueryKind,
+    p: &Params,
+) -> Result<Execution, rusqlite::Error> {
     let start = Instant::now();
     let (rows, bytes) = match kind.name.as_str() {
         "point" => consume(&mut conn.prepare("SELECT * FROM items WHERE id = ?1")?, params![p.key])?,
@@ -133,7 +180,11 @@ pub fn execute(conn: &Connection, kind: &QueryKind, p: &Params) -> Result<Execut
             consume(&mut conn.prepare("SELECT * FROM items WHERE id BETWEEN ?1 AND ?1 + ?2 - 1")?, params![p.key, n])?
         }
     };
-    Ok(Execution { elapsed: start.elapsed(), rows, bytes })
+    Ok(Execution {
+        elapsed: start.elapsed(),
+        rows,
+        bytes,
+    })
 }
 
 /// Summary of repeated timings, in microseconds.
@@ -155,7 +206,11 @@ impl TimingUs {
         let mut us: Vec<f64> = durations.iter().map(|d| d.as_secs_f64() * 1e6).collect();
         us.sort_by(f64::total_cmp);
         let n = us.len();
-        let median = if n % 2 == 1 { us[n / 2] } else { (us[n / 2 - 1] + us[n / 2]) / 2.0 };
+        let median = if n % 2 == 1 {
+            us[n / 2]
+        } else {
+            (us[n / 2 - 1] + us[n / 2]) / 2.0
+        };
         TimingUs {
             repetitions: n,
             mean: us.iter().sum::<f64>() / n as f64,

@@ -80,7 +80,10 @@ named_enum!(
 );
 
 /// Parses a comma-separated list ("delete,wal"; "all" means every value), without duplicates.
-pub fn parse_list<T: FromStr<Err = UnknownName> + Copy + PartialEq>(s: &str, all: &[T]) -> Result<Vec<T>, UnknownName> {
+pub fn parse_list<T: FromStr<Err = UnknownName> + Copy + PartialEq>(
+    s: &str,
+    all: &[T],
+) -> Result<Vec<T>, UnknownName> {
     if s.trim().eq_ignore_ascii_case("all") {
         return Ok(all.to_vec());
     }

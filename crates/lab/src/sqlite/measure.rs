@@ -47,7 +47,12 @@ pub struct Split {
 
 impl Split {
     pub fn of(summary: &Summary) -> Split {
-        let mut s = Split { fs_journal: summary.by_kind.fs_journal, metadata: summary.by_kind.metadata, flushes: summary.flushes, ..Split::default() };
+        let mut s = Split {
+            fs_journal: summary.by_kind.fs_journal,
+            metadata: summary.by_kind.metadata,
+            flushes: summary.flushes,
+            ..Split::default()
+        };
         let add = |w: &mut WriteCount, c: &WriteCount| {
             w.writes += c.writes;
             w.bytes += c.bytes;
@@ -103,11 +108,23 @@ impl Split {
         s
     }
     pub fn total(&self) -> WriteCount {
-        let parts = [self.db, self.journal, self.other_data, self.fs_journal, self.metadata];
-        WriteCount { writes: parts.iter().map(|p| p.writes).sum(), bytes: parts.iter().map(|p| p.bytes).sum() }
+        let parts = [
+            self.db,
+            self.journal,
+            self.other_data,
+            self.fs_journal,
+            self.metadata,
+        ];
+        WriteCount {
+            writes: parts.iter().map(|p| p.writes).sum(),
+            bytes: parts.iter().map(|p| p.bytes).sum(),
+        }
     }
     pub fn plus(&self, o: &Split) -> Split {
-        let a = |x: WriteCount, y: WriteCount| WriteCount { writes: x.writes + y.writes, bytes: x.bytes + y.bytes };
+        let a = |x: WriteCount, y: WriteCount| WriteCount {
+            writes: x.writes + y.writes,
+            bytes: x.bytes + y.bytes,
+        };
         Split {
             db: a(self.db, o.db),
             journal: a(self.journal, o.journal),
@@ -168,7 +185,11 @@ pub struct RunResult {
 /// timed transactions, then trace a syncfs for the deferred write-back.
 pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
     fx.clear()?;
-    let db_config = DbConfig { journal_mode: spec.journal_mode, synchronous: spec.synchronous, sync_call: spec.sync_call };
+    let db_config = DbConfig {
+        journal_mode: spec.journal_mode,
+        synchronous: spec.synchronous,
+        sync_call: spec.sync_call,
+    };
     let werr = |e: workload::WorkloadError| LabError::Unsupported(format!("sqlite workload: {e}"));
     let streams: Vec<StreamSpec> = (0..spec.threads)
         .map(|t| StreamSpec {
@@ -181,7 +202,8 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
         .collect();
     let mut conns = Vec::with_capacity(spec.threads);
     for (t, s) in streams.iter().enumerate() {
-        let conn = workload::open(&fx.mount_dir().join(format!("t{t}.db")), db_config).map_err(werr)?;
+        let conn =
+            workload::open(&fx.mount_dir().join(format!("t{t}.db")), db_config).map_err(werr)?;
         workload::fill(&conn, s.rows_needed(), s.record_bytes, s.seed).map_err(werr)?;
         conns.push(conn);
     }
@@ -192,23 +214,30 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
     let tracer = Tracer::start(fx)?;
     let barrier = Barrier::new(spec.threads);
     let started = Instant::now();
-    let results: Vec<Result<Vec<Duration>, workload::WorkloadError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = conns
-            .iter_mut()
-            .zip(&streams)
-            .map(|(conn, s)| {
-                let barrier = &barrier;
-                scope.spawn(move || {
-                    barrier.wait();
-                    workload::run_stream(conn, s)
+    let results: Vec<Result<Vec<Duration>, workload::WorkloadError>> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = conns
+                .iter_mut()
+                .zip(&streams)
+                .map(|(conn, s)| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        workload::run_stream(conn, s)
+                    })
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(workload::WorkloadError::Invalid("worker thread panicked".into()))))
-            .collect()
-    });
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(workload::WorkloadError::Invalid(
+                            "worker thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        });
     let elapsed = started.elapsed();
     let end_ns = monotonic_ns();
     let sync_calls = SyncCounts::read().delta(&sync_before);
@@ -325,7 +354,13 @@ pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
             if bar.is_hidden() {
                 eprintln!(
                     "{fs} {} sync={} {} {} x{}: {:.0} tx/s, {:.2} block writes/tx",
-                    spec.journal_mode, spec.synchronous, spec.sync_call, spec.op, spec.rows_per_tx, r.tx_per_sec, r.block_writes_per_tx
+                    spec.journal_mode,
+                    spec.synchronous,
+                    spec.sync_call,
+                    spec.op,
+                    spec.rows_per_tx,
+                    r.tx_per_sec,
+                    r.block_writes_per_tx
                 );
             }
             results.push(r);
@@ -359,7 +394,20 @@ pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
 }
 
 const COLUMNS: [&str; 14] = [
-    "fs", "journal", "sync", "call", "op", "rows/tx", "threads", "tx/s", "p50 us", "p99 us", "writes/tx", "KiB/tx", "flushes/tx", "writes/tx +syncfs",
+    "fs",
+    "journal",
+    "sync",
+    "call",
+    "op",
+    "rows/tx",
+    "threads",
+    "tx/s",
+    "p50 us",
+    "p99 us",
+    "writes/tx",
+    "KiB/tx",
+    "flushes/tx",
+    "writes/tx +syncfs",
 ];
 
 fn rows(results: &[RunResult]) -> Vec<Vec<String>> {
@@ -395,9 +443,17 @@ pub fn print_table(results: &[RunResult]) {
     println!("{t}");
 }
 
-fn write_html(path: &Path, header: &crate::report::MachineHeader, command: &str, results: &[RunResult]) -> Result<(), LabError> {
+fn write_html(
+    path: &Path,
+    header: &crate::report::MachineHeader,
+    command: &str,
+    results: &[RunResult],
+) -> Result<(), LabError> {
     use crate::report::{Html, bar_chart_svg};
-    let mut html = Html::new("roamkv lab sqlite — SQLite journaling on file systems (paper 004)", header);
+    let mut html = Html::new(
+        "roamkv lab sqlite — SQLite journaling on file systems (paper 004)",
+        header,
+    );
     html.paragraph(&format!(
         "Command: {command}. SQLite {}. Each run: fresh database file per thread, pre-filled for update/delete, \
          caches synced, then the transactions traced at the block layer; 'writes/tx' counts data + file-system \
@@ -415,8 +471,15 @@ fn write_html(path: &Path, header: &crate::report::MachineHeader, command: &str,
         }
     }
     for (op, sync, rows_per_tx, threads) in groups {
-        let sel: Vec<&RunResult> =
-            results.iter().filter(|r| r.op == op && r.synchronous == sync && r.rows_per_tx == rows_per_tx && r.threads == threads).collect();
+        let sel: Vec<&RunResult> = results
+            .iter()
+            .filter(|r| {
+                r.op == op
+                    && r.synchronous == sync
+                    && r.rows_per_tx == rows_per_tx
+                    && r.threads == threads
+            })
+            .collect();
         let mut modes: Vec<String> = Vec::new();
         let mut series_names: Vec<String> = Vec::new();
         for r in &sel {
@@ -435,16 +498,35 @@ fn write_html(path: &Path, header: &crate::report::MachineHeader, command: &str,
                 .map(|s| {
                     let v = modes
                         .iter()
-                        .map(|m| sel.iter().find(|r| &format!("{}/{}", r.fs, r.sync_call) == s && &r.journal_mode.to_string() == m).map(|r| f(r)).unwrap_or(0.0))
+                        .map(|m| {
+                            sel.iter()
+                                .find(|r| {
+                                    &format!("{}/{}", r.fs, r.sync_call) == s
+                                        && &r.journal_mode.to_string() == m
+                                })
+                                .map(|r| f(r))
+                                .unwrap_or(0.0)
+                        })
                         .collect();
                     (s.clone(), v)
                 })
                 .collect()
         };
-        let what = format!("{op}, synchronous={sync}, {rows_per_tx} row(s)/tx, {threads} thread(s)");
+        let what =
+            format!("{op}, synchronous={sync}, {rows_per_tx} row(s)/tx, {threads} thread(s)");
         html.heading(&what);
-        html.svg(&bar_chart_svg(&format!("{op}: transactions/s"), "tx/s", &modes, &series(&|r| r.tx_per_sec)));
-        html.svg(&bar_chart_svg(&format!("{op}: block writes per transaction"), "writes/tx", &modes, &series(&|r| r.block_writes_per_tx)));
+        html.svg(&bar_chart_svg(
+            &format!("{op}: transactions/s"),
+            "tx/s",
+            &modes,
+            &series(&|r| r.tx_per_sec),
+        ));
+        html.svg(&bar_chart_svg(
+            &format!("{op}: block writes per transaction"),
+            "writes/tx",
+            &modes,
+            &series(&|r| r.block_writes_per_tx),
+        ));
     }
     html.heading("All runs");
     html.table(&COLUMNS, &rows(results));
@@ -466,20 +548,38 @@ fn write_html(path: &Path, header: &crate::report::MachineHeader, command: &str,
                 format!("{:.2}", s.fs_journal.writes as f64 / d),
                 format!("{:.2}", s.metadata.writes as f64 / d),
                 format!("{:.2}", s.flushes as f64 / d),
-                format!("{}+{}", r.sync_calls.fsync_calls, r.sync_calls.delegated_syncs),
+                format!(
+                    "{}+{}",
+                    r.sync_calls.fsync_calls, r.sync_calls.delegated_syncs
+                ),
             ]
         })
         .collect();
     html.table(
-        &["fs", "journal", "sync", "call", "op", "db", "journal/WAL", "other data", "fs journal", "metadata", "flushes", "fsync+delegated calls"],
+        &[
+            "fs",
+            "journal",
+            "sync",
+            "call",
+            "op",
+            "db",
+            "journal/WAL",
+            "other data",
+            "fs journal",
+            "metadata",
+            "flushes",
+            "fsync+delegated calls",
+        ],
         &split_rows,
     );
     html.write(path)
 }
 
-
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC is the tracer's clock ("mono").
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

@@ -76,26 +76,42 @@ pub struct SqliteConfig {
 fn parse_usize_list(s: &str, what: &str) -> Result<Vec<usize>, LabError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let n: usize = part
-            .parse()
-            .map_err(|_| LabError::Parse { what: what.into(), detail: format!("{part:?} is not a positive integer") })?;
+        let n: usize = part.parse().map_err(|_| LabError::Parse {
+            what: what.into(),
+            detail: format!("{part:?} is not a positive integer"),
+        })?;
         if n == 0 {
-            return Err(LabError::Parse { what: what.into(), detail: "must be at least 1".into() });
+            return Err(LabError::Parse {
+                what: what.into(),
+                detail: "must be at least 1".into(),
+            });
         }
         if !out.contains(&n) {
             out.push(n);
         }
     }
     if out.is_empty() {
-        return Err(LabError::Parse { what: what.into(), detail: "empty list".into() });
+        return Err(LabError::Parse {
+            what: what.into(),
+            detail: "empty list".into(),
+        });
     }
     Ok(out)
 }
 
-fn names<T: Copy + std::str::FromStr<Err = config::UnknownName> + PartialEq>(s: &str, all: &[T]) -> Result<Vec<T>, LabError> {
-    let v = parse_list(s, all).map_err(|e| LabError::Parse { what: e.what.into(), detail: e.to_string() })?;
+fn names<T: Copy + std::str::FromStr<Err = config::UnknownName> + PartialEq>(
+    s: &str,
+    all: &[T],
+) -> Result<Vec<T>, LabError> {
+    let v = parse_list(s, all).map_err(|e| LabError::Parse {
+        what: e.what.into(),
+        detail: e.to_string(),
+    })?;
     if v.is_empty() {
-        return Err(LabError::Parse { what: "list".into(), detail: format!("{s:?} names nothing") });
+        return Err(LabError::Parse {
+            what: "list".into(),
+            detail: format!("{s:?} names nothing"),
+        });
     }
     Ok(v)
 }
@@ -103,18 +119,46 @@ fn names<T: Copy + std::str::FromStr<Err = config::UnknownName> + PartialEq>(s: 
 impl SqliteArgs {
     pub fn resolve(&self) -> Result<SqliteConfig, LabError> {
         let q = self.quick;
-        let fs = fixture::parse_fs_list(self.fs.as_deref().unwrap_or(if q { "ext4,xfs" } else { "all" }))?;
-        let journal_modes = names(self.journal.as_deref().unwrap_or(if q { "delete,truncate,persist,wal" } else { "all" }), JournalMode::all())?;
+        let fs = fixture::parse_fs_list(self.fs.as_deref().unwrap_or(if q {
+            "ext4,xfs"
+        } else {
+            "all"
+        }))?;
+        let journal_modes = names(
+            self.journal.as_deref().unwrap_or(if q {
+                "delete,truncate,persist,wal"
+            } else {
+                "all"
+            }),
+            JournalMode::all(),
+        )?;
         let synchronous = names(&self.synchronous, Synchronous::all())?;
         let sync_calls = names(&self.sync_call, SyncCall::all())?;
-        let ops = names(self.op.as_deref().unwrap_or(if q { "insert,update" } else { "all" }), Op::all())?;
+        let ops = names(
+            self.op
+                .as_deref()
+                .unwrap_or(if q { "insert,update" } else { "all" }),
+            Op::all(),
+        )?;
         let transactions = self.transactions.unwrap_or(if q { 100 } else { 1000 });
         let rows_per_tx = parse_usize_list(&self.rows_per_tx, "--rows-per-tx")?;
         let threads = parse_usize_list(&self.threads, "--threads")?;
-        let spec = workload::StreamSpec { op: Op::Insert, transactions, rows_per_tx: rows_per_tx[0], record_bytes: self.record_bytes, seed: self.seed };
-        spec.validate().map_err(|e| LabError::Parse { what: "workload".into(), detail: e.to_string() })?;
+        let spec = workload::StreamSpec {
+            op: Op::Insert,
+            transactions,
+            rows_per_tx: rows_per_tx[0],
+            record_bytes: self.record_bytes,
+            seed: self.seed,
+        };
+        spec.validate().map_err(|e| LabError::Parse {
+            what: "workload".into(),
+            detail: e.to_string(),
+        })?;
         if self.image_mib < 300 {
-            return Err(LabError::Parse { what: "--image-mib".into(), detail: "at least 300 (XFS's minimum size)".into() });
+            return Err(LabError::Parse {
+                what: "--image-mib".into(),
+                detail: "at least 300 (XFS's minimum size)".into(),
+            });
         }
         Ok(SqliteConfig {
             fs,
@@ -133,7 +177,10 @@ impl SqliteArgs {
 }
 
 pub fn run(args: &SqliteArgs) -> ExitCode {
-    match args.resolve().and_then(|config| measure::run_matrix(&config, &args.out)) {
+    match args
+        .resolve()
+        .and_then(|config| measure::run_matrix(&config, &args.out))
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("roamkv lab sqlite: {e}");

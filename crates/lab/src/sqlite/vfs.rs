@@ -103,7 +103,9 @@ unsafe fn real(file: *mut ffi::sqlite3_file) -> *mut ffi::sqlite3_file {
     unsafe { (file as *mut u8).add(real_offset()) as *mut ffi::sqlite3_file }
 }
 
-unsafe fn real_methods(file: *mut ffi::sqlite3_file) -> (*mut ffi::sqlite3_file, &'static ffi::sqlite3_io_methods) {
+unsafe fn real_methods(
+    file: *mut ffi::sqlite3_file,
+) -> (*mut ffi::sqlite3_file, &'static ffi::sqlite3_io_methods) {
     // SAFETY: our pMethods is only installed after the base xOpen set a non-null pMethods on the
     // real file; the unix VFS's io-method tables are static.
     unsafe {
@@ -128,7 +130,11 @@ fn register_once() -> Result<(), VfsError> {
     }
     let _ = BASE.set(Base(base));
     for (name, cname, open) in [
-        ("roamkv-fdatasync", c"roamkv-fdatasync", x_open_fdatasync as OpenFn),
+        (
+            "roamkv-fdatasync",
+            c"roamkv-fdatasync",
+            x_open_fdatasync as OpenFn,
+        ),
         ("roamkv-fsync", c"roamkv-fsync", x_open_fsync as OpenFn),
     ] {
         // SAFETY: copying the base VFS keeps its methods (which tolerate being handed our VFS
@@ -138,7 +144,11 @@ fn register_once() -> Result<(), VfsError> {
         vfs.zName = cname.as_ptr();
         vfs.szOsFile = (real_offset() as c_int) + unsafe { (*base).szOsFile };
         vfs.xOpen = Some(open);
-        vfs.xDelete = Some(if name == "roamkv-fsync" { x_delete_fsync } else { x_delete_passthrough });
+        vfs.xDelete = Some(if name == "roamkv-fsync" {
+            x_delete_fsync
+        } else {
+            x_delete_passthrough
+        });
         // The VFS object must outlive every connection: leak it (two small structs per process).
         let vfs: &'static mut ffi::sqlite3_vfs = Box::leak(Box::new(vfs));
         // SAFETY: vfs is a valid, 'static VFS object; makeDflt=0 keeps "unix" the default.
@@ -150,28 +160,46 @@ fn register_once() -> Result<(), VfsError> {
     Ok(())
 }
 
-type OpenFn = unsafe extern "C" fn(*mut ffi::sqlite3_vfs, ffi::sqlite3_filename, *mut ffi::sqlite3_file, c_int, *mut c_int) -> c_int;
+type OpenFn = unsafe extern "C" fn(
+    *mut ffi::sqlite3_vfs,
+    ffi::sqlite3_filename,
+    *mut ffi::sqlite3_file,
+    c_int,
+    *mut c_int,
+) -> c_int;
 
 fn base() -> *mut ffi::sqlite3_vfs {
     BASE.get().map(|b| b.0).unwrap_or(std::ptr::null_mut())
 }
 
 unsafe extern "C" fn x_open_fdatasync(
-    vfs: *mut ffi::sqlite3_vfs, name: ffi::sqlite3_filename, file: *mut ffi::sqlite3_file, flags: c_int, out_flags: *mut c_int,
+    vfs: *mut ffi::sqlite3_vfs,
+    name: ffi::sqlite3_filename,
+    file: *mut ffi::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
 ) -> c_int {
     // SAFETY: forwarded from SQLite's own call with the same contract.
     unsafe { open_common(vfs, name, file, flags, out_flags, false) }
 }
 
 unsafe extern "C" fn x_open_fsync(
-    vfs: *mut ffi::sqlite3_vfs, name: ffi::sqlite3_filename, file: *mut ffi::sqlite3_file, flags: c_int, out_flags: *mut c_int,
+    vfs: *mut ffi::sqlite3_vfs,
+    name: ffi::sqlite3_filename,
+    file: *mut ffi::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
 ) -> c_int {
     // SAFETY: forwarded from SQLite's own call with the same contract.
     unsafe { open_common(vfs, name, file, flags, out_flags, true) }
 }
 
 unsafe fn open_common(
-    _vfs: *mut ffi::sqlite3_vfs, name: ffi::sqlite3_filename, file: *mut ffi::sqlite3_file, flags: c_int, out_flags: *mut c_int,
+    _vfs: *mut ffi::sqlite3_vfs,
+    name: ffi::sqlite3_filename,
+    file: *mut ffi::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
     fsync_mode: bool,
 ) -> c_int {
     let base = base();
@@ -179,15 +207,22 @@ unsafe fn open_common(
     // the base VFS initialise the real file object behind it.
     unsafe {
         let shim = file as *mut ShimFile;
-        std::ptr::write(shim, ShimFile {
-            header: ffi::sqlite3_file { pMethods: std::ptr::null() },
-            own_fd: -1,
-            dir_sync_pending: false,
-            path: std::ptr::null_mut(),
-        });
+        std::ptr::write(
+            shim,
+            ShimFile {
+                header: ffi::sqlite3_file {
+                    pMethods: std::ptr::null(),
+                },
+                own_fd: -1,
+                dir_sync_pending: false,
+                path: std::ptr::null_mut(),
+            },
+        );
         let r = real(file);
         (*r).pMethods = std::ptr::null();
-        let Some(base_open) = (*base).xOpen else { return ffi::SQLITE_ERROR };
+        let Some(base_open) = (*base).xOpen else {
+            return ffi::SQLITE_ERROR;
+        };
         let rc = base_open(base, name, r, flags, out_flags);
         if (*r).pMethods.is_null() {
             return rc;
@@ -225,7 +260,10 @@ fn fsync_parent_dir(path: &CStr) {
     let Ok(dir) = CString::new(dir) else { return };
     // SAFETY: plain syscalls on a descriptor we own and close.
     unsafe {
-        let fd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        let fd = libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
         if fd >= 0 {
             FSYNC_CALLS.fetch_add(1, Ordering::Relaxed);
             libc::fsync(fd);
@@ -234,7 +272,11 @@ fn fsync_parent_dir(path: &CStr) {
     }
 }
 
-unsafe extern "C" fn x_delete_passthrough(_vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+unsafe extern "C" fn x_delete_passthrough(
+    _vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
     let base = base();
     // SAFETY: forwarding SQLite's arguments to the base VFS.
     unsafe {
@@ -245,11 +287,17 @@ unsafe extern "C" fn x_delete_passthrough(_vfs: *mut ffi::sqlite3_vfs, name: *co
     }
 }
 
-unsafe extern "C" fn x_delete_fsync(_vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+unsafe extern "C" fn x_delete_fsync(
+    _vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
     let base = base();
     // SAFETY: forwarding SQLite's arguments to the base VFS; `name` is a valid C string.
     unsafe {
-        let Some(f) = (*base).xDelete else { return ffi::SQLITE_ERROR };
+        let Some(f) = (*base).xDelete else {
+            return ffi::SQLITE_ERROR;
+        };
         let rc = f(base, name, 0);
         if rc == ffi::SQLITE_OK && sync_dir != 0 && !name.is_null() {
             fsync_parent_dir(CStr::from_ptr(name));
@@ -299,7 +347,10 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
         }
         DELEGATED_SYNCS.fetch_add(1, Ordering::Relaxed);
         let (r, m) = real_methods(file);
-        match m.xSync { Some(f) => f(r, flags), None => ffi::SQLITE_OK }
+        match m.xSync {
+            Some(f) => f(r, flags),
+            None => ffi::SQLITE_OK,
+        }
     }
 }
 
@@ -316,7 +367,10 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
             (*shim).path = std::ptr::null_mut();
         }
         let (r, m) = real_methods(file);
-        match m.xClose { Some(f) => f(r), None => ffi::SQLITE_OK }
+        match m.xClose {
+            Some(f) => f(r),
+            None => ffi::SQLITE_OK,
+        }
     }
 }
 
@@ -343,7 +397,13 @@ forward!(x_unlock, xUnlock, (level: c_int), c_int, ffi::SQLITE_OK);
 forward!(x_check_reserved_lock, xCheckReservedLock, (out: *mut c_int), c_int, ffi::SQLITE_OK);
 forward!(x_file_control, xFileControl, (op: c_int, arg: *mut c_void), c_int, ffi::SQLITE_NOTFOUND);
 forward!(x_sector_size, xSectorSize, (), c_int, 4096);
-forward!(x_device_characteristics, xDeviceCharacteristics, (), c_int, 0);
+forward!(
+    x_device_characteristics,
+    xDeviceCharacteristics,
+    (),
+    c_int,
+    0
+);
 forward!(x_shm_map, xShmMap, (page: c_int, page_bytes: c_int, extend: c_int, out: *mut *mut c_void), c_int, ffi::SQLITE_IOERR);
 forward!(x_shm_lock, xShmLock, (offset: c_int, n: c_int, flags: c_int), c_int, ffi::SQLITE_IOERR);
 forward!(x_shm_unmap, xShmUnmap, (delete: c_int), c_int, ffi::SQLITE_OK);
@@ -359,6 +419,8 @@ unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
     // SAFETY: `file` is a ShimFile whose real file was opened by the base VFS.
     unsafe {
         let (r, m) = real_methods(file);
-        if let Some(f) = m.xShmBarrier { f(r) }
+        if let Some(f) = m.xShmBarrier {
+            f(r)
+        }
     }
 }

@@ -21,7 +21,11 @@ pub enum WorkloadError {
     #[error("sync-call VFS: {0}")]
     Vfs(#[from] vfs::VfsError),
     #[error("PRAGMA {pragma} reads back {got:?}, expected {expected:?}")]
-    PragmaMismatch { pragma: &'static str, got: String, expected: String },
+    PragmaMismatch {
+        pragma: &'static str,
+        got: String,
+        expected: String,
+    },
     #[error("invalid workload: {0}")]
     Invalid(String),
 }
@@ -47,10 +51,15 @@ pub struct StreamSpec {
 impl StreamSpec {
     pub fn validate(&self) -> Result<(), WorkloadError> {
         if self.transactions == 0 || self.rows_per_tx == 0 {
-            return Err(WorkloadError::Invalid("transactions and rows per transaction must be at least 1".into()));
+            return Err(WorkloadError::Invalid(
+                "transactions and rows per transaction must be at least 1".into(),
+            ));
         }
         if self.record_bytes == 0 || self.record_bytes > 1 << 20 {
-            return Err(WorkloadError::Invalid(format!("record size {} B is outside 1..=1048576", self.record_bytes)));
+            return Err(WorkloadError::Invalid(format!(
+                "record size {} B is outside 1..=1048576",
+                self.record_bytes
+            )));
         }
         Ok(())
     }
@@ -66,13 +75,26 @@ impl StreamSpec {
 /// Opens (creating) `path` with the configuration applied and verified by reading the PRAGMAs back.
 pub fn open(path: &Path, config: DbConfig) -> Result<Connection, WorkloadError> {
     vfs::register()?;
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags_and_vfs(path, flags, vfs::vfs_name(config.sync_call))?;
-    let mode: String = conn.query_row(&format!("PRAGMA journal_mode = {}", config.journal_mode.name()), [], |r| r.get(0))?;
+    let mode: String = conn.query_row(
+        &format!("PRAGMA journal_mode = {}", config.journal_mode.name()),
+        [],
+        |r| r.get(0),
+    )?;
     if !mode.eq_ignore_ascii_case(config.journal_mode.pragma_value()) {
-        return Err(WorkloadError::PragmaMismatch { pragma: "journal_mode", got: mode, expected: config.journal_mode.name().into() });
+        return Err(WorkloadError::PragmaMismatch {
+            pragma: "journal_mode",
+            got: mode,
+            expected: config.journal_mode.name().into(),
+        });
     }
-    conn.execute_batch(&format!("PRAGMA synchronous = {}", config.synchronous.name()))?;
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {}",
+        config.synchronous.name()
+    ))?;
     let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
     if sync != config.synchronous.pragma_number() {
         return Err(WorkloadError::PragmaMismatch {
@@ -82,7 +104,9 @@ pub fn open(path: &Path, config: DbConfig) -> Result<Connection, WorkloadError> 
         });
     }
     // Mobibench's table: an integer key and a text payload of the record size.
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+    )?;
     Ok(conn)
 }
 
@@ -96,11 +120,18 @@ pub fn read_pragmas(conn: &Connection) -> Result<(String, i64), WorkloadError> {
 /// A random printable payload of exactly `bytes` bytes.
 pub fn payload(rng: &mut StdRng, bytes: usize) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    (0..bytes).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..bytes)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 /// Inserts rows 1..=rows in one transaction (set-up, not measured).
-pub fn fill(conn: &Connection, rows: usize, record_bytes: usize, seed: u64) -> Result<(), WorkloadError> {
+pub fn fill(
+    conn: &Connection,
+    rows: usize,
+    record_bytes: usize,
+    seed: u64,
+) -> Result<(), WorkloadError> {
     if rows == 0 {
         return Ok(());
     }
@@ -130,7 +161,8 @@ pub fn run_stream(conn: &Connection, spec: &StreamSpec) -> Result<Vec<Duration>,
         Op::Update => "UPDATE records SET value = ?2 WHERE id = ?1",
         Op::Delete => "DELETE FROM records WHERE id = ?1",
     };
-    let max_id: i64 = conn.query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))?;
+    let max_id: i64 =
+        conn.query_row("SELECT coalesce(max(id), 0) FROM records", [], |r| r.get(0))?;
     let mut stmt = conn.prepare(sql)?;
     let mut latencies = Vec::with_capacity(spec.transactions);
     let mut next_insert = max_id + 1;
@@ -146,7 +178,11 @@ pub fn run_stream(conn: &Connection, spec: &StreamSpec) -> Result<Vec<Duration>,
                     }
                     Op::Update | Op::Delete => key_iter.next().unwrap_or(0),
                 };
-                let value = if spec.op == Op::Delete { String::new() } else { payload(&mut rng, spec.record_bytes) };
+                let value = if spec.op == Op::Delete {
+                    String::new()
+                } else {
+                    payload(&mut rng, spec.record_bytes)
+                };
                 (id, value)
             })
             .collect();
@@ -168,7 +204,12 @@ pub fn run_stream(conn: &Connection, spec: &StreamSpec) -> Result<Vec<Duration>,
     Ok(latencies)
 }
 
-fn execute(stmt: &mut rusqlite::Statement<'_>, op: Op, id: i64, value: &str) -> Result<usize, rusqlite::Error> {
+fn execute(
+    stmt: &mut rusqlite::Statement<'_>,
+    op: Op,
+    id: i64,
+    value: &str,
+) -> Result<usize, rusqlite::Error> {
     match op {
         Op::Delete => stmt.execute(params![id]),
         Op::Insert | Op::Update => stmt.execute(params![id, value]),
@@ -177,7 +218,9 @@ fn execute(stmt: &mut rusqlite::Statement<'_>, op: Op, id: i64, value: &str) -> 
 
 fn check_changed(changed: usize, expected: usize) -> Result<(), WorkloadError> {
     if changed != expected {
-        return Err(WorkloadError::Invalid(format!("a statement changed {changed} rows, expected {expected}")));
+        return Err(WorkloadError::Invalid(format!(
+            "a statement changed {changed} rows, expected {expected}"
+        )));
     }
     Ok(())
 }
