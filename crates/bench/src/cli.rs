@@ -24,6 +24,9 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// TPCx-IoT with mobile devices (paper 002) against roamkv, RocksDB, LevelDB and SQLite.
     Mobility(MobilityArgs),
+    /// The long run: minutes of the mobility workload per engine, with space, memory and
+    /// throughput recorded every second (is space flat? does memory stay in its budget?).
+    Steady(crate::steady::SteadyArgs),
     /// One measured process (started by `mobility`; not for direct use).
     #[command(hide = true)]
     Worker {
@@ -79,6 +82,10 @@ pub struct MobilityArgs {
 pub fn run(args: &BenchArgs) -> ExitCode {
     let outcome = match &args.command {
         BenchCommand::Mobility(m) => mobility(m),
+        BenchCommand::Steady(s) => match crate::steady::run(s) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         BenchCommand::Worker { spec } => crate::worker::main(spec),
     };
     match outcome {

@@ -5,5 +5,6 @@ pub mod cli;
 pub mod engines;
 pub mod report;
 pub mod runner;
+pub mod steady;
 pub mod worker;
 pub mod workload;

@@ -287,6 +287,25 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
         "fdatasyncs": s.fdatasyncs,
         "live_segments": s.live_segments,
         "segments_recycled": s.segments_recycled,
+        "segments_retired": s.segments_retired,
+        "limits": {
+            "log_bytes": s.log_bytes, "log_bytes_max": s.log_bytes_max,
+            "spare_segments_bytes": s.spare_segments_bytes,
+            "index_bytes": s.index_bytes, "index_bytes_max": s.index_bytes_max,
+            "devices": s.devices, "devices_max": s.devices_max,
+            "pending_bytes": s.pending_bytes, "pending_bytes_max": s.pending_bytes_max,
+            "migration_run_bytes_max": s.migration_run_bytes_max,
+            "log_dirty_bytes_max": s.log_dirty_bytes_max,
+            "recovery_buffer_bytes_max": s.recovery_buffer_bytes_max,
+        },
+        "early_migrations": s.early_migrations,
+        "migration_failures": s.migration_failures,
+        "migration_backlog_devices": s.migration_backlog_devices,
+        "migration_backlog_bytes": s.migration_backlog_bytes,
+        "write_stalls": s.write_stalls,
+        "write_stall_ms": s.write_stall_ms,
+        "no_space_errors": s.no_space_errors,
+        "lower_persists": s.lower_persists,
         "recovery_ms": s.recovery_ms,
         "recovered_records": s.recovered_records,
         "recovery_cut": s.recovery_cut,
@@ -324,6 +343,26 @@ pub fn stats_table(s: &Stats) -> String {
         } else {
             0.0
         }
+    ));
+    out.push_str(&format!(
+        "log files {:.2} MiB of {:.0} MiB budget ({:.2} MiB spares); devices {} of {} max; queued {:.2} of {:.0} MiB\n",
+        mib(s.log_bytes),
+        mib(s.log_bytes_max),
+        mib(s.spare_segments_bytes),
+        s.devices,
+        s.devices_max,
+        mib(s.pending_bytes),
+        mib(s.pending_bytes_max)
+    ));
+    out.push_str(&format!(
+        "maintenance: backlog {} devices / {:.2} MiB; {} early migrations, {} failed passes; {} write stalls ({} ms), {} refused for space\n",
+        s.migration_backlog_devices,
+        mib(s.migration_backlog_bytes),
+        s.early_migrations,
+        s.migration_failures,
+        s.write_stalls,
+        s.write_stall_ms,
+        s.no_space_errors
     ));
     out.push_str(&format!(
         "this session: user {:.2} MiB in {} records; log {:.2} MiB + segment prep {:.2} MiB; lower tier {:.2} MiB\n",

@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -25,7 +27,7 @@ use crate::options::{Durability, Options};
 use crate::record::{self, Body, Decode};
 use crate::segment::Segment;
 use crate::spares::Spares;
-use crate::stats::{Counters, Stats, TierStats};
+use crate::stats::{Counters, Stats};
 use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
 
 /// One reading, as the caller writes it.
@@ -50,6 +52,20 @@ pub struct Reading {
 pub(crate) struct LiveSegment {
     pub segment: Arc<Segment>,
     pub live_records: u64,
+    /// Records of this segment applied to the lower tier (puts of settled devices, their
+    /// departures, a migration's catch-up): the segment may retire only after a lower-tier
+    /// persist that covers them.
+    pub lower_writes: u64,
+}
+
+impl LiveSegment {
+    pub fn new(segment: Arc<Segment>) -> LiveSegment {
+        LiveSegment {
+            segment,
+            live_records: 0,
+            lower_writes: 0,
+        }
+    }
 }
 
 /// Bytes queued for one segment, written by the next leader with one pwrite.
@@ -94,11 +110,16 @@ pub(crate) struct State {
     pub lower_dirty: bool,
     pub index_bytes: u64,
     pub last_maintenance_error: Option<String>,
+    /// When the lower tier was last made durable, on the engine's clock (retirement persists it
+    /// at most every LOWER_PERSIST_INTERVAL_MS unless the log is under pressure).
+    pub lower_persisted_at_ms: u64,
 }
 
 pub(crate) struct Recovery {
     pub ms: u64,
     pub records: u64,
+    /// The largest read buffer recovery held (one segment at a time).
+    pub buffer_bytes_max: u64,
     pub cut: Option<String>,
 }
 
@@ -108,6 +129,10 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     /// Signalled when a group is committed (or the engine is poisoned).
     pub group_done: Condvar,
+    /// Signalled when segments retire (writers stalled for log room wait on it).
+    pub space_freed: Condvar,
+    /// A writer is stalled or the log is under pressure: maintenance should run now.
+    pub maintenance_wanted: AtomicBool,
     pub spares: Spares,
     pub lower: Box<dyn LowerTier>,
     pub counters: Counters,
@@ -152,6 +177,12 @@ fn validate_sensor(sensor: &str) -> Result<()> {
 /// Bytes of a reading as the user sees them: the key's parts and the value.
 pub(crate) fn user_bytes(device: &str, sensor: &str, value: &[u8]) -> u64 {
     (device.len() + sensor.len() + 8 + value.len()) as u64
+}
+
+/// A write's time waiting for log room, over all its attempts.
+#[derive(Default)]
+struct Stall {
+    started: Option<Instant>,
 }
 
 /// A batch encoded outside the lock: records with unsealed headers and their payload CRCs.
@@ -221,32 +252,50 @@ impl Engine {
         let batch = encode_batch(records, self.inner.options.segment_bytes)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
-        while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
-            inner.group_done.wait(&mut st);
-        }
-        inner.check_poisoned(&st)?;
+        let mut stall = Stall::default();
+        let (new_devices, register_bytes) = loop {
+            while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
+                inner.group_done.wait(&mut st);
+            }
+            inner.check_poisoned(&st)?;
+            // Devices seen for the first time get a REGISTER record, placed before the batch
+            // in the same contiguous run.
+            let mut new_names: Vec<&str> = records
+                .iter()
+                .map(|r| r.device)
+                .filter(|d| st.map.id(d).is_none())
+                .collect();
+            new_names.sort_unstable();
+            new_names.dedup();
+            let devices = st.map.len() as u64 + new_names.len() as u64;
+            if devices > inner.options.devices_max && !new_names.is_empty() {
+                return Err(Error::TooManyDevices {
+                    devices: st.map.len() as u64,
+                    max: inner.options.devices_max,
+                });
+            }
+            let register_bytes: usize = new_names
+                .iter()
+                .map(|d| record::HEADER_BYTES + 10 + d.len())
+                .sum();
+            // Waiting for log room releases the lock: then what was read above is re-read.
+            if inner.make_room(&mut st, register_bytes + batch.bytes.len(), &mut stall)? {
+                break (new_names, register_bytes);
+            }
+        };
 
-        // Mapping table first: devices seen for the first time get a REGISTER record, placed
-        // before the batch in the same contiguous run.
+        // From here to `enqueue` the lock is held throughout: the mapping table and the log
+        // placement change together.
         let now_ms = inner.options.clock.now_ms();
-        let mut ids = Vec::with_capacity(records.len());
-        let mut new_devices: Vec<(DeviceId, &str)> = Vec::new();
-        for r in records {
-            let id = match st.map.id(r.device) {
-                Some(id) => id,
-                None => {
-                    let id = st.map.register(r.device, Tier::Upper, now_ms);
-                    new_devices.push((id, r.device));
-                    id
-                }
-            };
-            ids.push(id);
-        }
-        let register_bytes: usize = new_devices
+        let new_devices: Vec<(DeviceId, &str)> = new_devices
+            .into_iter()
+            .map(|d| (st.map.register(d, Tier::Upper, now_ms), d))
+            .collect();
+        let ids: Vec<DeviceId> = records
             .iter()
-            .map(|(_, d)| record::HEADER_BYTES + 10 + d.len())
-            .sum();
-        let (segment, offset) = inner.place(&mut st, register_bytes + batch.bytes.len())?;
+            .map(|r| st.map.id(r.device).expect("registered above"))
+            .collect();
+        let (segment, offset) = inner.place(&mut st, register_bytes + batch.bytes.len());
         let seq_low = segment.seq_low();
 
         let mut bytes = Vec::with_capacity(register_bytes + batch.bytes.len());
@@ -282,12 +331,22 @@ impl Engine {
         validate_device(device)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
-        inner.check_poisoned(&st)?;
-        let Some(id) = st.map.unmap(device) else {
-            return Ok(());
-        };
         let len = record::HEADER_BYTES + 2 + device.len();
-        let (segment, offset) = inner.place(&mut st, len)?;
+        let mut stall = Stall::default();
+        loop {
+            inner.check_poisoned(&st)?;
+            if st.map.id(device).is_none() {
+                return Ok(());
+            }
+            if inner.make_room(&mut st, len, &mut stall)? {
+                break;
+            }
+        }
+        let id = st
+            .map
+            .unmap(device)
+            .expect("mapped: checked under the same lock");
+        let (segment, offset) = inner.place(&mut st, len);
         let mut bytes = Vec::with_capacity(len);
         record::encode_depart(&mut bytes, segment.seq_low(), device);
         let ticket = inner.enqueue(&mut st, segment, offset, bytes, vec![(id, 0, len)]);
@@ -345,7 +404,7 @@ impl Engine {
     /// Runs due migrations and retires segments now (the background thread does this every
     /// `maintenance_interval_ms`; with `background_maintenance: false` the caller does).
     pub fn maintain(&self) -> Result<()> {
-        self.inner.maintain()
+        self.inner.maintain(true)
     }
 
     pub fn stats(&self) -> Stats {
@@ -460,41 +519,92 @@ impl Inner {
         }
     }
 
-    /// Reserves `len` contiguous bytes in the log, moving to a fresh segment if the active one
-    /// lacks room. Waits for the segment preparer if no spare is ready (back-pressure).
-    fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> Result<(Arc<Segment>, u64)> {
-        if st.log.tail + len as u64 > st.log.active.bytes {
-            let segment = match self.spares.take() {
-                Ok(segment) => Arc::new(segment),
-                Err(e) => {
-                    st.poisoned = Some(e.to_string());
-                    self.group_done.notify_all();
-                    return Err(e);
-                }
-            };
-            debug_assert!(segment.seq > st.log.active.seq);
-            st.log.segments.insert(
-                segment.seq,
-                LiveSegment {
-                    segment: Arc::clone(&segment),
-                    live_records: 0,
-                },
-            );
-            st.log.active = segment;
-            st.log.tail = SEGMENT_HEADER_BYTES;
-            st.log.spare_wanted = false;
+    /// Makes sure the active segment has `len` free bytes, moving to a ready spare if it lacks
+    /// them. When the log is at its budget, waits (the write stall, bounded by
+    /// `write_stall_ms_max` over the whole write) for maintenance to retire segments, and fails
+    /// with `Error::NoSpace` past the bound. Returns false when it released the lock to wait:
+    /// the caller must then re-check what it read under the lock.
+    fn make_room(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        len: usize,
+        stall: &mut Stall,
+    ) -> Result<bool> {
+        if st.log.tail + len as u64 <= st.log.active.bytes {
+            return Ok(true);
         }
+        let live_bytes = self.spares.live_bytes.load(Ordering::Relaxed);
+        if live_bytes + self.options.segment_bytes > self.spares.budget_bytes {
+            let started = *stall.started.get_or_insert_with(|| {
+                Counters::add(&self.counters.write_stalls, 1);
+                Instant::now()
+            });
+            let waited = started.elapsed();
+            let bound = Duration::from_millis(self.options.write_stall_ms_max);
+            if waited >= bound {
+                Counters::add(&self.counters.write_stall_ms, waited.as_millis() as u64);
+                Counters::add(&self.counters.no_space_errors, 1);
+                return Err(self
+                    .no_space("the log budget is full and maintenance freed no segment in time"));
+            }
+            self.wake_maintenance();
+            let timeout = (bound - waited).min(Duration::from_millis(50));
+            self.space_freed.wait_for(st, timeout);
+            return Ok(false);
+        }
+        let segment = match self.spares.take() {
+            Ok(segment) => Arc::new(segment),
+            Err(e) => {
+                if matches!(e, Error::NoSpace { .. }) {
+                    Counters::add(&self.counters.no_space_errors, 1);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(started) = stall.started.take() {
+            Counters::add(
+                &self.counters.write_stall_ms,
+                started.elapsed().as_millis() as u64,
+            );
+        }
+        assert!(
+            segment.seq > st.log.active.seq,
+            "segments become active in sequence order"
+        );
+        self.spares
+            .live_bytes
+            .fetch_add(segment.bytes, Ordering::Relaxed);
+        st.log
+            .segments
+            .insert(segment.seq, LiveSegment::new(Arc::clone(&segment)));
+        st.log.active = segment;
+        st.log.tail = SEGMENT_HEADER_BYTES;
+        st.log.spare_wanted = false;
+        Ok(true)
+    }
+
+    /// Reserves `len` contiguous bytes of the active segment (`make_room` made sure they are
+    /// there, under the same lock).
+    fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> (Arc<Segment>, u64) {
         let offset = st.log.tail;
         st.log.tail += len as u64;
-        if !st.log.spare_wanted && st.log.tail > st.log.active.bytes / 2 {
-            st.log.spare_wanted = true;
-            self.spares.want();
-        }
         assert!(
             st.log.tail <= st.log.active.bytes,
             "a placed run overflows its segment"
         );
-        Ok((Arc::clone(&st.log.active), offset))
+        if !st.log.spare_wanted && st.log.tail > st.log.active.bytes / 2 {
+            st.log.spare_wanted = true;
+            self.spares.want();
+        }
+        (Arc::clone(&st.log.active), offset)
+    }
+
+    /// Asks the maintenance thread to run now rather than at its next interval.
+    pub(crate) fn wake_maintenance(&self) {
+        if !self.maintenance_wanted.swap(true, Ordering::Relaxed) {
+            let _guard = self.shutdown.lock();
+            self.shutdown_signal.notify_all();
+        }
     }
 
     /// Queues sealed records for the next group commit; returns the ticket to wait for.
@@ -569,6 +679,12 @@ impl Inner {
             for (i, chunk) in chunks.iter().enumerate() {
                 chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
                 bytes += chunk.bytes.len() as u64;
+                if !sync {
+                    chunk.segment.start_writeback(
+                        chunk.offset + chunk.bytes.len() as u64,
+                        self.options.log_writeback_bytes,
+                    )?;
+                }
                 let segment_done = chunks
                     .get(i + 1)
                     .is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
@@ -629,6 +745,7 @@ impl Inner {
                 segment_seq: chunk.segment.seq,
                 offset: chunk.offset + queued.at as u64,
             };
+            let lower_ops_before = lower_ops.len();
             apply(
                 &self.counters,
                 st,
@@ -638,6 +755,9 @@ impl Inner {
                 position,
                 queued.len as u32,
             );
+            if lower_ops.len() > lower_ops_before {
+                mark_lower_write(&mut st.log, position.segment_seq);
+            }
         }
         self.write_lower(st, &lower_ops)
     }
@@ -808,57 +928,72 @@ impl Inner {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        let (upper, lower_devices, index_bytes, live_segments, maintenance_error) = {
+        let now_ms = self.options.clock.now_ms();
+        let mut stats = {
             let st = self.state.lock();
-            let mut upper = TierStats::default();
-            let mut lower_devices = 0;
+            let mut stats = Stats {
+                index_bytes: st.index_bytes,
+                live_segments: st.log.segments.len() as u64,
+                pending_bytes: st.log.queued_bytes as u64,
+                devices: st.map.len() as u64,
+                last_maintenance_error: st.last_maintenance_error.clone(),
+                ..Stats::default()
+            };
             for (_, entry) in st.map.entries() {
                 match entry.tier {
                     Tier::Upper | Tier::Migrating => {
-                        upper.devices += 1;
-                        upper.records += entry.index.records;
-                        upper.bytes += entry.index.record_bytes;
+                        stats.upper.devices += 1;
+                        stats.upper.records += entry.index.records;
+                        stats.upper.bytes += entry.index.record_bytes;
+                        let due_at = entry
+                            .registered_at_ms
+                            .saturating_add(self.options.management_time_ms);
+                        if now_ms >= due_at {
+                            stats.migration_backlog_devices += 1;
+                            stats.migration_backlog_bytes += entry.index.record_bytes;
+                        }
                     }
-                    Tier::Lower => lower_devices += 1,
+                    Tier::Lower => stats.lower.devices += 1,
                 }
             }
-            (
-                upper,
-                lower_devices,
-                st.index_bytes,
-                st.log.segments.len() as u64,
-                st.last_maintenance_error.clone(),
-            )
+            stats
         };
         let (lower_records, lower_bytes) = self.lower.estimate();
         let c = &self.counters;
-        Stats {
-            user_bytes: Counters::get(&c.user_bytes),
-            user_records: Counters::get(&c.user_records),
-            log_bytes_written: Counters::get(&c.log_bytes_written),
-            log_preallocated_bytes: Counters::get(&c.log_preallocated_bytes),
-            lower_bytes_written: self.lower.bytes_written(),
-            reclaimed_bytes_without_write: Counters::get(&c.reclaimed_bytes_without_write),
-            upper,
-            lower: TierStats {
-                devices: lower_devices,
-                records: lower_records,
-                bytes: lower_bytes,
-            },
-            index_bytes,
-            index_bytes_max: self.options.index_bytes_max,
-            migrations: Counters::get(&c.migrations),
-            migrated_records: Counters::get(&c.migrated_records),
-            departures: Counters::get(&c.departures),
-            fdatasyncs: Counters::get(&c.fdatasyncs),
-            group_commits: Counters::get(&c.group_commits),
-            live_segments,
-            segments_recycled: Counters::get(&c.segments_recycled),
-            recovery_ms: self.recovery.ms,
-            recovered_records: self.recovery.records,
-            recovery_cut: self.recovery.cut.clone(),
-            last_maintenance_error: maintenance_error,
-        }
+        stats.user_bytes = Counters::get(&c.user_bytes);
+        stats.user_records = Counters::get(&c.user_records);
+        stats.log_bytes_written = Counters::get(&c.log_bytes_written);
+        stats.log_preallocated_bytes = Counters::get(&c.log_preallocated_bytes);
+        stats.lower_bytes_written = self.lower.bytes_written();
+        stats.reclaimed_bytes_without_write = Counters::get(&c.reclaimed_bytes_without_write);
+        stats.lower.records = lower_records;
+        stats.lower.bytes = lower_bytes;
+        stats.index_bytes_max = self.options.index_bytes_max;
+        stats.migrations = Counters::get(&c.migrations);
+        stats.migrated_records = Counters::get(&c.migrated_records);
+        stats.early_migrations = Counters::get(&c.early_migrations);
+        stats.migration_failures = Counters::get(&c.migration_failures);
+        stats.departures = Counters::get(&c.departures);
+        stats.fdatasyncs = Counters::get(&c.fdatasyncs);
+        stats.group_commits = Counters::get(&c.group_commits);
+        stats.log_bytes = self.spares.log_bytes();
+        stats.log_bytes_max = self.spares.budget_bytes;
+        stats.spare_segments_bytes = self.spares.spare_bytes.load(Ordering::Relaxed);
+        stats.segments_recycled = Counters::get(&c.segments_recycled);
+        stats.segments_retired = Counters::get(&c.segments_retired);
+        stats.pending_bytes_max = limits::PENDING_BYTES_MAX as u64;
+        stats.devices_max = self.options.devices_max;
+        stats.migration_run_bytes_max = self.migration_run_bytes_max();
+        stats.log_dirty_bytes_max = 2 * self.options.log_writeback_bytes;
+        stats.write_stalls = Counters::get(&c.write_stalls);
+        stats.write_stall_ms = Counters::get(&c.write_stall_ms);
+        stats.no_space_errors = Counters::get(&c.no_space_errors);
+        stats.lower_persists = Counters::get(&c.lower_persists);
+        stats.recovery_ms = self.recovery.ms;
+        stats.recovered_records = self.recovery.records;
+        stats.recovery_buffer_bytes_max = self.recovery.buffer_bytes_max;
+        stats.recovery_cut = self.recovery.cut.clone();
+        stats
     }
 }
 
@@ -895,6 +1030,13 @@ pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) ->
         },
         Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
         Decode::Corrupt(reason) => AtIndex::Corrupt(reason),
+    }
+}
+
+/// Notes that a record of this segment went to the lower tier (see `LiveSegment::lower_writes`).
+pub(crate) fn mark_lower_write(log: &mut LogState, segment_seq: u64) {
+    if let Some(live) = log.segments.get_mut(&segment_seq) {
+        live.lower_writes += 1;
     }
 }
 

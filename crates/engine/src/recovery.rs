@@ -13,12 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::dir::DataDir;
-use crate::engine::{Inner, LiveSegment, LogState, Recovery, State, apply};
+use crate::engine::{Inner, LiveSegment, LogState, Recovery, State, apply, mark_lower_write};
 use crate::error::{Error, IoContext, Result};
 use crate::key;
 use crate::limits::SEGMENT_HEADER_BYTES;
@@ -125,15 +126,7 @@ impl Inner {
             log: LogState {
                 segments: segments
                     .iter()
-                    .map(|s| {
-                        (
-                            s.seq,
-                            LiveSegment {
-                                segment: Arc::clone(s),
-                                live_records: 0,
-                            },
-                        )
-                    })
+                    .map(|s| (s.seq, LiveSegment::new(Arc::clone(s))))
                     .collect::<BTreeMap<_, _>>(),
                 active: Arc::clone(&segments[0]),
                 tail: SEGMENT_HEADER_BYTES,
@@ -154,19 +147,23 @@ impl Inner {
             lower_dirty: false,
             index_bytes: 0,
             last_maintenance_error: None,
+            lower_persisted_at_ms: options.clock.now_ms(),
         };
 
         // Replay every segment in order.
         let mut ends = Vec::with_capacity(segments.len());
         let mut lower_ops: Vec<LowerOp> = Vec::new();
         let mut records = 0u64;
+        let mut buffer_bytes_max = 0u64;
         for segment in &segments {
             let data = segment.read_all()?;
+            buffer_bytes_max = buffer_bytes_max.max(data.len() as u64);
             let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
                 let position = LogPosition {
                     segment_seq: segment.seq,
                     offset,
                 };
+                let lower_ops_before = lower_ops.len();
                 replay(
                     &counters,
                     &mut st,
@@ -177,6 +174,9 @@ impl Inner {
                     decoded.len as u32,
                 );
                 records += 1;
+                if lower_ops.len() > lower_ops_before {
+                    mark_lower_write(&mut st.log, segment.seq);
+                }
                 if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
                     lower.write(&lower_ops)?;
                     lower_ops.clear();
@@ -238,14 +238,23 @@ impl Inner {
         let recovery = Recovery {
             ms: started.elapsed().as_millis() as u64,
             records,
+            buffer_bytes_max,
             cut,
         };
+        let budget_bytes = options.log_budget_bytes(free_bytes(&log_dir)?);
+        let spares = Spares::new(ready, next_seq, budget_bytes);
+        let live_bytes = st.log.segments.values().map(|l| l.segment.bytes).sum();
+        spares
+            .live_bytes
+            .store(live_bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(Inner {
-            spares: Spares::new(ready, next_seq),
+            spares,
             dir,
             options,
             state: Mutex::new(st),
             group_done: Condvar::new(),
+            space_freed: Condvar::new(),
+            maintenance_wanted: AtomicBool::new(false),
             lower,
             counters,
             migration: Mutex::new(()),
@@ -254,6 +263,26 @@ impl Inner {
             recovery,
         })
     }
+}
+
+/// Free bytes of the file system holding `dir`, plus what the log already occupies there
+/// (the budget is the log's total, not what it may still add).
+fn free_bytes(dir: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::InvalidOptions(format!("{} contains a NUL byte", dir.display())))?;
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) with a valid C string and a struct we own.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context(|| format!("statvfs {}", dir.display()));
+    }
+    let mut log_bytes = 0;
+    for dirent in std::fs::read_dir(dir).context(|| format!("listing {}", dir.display()))? {
+        let dirent = dirent.context(|| format!("listing {}", dir.display()))?;
+        log_bytes += dirent.metadata().map_or(0, |m| m.len());
+    }
+    Ok(vfs.f_bavail as u64 * vfs.f_frsize as u64 + log_bytes)
 }
 
 /// Device records of the lower tier, by name: every lower id found for it, ascending.

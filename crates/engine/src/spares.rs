@@ -9,6 +9,8 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use parking_lot::{Condvar, Mutex};
 
 use crate::engine::Inner;
@@ -34,16 +36,26 @@ pub(crate) struct SpareState {
     /// until then a read-only open makes no segment.
     pub wanted: bool,
     pub shutdown: bool,
-    pub error: Option<String>,
+    /// The last attempt to make a segment failed (handed to the next `take`, then retried).
+    pub error: Option<Error>,
 }
 
+/// The spare pool and the log's space accounting against its budget.
 pub(crate) struct Spares {
     pub state: Mutex<SpareState>,
     pub changed: Condvar,
+    /// The log budget in force (Options::log_bytes_max, or the derived default).
+    pub budget_bytes: u64,
+    /// Bytes of live segment files (kept by the engine under its state lock, read here without
+    /// it: the preparer must never wait for the state lock, which a writer holds in `take`).
+    pub live_bytes: AtomicU64,
+    /// Bytes of spare files: ready and retired (kept under `state`, mirrored for stats).
+    pub spare_bytes: AtomicU64,
 }
 
 impl Spares {
-    pub fn new(ready: VecDeque<Segment>, next_seq: u64) -> Spares {
+    pub fn new(ready: VecDeque<Segment>, next_seq: u64, budget_bytes: u64) -> Spares {
+        let spare_bytes = ready.iter().map(|s| s.bytes).sum();
         Spares {
             state: Mutex::new(SpareState {
                 ready,
@@ -54,22 +66,40 @@ impl Spares {
                 error: None,
             }),
             changed: Condvar::new(),
+            budget_bytes,
+            live_bytes: AtomicU64::new(0),
+            spare_bytes: AtomicU64::new(spare_bytes),
         }
     }
 
-    /// The next ready segment, waiting for the preparer if none is ready yet.
+    /// Bytes the log's files occupy: live segments and spares.
+    pub fn log_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::Relaxed) + self.spare_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Spares kept for reuse: at most SPARE_SEGMENTS_MAX and a quarter of the budget.
+    fn pool_max(&self, segment_bytes: u64) -> usize {
+        let quarter = (self.budget_bytes / 4 / segment_bytes.max(1)) as usize;
+        SPARE_SEGMENTS_MAX.min(quarter.max(1))
+    }
+
+    /// The next ready segment, waiting for the preparer if none is ready yet. A failure to
+    /// make one (the file system is full, or over the budget) is returned, not kept: the next
+    /// call tries again.
     pub fn take(&self) -> Result<Segment> {
         let mut st = self.state.lock();
         st.wanted = true;
+        // An earlier failure is stale (space may have come back since): the preparer tries again.
+        st.error = None;
+        self.changed.notify_all();
         loop {
             if let Some(segment) = st.ready.pop_front() {
+                self.spare_bytes.fetch_sub(segment.bytes, Ordering::Relaxed);
                 self.changed.notify_all();
                 return Ok(segment);
             }
-            if let Some(e) = &st.error {
-                return Err(Error::Poisoned(format!(
-                    "preparing a log segment failed: {e}"
-                )));
+            if let Some(e) = st.error.take() {
+                return Err(e);
             }
             if st.shutdown {
                 return Err(Error::Poisoned("the engine is shutting down".into()));
@@ -79,10 +109,13 @@ impl Spares {
     }
 
     /// Hands over a retired segment (already renamed out of the log) for reuse, or deletes it
-    /// when enough are kept.
+    /// when the pool is full or keeping it would put the log over its budget.
     pub fn retire(&self, retired: Retired) {
         let mut st = self.state.lock();
-        if st.ready.len() + st.retired.len() < SPARE_SEGMENTS_MAX {
+        let pooled = st.ready.len() + st.retired.len();
+        let fits = self.log_bytes() + retired.bytes <= self.budget_bytes;
+        if pooled < self.pool_max(retired.bytes) && fits {
+            self.spare_bytes.fetch_add(retired.bytes, Ordering::Relaxed);
             st.retired.push(retired);
             self.changed.notify_all();
         } else {
@@ -112,7 +145,9 @@ impl Inner {
         loop {
             let (seq, retired) = {
                 let mut st = self.spares.state.lock();
-                while !st.shutdown && (!st.wanted || st.ready.len() >= READY_SEGMENTS_TARGET) {
+                while !st.shutdown
+                    && (!st.wanted || st.ready.len() >= READY_SEGMENTS_TARGET || st.error.is_some())
+                {
                     self.spares.changed.wait(&mut st);
                 }
                 if st.shutdown {
@@ -121,20 +156,54 @@ impl Inner {
                     }
                     return;
                 }
+                let retired = st.retired.pop();
+                if let Some(r) = &retired {
+                    self.spares
+                        .spare_bytes
+                        .fetch_sub(r.bytes, Ordering::Relaxed);
+                } else if self.spares.log_bytes() + self.options.segment_bytes
+                    > self.spares.budget_bytes
+                {
+                    // A new file would put the log over its budget: the writer that wants it
+                    // gets NoSpace (and waits for maintenance or retries).
+                    st.error = Some(self.no_space("a new segment would exceed the log budget"));
+                    st.wanted = false;
+                    self.spares.changed.notify_all();
+                    continue;
+                }
                 st.next_seq += 1;
-                (st.next_seq - 1, st.retired.pop())
+                (st.next_seq - 1, retired)
             };
             let made = self.make_segment(&log_dir, seq, retired);
             let mut st = self.spares.state.lock();
             match made {
-                Ok(segment) => st.ready.push_back(segment),
+                Ok(segment) => {
+                    self.spares
+                        .spare_bytes
+                        .fetch_add(segment.bytes, Ordering::Relaxed);
+                    st.ready.push_back(segment);
+                }
                 Err(e) => {
-                    st.error = Some(e.to_string());
-                    self.spares.changed.notify_all();
-                    return;
+                    // The sequence number stays used (a half-made file is deleted on open), so
+                    // ready segments still come in sequence order.
+                    st.error = Some(if is_no_space(&e) {
+                        self.no_space(&format!("the file system is full: {e}"))
+                    } else {
+                        e
+                    });
+                    st.wanted = false;
                 }
             }
             self.spares.changed.notify_all();
+        }
+    }
+
+    /// The error a write gets when the log cannot grow.
+    pub(crate) fn no_space(&self, reason: &str) -> Error {
+        Error::NoSpace {
+            reason: reason.to_string(),
+            log_bytes: self.spares.log_bytes(),
+            log_bytes_max: self.spares.budget_bytes,
         }
     }
 
@@ -158,4 +227,10 @@ impl Inner {
             }
         }
     }
+}
+
+/// ENOSPC (or EDQUOT) from the file system.
+pub(crate) fn is_no_space(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
 }
