@@ -77,6 +77,9 @@ pub struct WorkerResult {
     pub device_at_measure_start: Option<(u64, u64, u64)>,
 }
 
+/// A reading remembered for the read check: (device, sensor, ts, still present?).
+type Sample = (String, u32, i64, bool);
+
 /// Readings each thread remembers for the read check at the end.
 const CHECK_SAMPLE: usize = 64;
 
@@ -185,7 +188,7 @@ fn run_phases(
     generators: &mut [Generator],
     epoch: Instant,
     progress: &Progress,
-) -> Result<(WorkerResult, Vec<(String, u32, i64, bool)>), String> {
+) -> Result<(WorkerResult, Vec<Sample>), String> {
     if spec.warmup_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(spec.warmup_ms);
         for outcome in run_phase(engine, pool, generators, epoch, deadline, progress) {
@@ -237,7 +240,7 @@ fn run_phases(
 fn finish(
     engine: Box<dyn BenchEngine>,
     pool: &ValuePool,
-    (mut result, samples): (WorkerResult, Vec<(String, u32, i64, bool)>),
+    (mut result, samples): (WorkerResult, Vec<Sample>),
 ) -> Result<WorkerResult, String> {
     // Read checks: readings of devices still present must read back exactly; readings of
     // departed devices must be gone.

@@ -8,7 +8,6 @@
 //! applies them to the indexes (or the lower tier) in log order, and wakes the others. This is
 //! LevelDB's `BuildBatchGroup` idea; `lead_group` is the one place that syncs the log.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use crate::commit_log::{self, Chunk, LogState, QueuedRecord};
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
 use crate::key;
@@ -28,7 +28,7 @@ use crate::record::{self, Body, Decode};
 use crate::segment::Segment;
 use crate::spares::Spares;
 use crate::stats::{Counters, Stats};
-use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
+use crate::upper::{IndexEntry, LogPosition};
 
 /// One reading, as the caller writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,60 +46,6 @@ pub struct Reading {
     pub sensor: String,
     pub ts_ms: i64,
     pub value: Vec<u8>,
-}
-
-/// A live log segment and how many upper-tier records still keep it alive.
-pub(crate) struct LiveSegment {
-    pub segment: Arc<Segment>,
-    pub live_records: u64,
-    /// Records of this segment applied to the lower tier (puts of settled devices, their
-    /// departures, a migration's catch-up): the segment may retire only after a lower-tier
-    /// persist that covers them.
-    pub lower_writes: u64,
-}
-
-impl LiveSegment {
-    pub fn new(segment: Arc<Segment>) -> LiveSegment {
-        LiveSegment {
-            segment,
-            live_records: 0,
-            lower_writes: 0,
-        }
-    }
-}
-
-/// Bytes queued for one segment, written by the next leader with one pwrite.
-pub(crate) struct Chunk {
-    pub segment: Arc<Segment>,
-    pub offset: u64,
-    pub bytes: Vec<u8>,
-}
-
-/// A queued record: which device incarnation it belongs to and where its bytes are.
-pub(crate) struct QueuedRecord {
-    pub device: DeviceId,
-    pub chunk: usize,
-    pub at: usize,
-    pub len: usize,
-}
-
-pub(crate) struct LogState {
-    pub segments: BTreeMap<u64, LiveSegment>,
-    pub active: Arc<Segment>,
-    /// Next free byte of the active segment: where the next queued record goes.
-    pub tail: u64,
-    pub queue: Vec<Chunk>,
-    pub queued_records: Vec<QueuedRecord>,
-    pub queued_bytes: usize,
-    pub next_ticket: u64,
-    pub committed_ticket: u64,
-    pub leader_active: bool,
-    /// End of the last record written and applied. Index entries added later lie beyond it.
-    pub applied_end: LogPosition,
-    /// Segments written since their last fdatasync (Periodic and None modes).
-    pub unsynced: BTreeSet<u64>,
-    /// The preparer has been asked for a segment to follow the active one.
-    pub spare_wanted: bool,
 }
 
 pub(crate) struct State {
@@ -135,7 +81,7 @@ pub(crate) struct Inner {
     pub maintenance_wanted: AtomicBool,
     pub spares: Spares,
     pub lower: Box<dyn LowerTier>,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
     /// Held for the whole of a migration pass: one at a time.
     pub migration: Mutex<()>,
     pub shutdown: Mutex<bool>,
@@ -210,7 +156,7 @@ impl Engine {
         let preparer = Arc::clone(&inner);
         threads.push(spawn(
             "roamkv-segments",
-            Box::new(move || preparer.run_segment_preparer()),
+            Box::new(move || preparer.spares.run_preparer()),
         )?);
         if inner.options.background_maintenance {
             let maintainer = Arc::clone(&inner);
@@ -313,7 +259,7 @@ impl Engine {
             record::seal(&mut bytes[at..at + len], seq_low, i == last, *payload_crc);
             placed.push((ids[i], at, *len));
         }
-        let ticket = inner.enqueue(&mut st, segment, offset, bytes, placed);
+        let ticket = st.log.enqueue(segment, offset, bytes, placed);
         inner.wait_for(st, ticket)?;
 
         Counters::add(&inner.counters.user_bytes, batch.user_bytes);
@@ -349,7 +295,7 @@ impl Engine {
         let (segment, offset) = inner.place(&mut st, len);
         let mut bytes = Vec::with_capacity(len);
         record::encode_depart(&mut bytes, segment.seq_low(), device);
-        let ticket = inner.enqueue(&mut st, segment, offset, bytes, vec![(id, 0, len)]);
+        let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
         inner.wait_for(st, ticket)?;
         Counters::add(&inner.counters.departures, 1);
         Ok(())
@@ -507,11 +453,6 @@ impl From<Error> for ReadError {
 }
 
 impl Inner {
-    /// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
-    pub(crate) fn zero_fill_segments(&self) -> bool {
-        self.options.durability != Durability::None
-    }
-
     pub(crate) fn check_poisoned(&self, st: &State) -> Result<()> {
         match &st.poisoned {
             Some(reason) => Err(Error::Poisoned(reason.clone())),
@@ -530,7 +471,7 @@ impl Inner {
         len: usize,
         stall: &mut Stall,
     ) -> Result<bool> {
-        if st.log.tail + len as u64 <= st.log.active.bytes {
+        if st.log.has_room(len) {
             return Ok(true);
         }
         let live_bytes = self.spares.live_bytes.load(Ordering::Relaxed);
@@ -545,6 +486,7 @@ impl Inner {
                 Counters::add(&self.counters.write_stall_ms, waited.as_millis() as u64);
                 Counters::add(&self.counters.no_space_errors, 1);
                 return Err(self
+                    .spares
                     .no_space("the log budget is full and maintenance freed no segment in time"));
             }
             self.wake_maintenance();
@@ -567,36 +509,18 @@ impl Inner {
                 started.elapsed().as_millis() as u64,
             );
         }
-        assert!(
-            segment.seq > st.log.active.seq,
-            "segments become active in sequence order"
-        );
-        self.spares
-            .live_bytes
-            .fetch_add(segment.bytes, Ordering::Relaxed);
-        st.log
-            .segments
-            .insert(segment.seq, LiveSegment::new(Arc::clone(&segment)));
-        st.log.active = segment;
-        st.log.tail = SEGMENT_HEADER_BYTES;
-        st.log.spare_wanted = false;
+        st.log.activate(segment);
         Ok(true)
     }
 
     /// Reserves `len` contiguous bytes of the active segment (`make_room` made sure they are
     /// there, under the same lock).
     fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> (Arc<Segment>, u64) {
-        let offset = st.log.tail;
-        st.log.tail += len as u64;
-        assert!(
-            st.log.tail <= st.log.active.bytes,
-            "a placed run overflows its segment"
-        );
-        if !st.log.spare_wanted && st.log.tail > st.log.active.bytes / 2 {
-            st.log.spare_wanted = true;
+        let (segment, offset, want_spare) = st.log.place(len);
+        if want_spare {
             self.spares.want();
         }
-        (Arc::clone(&st.log.active), offset)
+        (segment, offset)
     }
 
     /// Asks the maintenance thread to run now rather than at its next interval.
@@ -605,46 +529,6 @@ impl Inner {
             let _guard = self.shutdown.lock();
             self.shutdown_signal.notify_all();
         }
-    }
-
-    /// Queues sealed records for the next group commit; returns the ticket to wait for.
-    fn enqueue(
-        &self,
-        st: &mut State,
-        segment: Arc<Segment>,
-        offset: u64,
-        bytes: Vec<u8>,
-        records: Vec<(DeviceId, usize, usize)>,
-    ) -> u64 {
-        let log = &mut st.log;
-        log.queued_bytes += bytes.len();
-        let (chunk, base) = match log.queue.last_mut() {
-            Some(last)
-                if Arc::ptr_eq(&last.segment, &segment)
-                    && last.offset + last.bytes.len() as u64 == offset =>
-            {
-                let base = last.bytes.len();
-                last.bytes.extend_from_slice(&bytes);
-                (log.queue.len() - 1, base)
-            }
-            _ => {
-                log.queue.push(Chunk {
-                    segment,
-                    offset,
-                    bytes,
-                });
-                (log.queue.len() - 1, 0)
-            }
-        };
-        log.queued_records
-            .extend(records.into_iter().map(|(device, at, len)| QueuedRecord {
-                device,
-                chunk,
-                at: base + at,
-                len,
-            }));
-        log.next_ticket += 1;
-        log.next_ticket
     }
 
     /// Waits until `ticket` is committed, leading a group commit when no one else is.
@@ -662,59 +546,18 @@ impl Inner {
         }
     }
 
-    /// Writes everything queued as one group: one pwrite per segment touched, then (Sync) one
-    /// fdatasync per segment, the older segment first so that a later segment never holds data
-    /// that an earlier one lacks. Then applies the group in log order.
+    /// Leads one group commit: takes everything queued, writes it without the lock
+    /// (`Group::write`), then applies it in log order and wakes its writers.
     fn lead_group<'a>(&'a self, mut st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
-        let chunks = std::mem::take(&mut st.log.queue);
-        let records = std::mem::take(&mut st.log.queued_records);
-        let last_ticket = st.log.next_ticket;
-        st.log.queued_bytes = 0;
-        st.log.leader_active = true;
+        let group = st.log.take_group();
         let sync = self.options.durability == Durability::Sync;
         drop(st);
-
-        let written = (|| -> Result<u64> {
-            let mut bytes = 0;
-            for (i, chunk) in chunks.iter().enumerate() {
-                chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
-                bytes += chunk.bytes.len() as u64;
-                if !sync {
-                    chunk.segment.start_writeback(
-                        chunk.offset + chunk.bytes.len() as u64,
-                        self.options.log_writeback_bytes,
-                    )?;
-                }
-                let segment_done = chunks
-                    .get(i + 1)
-                    .is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
-                if sync && segment_done {
-                    chunk.segment.sync_data()?;
-                    Counters::add(&self.counters.fdatasyncs, 1);
-                }
-            }
-            Ok(bytes)
-        })();
-
+        let written = group.write(sync, self.options.log_writeback_bytes, &self.counters);
         let mut st = self.state.lock();
         st.log.leader_active = false;
-        let result = written.and_then(|bytes| {
-            Counters::add(&self.counters.log_bytes_written, bytes);
-            Counters::add(&self.counters.group_commits, 1);
-            if !sync {
-                st.log.unsynced.extend(chunks.iter().map(|c| c.segment.seq));
-            }
-            self.apply_group(&mut st, &chunks, &records)
-        });
-        match result {
+        match written.and_then(|_| self.apply_group(&mut st, &group.chunks, &group.records)) {
             Ok(()) => {
-                if let Some(last) = chunks.last() {
-                    st.log.applied_end = LogPosition {
-                        segment_seq: last.segment.seq,
-                        offset: last.offset + last.bytes.len() as u64,
-                    };
-                }
-                st.log.committed_ticket = last_ticket;
+                st.log.group_committed(&group, sync);
                 self.group_done.notify_all();
                 Ok(st)
             }
@@ -756,7 +599,7 @@ impl Inner {
                 queued.len as u32,
             );
             if lower_ops.len() > lower_ops_before {
-                mark_lower_write(&mut st.log, position.segment_seq);
+                st.log.mark_lower_write(position.segment_seq);
             }
         }
         self.write_lower(st, &lower_ops)
@@ -891,19 +734,8 @@ impl Inner {
 
     /// fdatasyncs every segment written since its last sync (Periodic and None modes).
     pub(crate) fn sync_unsynced(&self) -> Result<()> {
-        let segments: Vec<Arc<Segment>> = {
-            let mut st = self.state.lock();
-            let unsynced = std::mem::take(&mut st.log.unsynced);
-            unsynced
-                .iter()
-                .filter_map(|seq| st.log.segments.get(seq).map(|l| Arc::clone(&l.segment)))
-                .collect()
-        };
-        for segment in segments {
-            segment.sync_data()?;
-            Counters::add(&self.counters.fdatasyncs, 1);
-        }
-        Ok(())
+        let segments = self.state.lock().log.take_unsynced();
+        commit_log::sync_segments(&segments, &self.counters)
     }
 
     fn run_periodic_sync(&self, interval_ms: u64) {
@@ -1033,31 +865,6 @@ pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) ->
     }
 }
 
-/// Notes that a record of this segment went to the lower tier (see `LiveSegment::lower_writes`).
-pub(crate) fn mark_lower_write(log: &mut LogState, segment_seq: u64) {
-    if let Some(live) = log.segments.get_mut(&segment_seq) {
-        live.lower_writes += 1;
-    }
-}
-
-pub(crate) fn hold(log: &mut LogState, segment_seq: u64) {
-    log.segments
-        .get_mut(&segment_seq)
-        .expect("records are placed in live segments")
-        .live_records += 1;
-}
-
-/// Releases every segment hold of a device leaving the upper tier.
-pub(crate) fn release(log: &mut LogState, index: &DeviceIndex) {
-    for (seq, n) in &index.segment_records {
-        let live = log.segments.get_mut(seq).expect("held segments are live");
-        live.live_records = live
-            .live_records
-            .checked_sub(*n)
-            .expect("segment holds never go negative");
-    }
-}
-
 /// Applies one logged record to the in-memory state (live path and recovery alike).
 pub(crate) fn apply(
     counters: &Counters,
@@ -1083,7 +890,7 @@ pub(crate) fn apply(
                 let before = entry.index.index_bytes();
                 entry.index.hold_segment(position.segment_seq);
                 *index_bytes += entry.index.index_bytes() - before;
-                hold(log, position.segment_seq);
+                log.hold(position.segment_seq);
             }
         }
         Body::Put {
@@ -1103,7 +910,7 @@ pub(crate) fn apply(
                 entry.index.insert(sensor, index_entry);
                 entry.index.hold_segment(position.segment_seq);
                 *index_bytes += entry.index.index_bytes() - before;
-                hold(log, position.segment_seq);
+                log.hold(position.segment_seq);
             }
             Tier::Lower => lower_ops.push(LowerOp::Put(
                 key::reading_key(entry.lower_id, sensor, ts_ms),
@@ -1118,7 +925,7 @@ pub(crate) fn apply(
                     entry.index.record_bytes,
                 );
                 *index_bytes -= entry.index.index_bytes();
-                release(log, &entry.index);
+                log.release(&entry.index);
             }
             Tier::Migrating => entry.departed = true,
             Tier::Lower => {

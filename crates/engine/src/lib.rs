@@ -24,6 +24,7 @@
 #![deny(clippy::unwrap_used)]
 
 mod clock;
+mod commit_log;
 mod dir;
 mod engine;
 mod error;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::engine::{AtIndex, Inner, at_index, mark_lower_write, release};
+use crate::engine::{AtIndex, Inner, at_index};
 use crate::error::{Error, Result};
 use crate::failpoints::MigrationStep;
 use crate::key;
@@ -336,7 +336,7 @@ impl Inner {
             let departed = entry.departed;
             let index = std::mem::take(&mut entry.index);
             st.index_bytes -= index.index_bytes();
-            release(&mut st.log, &index);
+            st.log.release(&index);
             if departed {
                 st.map.remove(m.id);
             } else if let Some(entry) = st.map.entry_mut(m.id) {
@@ -349,7 +349,7 @@ impl Inner {
             }
         }
         for seq in caught_up_segments {
-            mark_lower_write(&mut st.log, seq);
+            st.log.mark_lower_write(seq);
         }
         Counters::add(&self.counters.migrated_records, migrated_records);
         if let Err(e) = self.write_lower(&mut st, &ops) {
@@ -382,7 +382,7 @@ impl Inner {
                 && let Some(entry) = st.map.remove(m.id)
             {
                 st.index_bytes -= entry.index.index_bytes();
-                release(&mut st.log, &entry.index);
+                st.log.release(&entry.index);
             }
         }
         if let Err(e) = self.write_lower(&mut st, &ops) {
@@ -430,16 +430,7 @@ impl Inner {
     /// the log is under pressure.
     fn retire_segments(&self, persist_now: bool) -> Result<()> {
         let mut st = self.state.lock();
-        let applied_seq = st.log.applied_end.segment_seq;
-        let mut candidates: Vec<(u64, u64)> = st
-            .log
-            .segments
-            .iter()
-            .take_while(|(seq, live)| {
-                **seq < applied_seq && **seq < st.log.active.seq && live.live_records == 0
-            })
-            .map(|(seq, live)| (*seq, live.lower_writes))
-            .collect();
+        let mut candidates = st.log.retirable();
         let first_needing_persist = candidates.iter().position(|(_, lower)| *lower > 0);
         if st.lower_dirty
             && let Some(first) = first_needing_persist
@@ -467,14 +458,8 @@ impl Inner {
         if candidates.is_empty() {
             return Ok(());
         }
-        let retired: Vec<Arc<Segment>> = candidates
-            .iter()
-            .filter_map(|(seq, _)| st.log.segments.remove(seq))
-            .map(|live| live.segment)
-            .collect();
-        for (seq, _) in &candidates {
-            st.log.unsynced.remove(seq);
-        }
+        let seqs: Vec<u64> = candidates.iter().map(|(seq, _)| *seq).collect();
+        let retired = st.log.remove(&seqs);
         let retired_bytes: u64 = retired.iter().map(|s| s.bytes).sum();
         self.spares
             .live_bytes

@@ -10,7 +10,7 @@
 //!   its REGISTER was retired with everything before the departure).
 //! - DEPART drops the device: from the index, or with a range delete from the lower tier.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -18,8 +18,9 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::commit_log::LogState;
 use crate::dir::DataDir;
-use crate::engine::{Inner, LiveSegment, LogState, Recovery, State, apply, mark_lower_write};
+use crate::engine::{Inner, Recovery, State, apply};
 use crate::error::{Error, IoContext, Result};
 use crate::key;
 use crate::limits::SEGMENT_HEADER_BYTES;
@@ -28,7 +29,7 @@ use crate::mapping::{MappingTable, Tier};
 use crate::options::Options;
 use crate::record::Body;
 use crate::segment::{self, ScanEnd, Segment};
-use crate::spares::Spares;
+use crate::spares::{SegmentPlan, Spares};
 use crate::stats::Counters;
 use crate::upper::LogPosition;
 
@@ -113,9 +114,12 @@ impl Inner {
             segments.push(Arc::new(Segment::open(&path, seq)?));
         }
         if segments.is_empty() {
-            let zero_fill = options.durability != crate::options::Durability::None;
-            let (segment, written) =
-                Segment::create(&log_dir, 1, options.segment_bytes, zero_fill)?;
+            let (segment, written) = Segment::create(
+                &log_dir,
+                1,
+                options.segment_bytes,
+                zero_fill_segments(&options),
+            )?;
             Counters::add(&counters.log_preallocated_bytes, written);
             segments.push(Arc::new(segment));
         }
@@ -123,26 +127,7 @@ impl Inner {
 
         let mut st = State {
             map,
-            log: LogState {
-                segments: segments
-                    .iter()
-                    .map(|s| (s.seq, LiveSegment::new(Arc::clone(s))))
-                    .collect::<BTreeMap<_, _>>(),
-                active: Arc::clone(&segments[0]),
-                tail: SEGMENT_HEADER_BYTES,
-                queue: Vec::new(),
-                queued_records: Vec::new(),
-                queued_bytes: 0,
-                next_ticket: 0,
-                committed_ticket: 0,
-                leader_active: false,
-                applied_end: LogPosition {
-                    segment_seq: segments[0].seq,
-                    offset: SEGMENT_HEADER_BYTES,
-                },
-                unsynced: BTreeSet::new(),
-                spare_wanted: false,
-            },
+            log: LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
             poisoned: None,
             lower_dirty: false,
             index_bytes: 0,
@@ -175,7 +160,7 @@ impl Inner {
                 );
                 records += 1;
                 if lower_ops.len() > lower_ops_before {
-                    mark_lower_write(&mut st.log, segment.seq);
+                    st.log.mark_lower_write(segment.seq);
                 }
                 if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
                     lower.write(&lower_ops)?;
@@ -242,7 +227,13 @@ impl Inner {
             cut,
         };
         let budget_bytes = options.log_budget_bytes(free_bytes(&log_dir)?);
-        let spares = Spares::new(ready, next_seq, budget_bytes);
+        let plan = SegmentPlan {
+            log_dir: log_dir.clone(),
+            segment_bytes: options.segment_bytes,
+            zero_fill: zero_fill_segments(&options),
+        };
+        let counters = Arc::new(counters);
+        let spares = Spares::new(ready, next_seq, budget_bytes, plan, Arc::clone(&counters));
         let live_bytes = st.log.segments.values().map(|l| l.segment.bytes).sum();
         spares
             .live_bytes
@@ -263,6 +254,11 @@ impl Inner {
             recovery,
         })
     }
+}
+
+/// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
+fn zero_fill_segments(options: &Options) -> bool {
+    options.durability != crate::options::Durability::None
 }
 
 /// Free bytes of the file system holding `dir`, plus what the log already occupies there

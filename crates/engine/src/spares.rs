@@ -1,5 +1,6 @@
 //! Ready segments for the log, made ahead of need by one background thread, so that moving to
-//! a new segment costs a commit nothing: no file creation, no allocation, no zero-fill.
+//! a new segment costs a commit nothing: no file creation, no allocation, no zero-fill; and the
+//! log's space accounting against its budget (live segments + spares on disk).
 //!
 //! This thread is the only one that assigns segment sequence numbers after open, so segments
 //! become ready — and active — in sequence order. It prefers recycling a retired segment (a
@@ -7,13 +8,12 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::path::{Path, PathBuf};
-
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::limits::{SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
 use crate::segment::Segment;
@@ -49,12 +49,29 @@ pub(crate) struct Spares {
     /// Bytes of live segment files (kept by the engine under its state lock, read here without
     /// it: the preparer must never wait for the state lock, which a writer holds in `take`).
     pub live_bytes: AtomicU64,
-    /// Bytes of spare files: ready and retired (kept under `state`, mirrored for stats).
+    /// Bytes of spare files: ready and retired, and a file being made. Counted before a file
+    /// exists and after it is gone, so that the total is never understated.
     pub spare_bytes: AtomicU64,
+    plan: SegmentPlan,
+    counters: Arc<Counters>,
+}
+
+/// How new segments are made.
+pub(crate) struct SegmentPlan {
+    pub log_dir: PathBuf,
+    pub segment_bytes: u64,
+    /// Write zeros over new segments (see `Segment::create`): whenever commits fdatasync.
+    pub zero_fill: bool,
 }
 
 impl Spares {
-    pub fn new(ready: VecDeque<Segment>, next_seq: u64, budget_bytes: u64) -> Spares {
+    pub fn new(
+        ready: VecDeque<Segment>,
+        next_seq: u64,
+        budget_bytes: u64,
+        plan: SegmentPlan,
+        counters: Arc<Counters>,
+    ) -> Spares {
         let spare_bytes = ready.iter().map(|s| s.bytes).sum();
         Spares {
             state: Mutex::new(SpareState {
@@ -69,6 +86,8 @@ impl Spares {
             budget_bytes,
             live_bytes: AtomicU64::new(0),
             spare_bytes: AtomicU64::new(spare_bytes),
+            plan,
+            counters,
         }
     }
 
@@ -83,7 +102,8 @@ impl Spares {
         SPARE_SEGMENTS_MAX.min(quarter.max(1))
     }
 
-    /// The next ready segment, waiting for the preparer if none is ready yet. A failure to
+    /// The next ready segment, now counted as live, waiting for the preparer if none is ready
+    /// yet. A failure to
     /// make one (the file system is full, or over the budget) is returned, not kept: the next
     /// call tries again.
     pub fn take(&self) -> Result<Segment> {
@@ -94,6 +114,8 @@ impl Spares {
         self.changed.notify_all();
         loop {
             if let Some(segment) = st.ready.pop_front() {
+                // The spare becomes live (counted as live first: never understated).
+                self.live_bytes.fetch_add(segment.bytes, Ordering::Relaxed);
                 self.spare_bytes.fetch_sub(segment.bytes, Ordering::Relaxed);
                 self.changed.notify_all();
                 return Ok(segment);
@@ -139,16 +161,17 @@ impl Spares {
     }
 }
 
-impl Inner {
-    pub(crate) fn run_segment_preparer(&self) {
-        let log_dir = self.dir.log_dir();
+impl Spares {
+    /// The preparer thread's loop: whenever a segment is wanted and none is ready, recycle a
+    /// retired one or, within the budget, create one. A failure is handed to the next `take`.
+    pub(crate) fn run_preparer(&self) {
         loop {
             let (seq, retired) = {
-                let mut st = self.spares.state.lock();
+                let mut st = self.state.lock();
                 while !st.shutdown
                     && (!st.wanted || st.ready.len() >= READY_SEGMENTS_TARGET || st.error.is_some())
                 {
-                    self.spares.changed.wait(&mut st);
+                    self.changed.wait(&mut st);
                 }
                 if st.shutdown {
                     for r in st.retired.drain(..) {
@@ -156,36 +179,33 @@ impl Inner {
                     }
                     return;
                 }
+                // A recycled file stays counted as a spare throughout.
                 let retired = st.retired.pop();
-                if let Some(r) = &retired {
-                    self.spares
-                        .spare_bytes
-                        .fetch_sub(r.bytes, Ordering::Relaxed);
-                } else if self.spares.log_bytes() + self.options.segment_bytes
-                    > self.spares.budget_bytes
-                {
-                    // A new file would put the log over its budget: the writer that wants it
-                    // gets NoSpace (and waits for maintenance or retries).
-                    st.error = Some(self.no_space("a new segment would exceed the log budget"));
-                    st.wanted = false;
-                    self.spares.changed.notify_all();
-                    continue;
+                if retired.is_none() {
+                    if self.log_bytes() + self.plan.segment_bytes > self.budget_bytes {
+                        // The writer that wants it gets NoSpace (and waits for maintenance).
+                        st.error = Some(self.no_space("a new segment would exceed the log budget"));
+                        st.wanted = false;
+                        self.changed.notify_all();
+                        continue;
+                    }
+                    self.spare_bytes
+                        .fetch_add(self.plan.segment_bytes, Ordering::Relaxed);
                 }
                 st.next_seq += 1;
                 (st.next_seq - 1, retired)
             };
-            let made = self.make_segment(&log_dir, seq, retired);
-            let mut st = self.spares.state.lock();
+            let recycled_bytes = retired.as_ref().map(|r| r.bytes);
+            let made = self.make_segment(seq, retired);
+            let mut st = self.state.lock();
             match made {
-                Ok(segment) => {
-                    self.spares
-                        .spare_bytes
-                        .fetch_add(segment.bytes, Ordering::Relaxed);
-                    st.ready.push_back(segment);
-                }
+                Ok(segment) => st.ready.push_back(segment),
                 Err(e) => {
-                    // The sequence number stays used (a half-made file is deleted on open), so
-                    // ready segments still come in sequence order.
+                    // The file is gone (a failed creation deletes it; a failed recycling leaves a
+                    // name that open() deletes). The sequence number stays used, so ready
+                    // segments still come in sequence order.
+                    let bytes = recycled_bytes.unwrap_or(self.plan.segment_bytes);
+                    self.spare_bytes.fetch_sub(bytes, Ordering::Relaxed);
                     st.error = Some(if is_no_space(&e) {
                         self.no_space(&format!("the file system is full: {e}"))
                     } else {
@@ -194,7 +214,7 @@ impl Inner {
                     st.wanted = false;
                 }
             }
-            self.spares.changed.notify_all();
+            self.changed.notify_all();
         }
     }
 
@@ -202,26 +222,23 @@ impl Inner {
     pub(crate) fn no_space(&self, reason: &str) -> Error {
         Error::NoSpace {
             reason: reason.to_string(),
-            log_bytes: self.spares.log_bytes(),
-            log_bytes_max: self.spares.budget_bytes,
+            log_bytes: self.log_bytes(),
+            log_bytes_max: self.budget_bytes,
         }
     }
 
-    fn make_segment(&self, log_dir: &Path, seq: u64, retired: Option<Retired>) -> Result<Segment> {
+    fn make_segment(&self, seq: u64, retired: Option<Retired>) -> Result<Segment> {
+        let plan = &self.plan;
         match retired {
             Some(r) => {
-                let segment = Segment::recycle(r.file, &r.path, r.bytes, log_dir, seq)?;
+                let segment = Segment::recycle(r.file, &r.path, r.bytes, &plan.log_dir, seq)?;
                 Counters::add(&self.counters.segments_recycled, 1);
                 Counters::add(&self.counters.log_preallocated_bytes, SEGMENT_HEADER_BYTES);
                 Ok(segment)
             }
             None => {
-                let (segment, written) = Segment::create(
-                    log_dir,
-                    seq,
-                    self.options.segment_bytes,
-                    self.zero_fill_segments(),
-                )?;
+                let (segment, written) =
+                    Segment::create(&plan.log_dir, seq, plan.segment_bytes, plan.zero_fill)?;
                 Counters::add(&self.counters.log_preallocated_bytes, written);
                 Ok(segment)
             }
