@@ -6,6 +6,21 @@
 pub const DEVICE_ID_BYTES_MAX: usize = 255;
 /// Sensor ids are names like "speed" (TPCx-IoT uses short ids); same reasoning as device ids.
 pub const SENSOR_ID_BYTES_MAX: usize = 255;
+/// What is wrong with an id (device or sensor), if anything: ids are names, 1..=`max` bytes,
+/// without NUL (NUL ends a sensor in lower-tier keys). The one rule for input and for bytes read
+/// from disk.
+pub fn id_problem(id: &str, max: usize) -> Option<String> {
+    if id.is_empty() {
+        Some("is empty".into())
+    } else if id.len() > max {
+        Some(format!("is {} bytes, the limit is {max}", id.len()))
+    } else if id.as_bytes().contains(&0) {
+        Some("contains a NUL byte".into())
+    } else {
+        None
+    }
+}
+
 /// Sensor readings are small; 256 KiB keeps one record far below the smallest segment, so a
 /// record can always be placed, and bounds the memory a single read allocates.
 pub const VALUE_BYTES_MAX: usize = 256 * 1024;

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, IoContext, Result};
-use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::record::{self, Decode, Decoded};
 
 pub const MAGIC: &[u8; 8] = b"RKVLOG01";
@@ -275,6 +275,14 @@ impl Segment {
             return Err(corrupt(
                 16,
                 format!("header says segment {seq}, file name says {expected_seq}"),
+            ));
+        }
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&bytes) || bytes % 4096 != 0 {
+            return Err(corrupt(
+                24,
+                format!(
+                    "header says {bytes} bytes; a segment is {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX} bytes, a multiple of 4096"
+                ),
             ));
         }
         if bytes != len {
