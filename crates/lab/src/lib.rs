@@ -6,6 +6,7 @@ pub mod cli;
 pub mod devstat;
 pub mod error;
 pub mod fixture;
+pub mod prerequisite;
 pub mod queries;
 pub mod report;
 pub mod sqlite;
