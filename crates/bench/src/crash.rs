@@ -25,6 +25,8 @@ use crate::survival::{self, Ledger};
 /// Record numbers skipped between rounds, so a round never reuses a number an earlier loader was
 /// sent (sent but unacknowledged records may or may not have survived).
 const ROUND_GAP: u64 = 1000;
+/// results.json is rewritten every this many rounds while a soak runs.
+const PARTIAL_RESULTS_EVERY_ROUNDS: u64 = 50;
 /// The loader's settings: small segments and a short management time, so that rounds switch and
 /// recycle segments and migrate devices to the lower tier often.
 pub const LOADER_ARGS: [&str; 7] = [
@@ -259,6 +261,11 @@ fn soak(args: &CrashArgs) -> Result<FaultResults, String> {
         let row = soak.round()?;
         let failed = row.lost > 0 || !row.corrupt.is_empty() || row.wrong > 0;
         results.add(row, soak.ledger());
+        if results.rounds % PARTIAL_RESULTS_EVERY_ROUNDS == 0 {
+            // A long soak stopped early (Ctrl-C) still leaves what it had verified.
+            results.elapsed_s = started.elapsed().as_secs_f64();
+            results.write(&args.out)?;
+        }
         bar.inc(1);
         bar.set_message(format!(
             "{} acked, lost {}, corrupt {}, torn tails cut {}",

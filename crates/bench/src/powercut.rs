@@ -46,10 +46,10 @@ pub struct PowercutArgs {
     pub out: PathBuf,
     /// Earliest power cut, in ms after the guest starts loading (early cuts hit the engine's
     /// open and recovery).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2000)]
     pub cut_after_ms_min: u64,
     /// Latest power cut, in ms after the guest starts loading.
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, default_value_t = 12000)]
     pub cut_after_ms_max: u64,
     /// Records the guest feeds its loader per second.
     #[arg(long, default_value_t = 2000)]
@@ -201,6 +201,8 @@ impl Guest {
         }
         drop(lines_tx);
         let mut boot = Boot::default();
+        let booted = Instant::now();
+        let _ = writeln!(self.console_log, "--- boot: {append}");
         let mut cut_at: Option<(Instant, Instant)> = None;
         let mut last_news = Instant::now();
         loop {
@@ -211,11 +213,12 @@ impl Guest {
             match lines.recv_timeout(wait) {
                 Ok(line) => {
                     last_news = Instant::now();
-                    let _ = writeln!(self.console_log, "{line}");
-                    if let Some(fatal) = self.take_line(&line, &mut boot)? {
+                    let at_s = booted.elapsed().as_secs_f64();
+                    let _ = writeln!(self.console_log, "{at_s:8.3} {line}");
+                    if let Some(fatal) = self.take_line(&line, &mut boot) {
                         return Err(fatal);
                     }
-                    if line == format!("{MARK}load-start")
+                    if line.ends_with(&format!("{MARK}load-start"))
                         && let Some((_, cut_after_ms)) = load
                     {
                         let now = Instant::now();
@@ -232,8 +235,9 @@ impl Guest {
                         boot.cut_after_ms = Some(started.elapsed().as_millis() as u64);
                         // Acks already on their way out of the console still count: each was
                         // printed after its fdatasync returned.
+                        let _ = writeln!(self.console_log, "--- power cut");
                         for line in lines.iter() {
-                            let _ = writeln!(self.console_log, "{line}");
+                            let _ = writeln!(self.console_log, "         {line}");
                             let _ = self.take_line(&line, &mut boot);
                         }
                         return Ok(boot);
@@ -260,14 +264,13 @@ impl Guest {
     }
 
     /// Files one console line into `boot`; returns the guest's fatal error, if it reported one.
-    fn take_line(&mut self, line: &str, boot: &mut Boot) -> Result<Option<String>, String> {
+    fn take_line(&mut self, line: &str, boot: &mut Boot) -> Option<String> {
         if let Some(n) = line.strip_prefix("acked ").and_then(|n| n.parse().ok()) {
             boot.acked = n;
-            return Ok(None);
+            return None;
         }
-        let Some(rest) = line.strip_prefix(MARK) else {
-            return Ok(None);
-        };
+        // The first line after the firmware's screen clear carries escape codes in front.
+        let rest = line.find(MARK).map(|at| &line[at + MARK.len()..])?;
         if let Some(check) = rest.strip_prefix("check ") {
             boot.check_lines.push(check.to_string());
         } else if let Some(survey) = rest.strip_prefix("survey ") {
@@ -277,9 +280,9 @@ impl Guest {
                 Err(survey.to_string())
             });
         } else if let Some(fatal) = rest.strip_prefix("fatal ") {
-            return Ok(Some(format!("the guest: {fatal} (see console.log)")));
+            return Some(format!("the guest: {fatal} (see console.log)"));
         }
-        Ok(None)
+        None
     }
 }
 
