@@ -27,6 +27,13 @@ pub enum BenchCommand {
     /// The long run: minutes of the mobility workload per engine, with space, memory and
     /// throughput recorded every second (is space flat? does memory stay in its budget?).
     Steady(crate::steady::SteadyArgs),
+    /// Kill -9 soak: SIGKILL a real `roamkv load --ack` at random moments, re-verify every acknowledged record after each kill.
+    Crash(crate::crash::CrashArgs),
+    /// Power cuts: roamkv in a virtual machine on an ext4 disk, the machine killed at random moments.
+    Powercut(crate::powercut::PowercutArgs),
+    /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
+    #[command(hide = true)]
+    PowercutGuest(crate::powercut::GuestArgs),
     /// One measured process (started by `mobility`; not for direct use).
     #[command(hide = true)]
     Worker {
@@ -87,6 +94,9 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             Err(e) => Err(e),
         },
         BenchCommand::Worker { spec } => crate::worker::main(spec),
+        BenchCommand::Crash(c) => return crate::crash::run(c),
+        BenchCommand::Powercut(p) => return crate::powercut::run(p),
+        BenchCommand::PowercutGuest(g) => crate::powercut::guest(g),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

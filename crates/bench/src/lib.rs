@@ -2,9 +2,13 @@
 //! LevelDB lower tiers), plain RocksDB, plain LevelDB and SQLite at equal durability and memory
 //! budget, with write amplification measured at the block device. `roamkv bench mobility`.
 pub mod cli;
+pub mod crash;
 pub mod engines;
+pub mod fault_report;
+pub mod powercut;
 pub mod report;
 pub mod runner;
 pub mod steady;
+pub mod survival;
 pub mod worker;
 pub mod workload;

@@ -1,137 +1,93 @@
-//! Kill -9 a real `roamkv load --ack` at random moments; every acknowledged record must be
-//! there after reopening, and `roamkv check` must pass.
+//! Kill -9 a real `roamkv load --ack` at random moments. After every kill, `roamkv check` must
+//! pass and every record acknowledged in this *and every earlier* round must be there with its
+//! exact value (the soak of `roamkv bench crash`, run short).
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use roamkv_bench::crash::CrashSoak;
+use roamkv_bench::fault_report::RoundRow;
 
 const ROAMKV: &str = env!("CARGO_BIN_EXE_roamkv");
 const KILLS: u64 = 24;
 
-fn line(i: u64) -> String {
-    // Devices come and go: 40 devices, readings spread over them, values of varying size.
-    let device = format!("car-{}", i % 40);
-    let sensor = ["speed", "rpm", "fuel"][(i % 3) as usize];
-    let value = format!("{i}-{}", "x".repeat((i % 200) as usize));
-    format!(
-        "{{\"device\":\"{device}\",\"sensor\":\"{sensor}\",\"ts\":{i},\"value\":\"{value}\"}}\n"
-    )
-}
-
-fn expected_value(i: u64) -> String {
-    format!("{i}-{}", "x".repeat((i % 200) as usize))
+fn assert_round_clean(row: &RoundRow) {
+    assert!(
+        row.corrupt.is_empty(),
+        "round {}: corrupt after the kill: {:?}",
+        row.round,
+        row.corrupt
+    );
+    assert_eq!(
+        row.lost, 0,
+        "round {}: acknowledged records lost, e.g. {:?}",
+        row.round, row.lost_examples
+    );
+    assert_eq!(
+        row.wrong, 0,
+        "round {}: records that were never written: {:?}",
+        row.round, row.wrong_examples
+    );
 }
 
 #[test]
-fn sigkill_never_loses_an_acknowledged_record() {
+fn sigkill_never_loses_an_acknowledged_record_of_any_round() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let mut rng = StdRng::seed_from_u64(0x5eed);
-    let mut next = 0u64; // first record not yet sent in any run
-    let mut acked_total = 0u64;
-
-    for kill in 0..KILLS {
-        let mut child = Command::new(ROAMKV)
-            .args(["load", "--data"])
-            .arg(&data)
-            .args([
-                "--ack",
-                "--segment-mib",
-                "1",
-                "--management-time-ms",
-                "300",
-                "--batch",
-                "64",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn roamkv load");
-        let mut stdin = child.stdin.take().expect("stdin");
-        let stdout = child.stdout.take().expect("stdout");
-        let run_start = next;
-        let acked_in_run = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let reader = {
-            let acked_in_run = acked_in_run.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(stdout).lines() {
-                    let Ok(l) = l else { break };
-                    if let Some(n) = l.strip_prefix("acked ").and_then(|n| n.parse::<u64>().ok()) {
-                        acked_in_run.store(n, std::sync::atomic::Ordering::SeqCst);
-                    }
-                }
-            })
-        };
-        // Feed records until a random deadline, then SIGKILL the loader mid-stream.
-        let deadline = Instant::now() + Duration::from_millis(rng.random_range(40..400));
-        while Instant::now() < deadline {
-            let chunk: String = (next..next + 50).map(line).collect();
-            if stdin.write_all(chunk.as_bytes()).is_err() {
-                break;
-            }
-            next += 50;
-        }
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        let _ = child.wait();
-        drop(stdin);
-        reader.join().expect("reader");
-        let acked = acked_in_run.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(acked <= next - run_start, "acked more than was sent");
-        // Records are acked in input order, so records [run_start, run_start + acked) are durable.
-        // Reopen with the library (as the next `roamkv` process would) and look at every one.
-        {
-            let options = roamkv_engine::Options {
-                segment_bytes: 1 << 20,
-                background_maintenance: false,
-                ..roamkv_engine::Options::default()
-            };
-            let engine = roamkv_engine::Engine::open(&data, options).expect("reopen after SIGKILL");
-            for i in run_start..run_start + acked {
-                let device = format!("car-{}", i % 40);
-                let sensor = ["speed", "rpm", "fuel"][(i % 3) as usize];
-                let got = engine.get(&device, sensor, i as i64).expect("get");
-                assert_eq!(
-                    got.as_deref(),
-                    Some(expected_value(i).as_bytes()),
-                    "kill {kill}: acknowledged record {i} is missing or wrong"
-                );
-            }
-        }
-        acked_total += acked;
-        let check = Command::new(ROAMKV)
-            .args(["check", "--data"])
-            .arg(&data)
-            .output()
-            .expect("roamkv check");
-        assert!(
-            check.status.success(),
-            "kill {kill}: roamkv check failed:\n{}",
-            String::from_utf8_lossy(&check.stdout)
-        );
-        // Unacked records of this run may or may not be there; the next run sends new ones.
-        next += 1000;
+    let mut soak = CrashSoak::new(Path::new(ROAMKV), &data, 0x5eed, 40..400, 20_000);
+    let mut checked = 0;
+    for _ in 0..KILLS {
+        let row = soak.round().expect("round");
+        assert_round_clean(&row);
+        // Each round re-verifies everything acknowledged so far, not only its own acks.
+        assert_eq!(row.acked_checked, soak.ledger().acked_total());
+        checked += row.acked_checked;
     }
     eprintln!(
-        "{KILLS} kills; {acked_total} acknowledged records verified; {next} record numbers used"
+        "{KILLS} kills; {} acknowledged records; {checked} verifications",
+        soak.ledger().acked_total()
     );
     assert!(
-        acked_total > 0,
-        "no run acknowledged anything: the test proved nothing"
+        soak.ledger().acked_total() > 0,
+        "no round acknowledged anything: the test proved nothing"
     );
+}
 
-    let out = Command::new(ROAMKV)
-        .args(["stats", "--json", "--data"])
-        .arg(&data)
-        .output()
-        .expect("stats");
+/// The check above must be able to fail when an *earlier* round's data vanishes: delete a
+/// device acknowledged in round 0 behind the soak's back, and round 1 must report it lost.
+#[test]
+fn a_vanished_earlier_round_is_reported_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    // Long rounds: round 0 must acknowledge records of every device.
+    let mut soak = CrashSoak::new(Path::new(ROAMKV), &data, 7, 900..1000, 20_000);
+    let first = soak.round().expect("round 0");
+    assert_round_clean(&first);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        first.acked >= 40,
+        "round 0 acknowledged only {} records in ~1 s: cannot test",
+        first.acked
+    );
+    {
+        let options = roamkv_engine::Options {
+            segment_bytes: roamkv_bench::survival::SEGMENT_BYTES,
+            background_maintenance: false,
+            ..roamkv_engine::Options::default()
+        };
+        let engine = roamkv_engine::Engine::open(&data, options).expect("open");
+        engine.depart("car-0").expect("depart");
+        engine.close().expect("close");
+    }
+    let second = soak.round().expect("round 1");
+    // Round 0's acked records of car-0 (numbers 0, 40, 80, ...) are gone; round 1's may be back.
+    let gone_from_round_0 = first.acked.div_ceil(40);
+    assert!(
+        second.lost >= gone_from_round_0,
+        "round 1 reported {} lost, expected at least {gone_from_round_0}",
+        second.lost
+    );
+    assert!(
+        second.lost_examples.contains(&0),
+        "{:?}",
+        second.lost_examples
     );
 }

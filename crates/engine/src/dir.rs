@@ -42,17 +42,11 @@ impl DataDir {
         let identity = path.join(IDENTITY_FILE);
         let exists = identity.exists();
         if !exists {
-            if path.exists() {
-                let not_empty = fs::read_dir(path)
-                    .context(|| format!("listing {}", path.display()))?
-                    .next()
-                    .is_some();
-                if not_empty {
-                    return Err(Error::NotADataDirectory {
-                        path: path.to_path_buf(),
-                        reason: format!("it is not empty and has no {IDENTITY_FILE} file"),
-                    });
-                }
+            if path.exists() && !holds_only_creation_leftovers(path)? {
+                return Err(Error::NotADataDirectory {
+                    path: path.to_path_buf(),
+                    reason: format!("it is not empty and has no {IDENTITY_FILE} file"),
+                });
             }
             fs::create_dir_all(path).context(|| format!("creating {}", path.display()))?;
         }
@@ -74,6 +68,39 @@ impl DataDir {
             _lock: lock,
         })
     }
+}
+
+/// True if `path` is empty or holds only what a creation killed before it wrote the identity
+/// file leaves behind (LOCK, ROAMKV.tmp, empty log/ and lower/): open then finishes the creation.
+/// Refusing such a directory would make a crash in the first milliseconds of a new directory's
+/// life permanent (found by `roamkv bench crash`).
+fn holds_only_creation_leftovers(path: &Path) -> Result<bool> {
+    let list = |dir: &Path| -> Result<Vec<(String, bool)>> {
+        fs::read_dir(dir)
+            .context(|| format!("listing {}", dir.display()))?
+            .map(|entry| {
+                let entry = entry.context(|| format!("listing {}", dir.display()))?;
+                let is_dir = entry
+                    .file_type()
+                    .context(|| format!("stat {}", entry.path().display()))?
+                    .is_dir();
+                Ok((entry.file_name().to_string_lossy().into_owned(), is_dir))
+            })
+            .collect()
+    };
+    let identity_tmp = format!("{IDENTITY_FILE}.tmp");
+    for (name, is_dir) in list(path)? {
+        let leftover = match (name.as_str(), is_dir) {
+            (LOCK_FILE, false) => true,
+            (n, false) if n == identity_tmp => true,
+            (LOG_DIR | LOWER_DIR, true) => list(&path.join(&name))?.is_empty(),
+            _ => false,
+        };
+        if !leftover {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 fn lock(path: &Path) -> Result<File> {

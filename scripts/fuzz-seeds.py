@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets (crates/*/fuzz/corpus/TARGET/): one valid input of
+each kind, byte for byte as docs/FORMAT.md lays it out, so that the fuzzer starts past the
+checksums. Run from the repository root; the output is committed."""
+import json, os, struct
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+def crc32c_append(crc, data):
+    return crc32c(data, crc)
+
+def record(kind, payload, seq, batch_end):
+    header_rest = struct.pack("<IIBBH", len(payload), seq, kind, 1 if batch_end else 0, 0)
+    crc = crc32c_append(crc32c(payload), header_rest)
+    return struct.pack("<I", crc) + header_rest + payload
+
+def put(seq, device, sensor, ts, value, end=True):
+    d, s = device.encode(), sensor.encode()
+    payload = struct.pack("<HHIq", len(d), len(s), len(value), ts) + d + s + value
+    return record(2, payload, seq, end)
+
+def register(seq, device, at_ms):
+    d = device.encode()
+    return record(1, struct.pack("<HQ", len(d), at_ms) + d, seq, False)
+
+def depart(seq, device):
+    d = device.encode()
+    return record(3, struct.pack("<H", len(d)) + d, seq, True)
+
+def segment(seq, size, records):
+    fields = b"RKVLOG01" + struct.pack("<IIQQ", 1, 0, seq, size)
+    header = fields + struct.pack("<I", crc32c(fields))
+    header += b"\0" * (4096 - len(header))
+    body = header + records
+    return body + b"\0" * (size - len(body))
+
+def reading_key(lower_id, sensor, ts):
+    return b"\x01" + struct.pack(">Q", lower_id) + sensor.encode() + b"\0" + struct.pack(">Q", (ts & (2**64 - 1)) ^ (1 << 63))
+
+def write(crate, target, name, data):
+    path = os.path.join("crates", crate, "fuzz", "corpus", target)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, name), "wb") as f:
+        f.write(data)
+
+batch = register(9, "car-1", 1234) + put(9, "car-1", "speed", 7, b"88.5", end=False) + put(9, "car-1", "rpm", 7, b"\xff\x00")  + depart(9, "car-1")
+write("engine", "record_decode", "put", put(9, "car-17", "speed", 1700000000000, b"88.5"))
+write("engine", "record_decode", "register", register(9, "car-17", 42))
+write("engine", "record_decode", "depart", depart(9, "car-17"))
+write("engine", "record_decode", "batch", batch)
+write("engine", "segment_open", "segment-with-a-batch", segment(5, 8192, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v")))
+write("engine", "segment_open", "empty-segment", segment(5, 4096, b""))
+write("engine", "segment_open", "torn-tail", segment(5, 8192, put(5, "car-1", "speed", 1, b"v", end=False)))
+write("engine", "key_decode", "reading-key", reading_key(42, "speed", -42))
+write("engine", "key_decode", "device-key", b"\x02" + struct.pack(">Q", 9))
+write("engine", "key_decode", "device-value", struct.pack("<Q", 77) + b"car-1")
+for name, line in [
+    ("text", {"device": "car-17", "sensor": "speed", "ts": 1700000000000, "value": "88.5"}),
+    ("base64", {"device": "car-17", "sensor": "raw", "ts": -1, "value_b64": "/wA="}),
+    ("both", {"device": "d", "sensor": "s", "ts": 0, "value": "x", "value_b64": "eA=="}),
+]:
+    write("cli", "json_line", name, json.dumps(line).encode())
+write("cli", "json_line", "unknown-field", b'{"device":"d","sensor":"s","ts":1,"value":"v","extra":1}')
