@@ -85,6 +85,9 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
     let mut acked = 0u64;
     let mut line_number = 0u64;
     let mut line = String::new();
+    // A quarter of a segment: far inside what one batch may take (`BatchTooLarge` otherwise).
+    let batch_bytes_max = (args.open.segment_mib << 20) / 4;
+    let mut pending_bytes = 0u64;
 
     let mut commit = |pending: &mut Vec<Owned>, acked: &mut u64| -> Result<(), String> {
         if pending.is_empty() {
@@ -122,16 +125,24 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         line_number += 1;
         if !line.trim().is_empty() {
             match parse_line(&line) {
-                Ok(owned) => pending.push(owned),
+                Ok(owned) => {
+                    pending_bytes += worst_case_log_bytes(&owned);
+                    pending.push(owned);
+                }
                 Err(message) => break Some(format!("line {line_number}: {message}")),
             }
         }
-        // Commit when the batch is full, or when stdin has nothing more ready (so that a slow
-        // producer gets its acks without waiting for a full batch).
-        if (pending.len() >= args.batch || input.buffer().is_empty())
-            && let Err(e) = commit(&mut pending, &mut acked)
+        // Commit when the batch is full (in records, or in bytes: a batch must fit in a
+        // segment), or when stdin has nothing more ready (so that a slow producer gets its acks
+        // without waiting for a full batch).
+        if (pending.len() >= args.batch
+            || pending_bytes >= batch_bytes_max
+            || input.buffer().is_empty())
         {
-            break Some(e);
+            if let Err(e) = commit(&mut pending, &mut acked) {
+                break Some(e);
+            }
+            pending_bytes = 0;
         }
     };
     // Everything before a bad line stays committed.
@@ -146,6 +157,13 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// What one reading may take in the log in the worst case: its record and a REGISTER record
+/// for its device.
+fn worst_case_log_bytes(o: &Owned) -> u64 {
+    const RECORD_OVERHEAD_BYTES: u64 = 64;
+    (2 * o.device.len() + o.sensor.len() + o.value.len()) as u64 + 2 * RECORD_OVERHEAD_BYTES
 }
 
 fn parse_line(line: &str) -> Result<Owned, String> {

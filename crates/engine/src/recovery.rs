@@ -70,6 +70,25 @@ fn list_segments(log_dir: &Path, clean_up: bool) -> Result<Vec<(u64, std::path::
     Ok(found)
 }
 
+/// The live log is a contiguous run of sequence numbers (made in order, retired oldest first,
+/// each step durable): a gap means a segment was lost, and replaying around it could revive
+/// records whose DEPART was in the lost one.
+fn missing_segment(log_dir: &Path, listed: &[(u64, std::path::PathBuf)]) -> Option<Error> {
+    listed
+        .windows(2)
+        .find(|w| w[1].0 != w[0].0 + 1)
+        .map(|w| Error::Corrupt {
+            file: segment::segment_path(log_dir, w[0].0 + 1),
+            offset: 0,
+            reason: format!(
+                "segment {} is missing: the log jumps from segment {} to {}",
+                w[0].0 + 1,
+                w[0].0,
+                w[1].0
+            ),
+        })
+}
+
 /// The segment that holds the end of the log: the last one with data or damage.
 fn last_written(ends: &[ScanEnd]) -> usize {
     ends.iter()
@@ -110,7 +129,11 @@ impl Inner {
         let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
 
         let mut segments: Vec<Arc<Segment>> = Vec::new();
-        for (seq, path) in list_segments(&log_dir, true)? {
+        let listed = list_segments(&log_dir, true)?;
+        if let Some(error) = missing_segment(&log_dir, &listed) {
+            return Err(error);
+        }
+        for (seq, path) in listed {
             segments.push(Arc::new(Segment::open(&path, seq)?));
         }
         if segments.is_empty() {
@@ -386,7 +409,11 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let dir = DataDir::open(path, None)?;
     let mut report = CheckReport::default();
     let mut opened = Vec::new();
-    for (seq, file) in list_segments(&dir.log_dir(), false)? {
+    let listed = list_segments(&dir.log_dir(), false)?;
+    if let Some(error) = missing_segment(&dir.log_dir(), &listed) {
+        report.problems.push(error.to_string());
+    }
+    for (seq, file) in listed {
         report.segments += 1;
         match Segment::open(&file, seq) {
             Ok(segment) => opened.push(segment),

@@ -202,6 +202,9 @@ impl Segment {
         let path = segment_path(dir, new_seq);
         let transit = path.with_extension("seg.recycling");
         fs::rename(from, &transit).context(|| format!("renaming {} for reuse", from.display()))?;
+        // The new name must be durable before the header changes: otherwise a power cut could
+        // leave the file under its old, live name with a new sequence in its header.
+        sync_dir(dir)?;
         file.write_all_at(&encode_header(new_seq, bytes), 0)
             .context(|| format!("writing header of {}", transit.display()))?;
         file.sync_data()
@@ -212,11 +215,16 @@ impl Segment {
         Ok(Segment::new(new_seq, path, bytes, file))
     }
 
-    /// Moves a segment out of the log (to `.seg.retired`) and returns a handle for recycling.
-    /// Readers that still hold the segment keep reading the same file.
+    /// Moves a segment out of the log (to `.seg.retired`), durably, and returns a handle for
+    /// recycling. Readers that still hold the segment keep reading the same file. Segments retire
+    /// oldest first, each rename made durable before the next: after a power cut the live log is
+    /// still a contiguous suffix of the whole log (recovery checks it).
     pub fn retire(&self) -> Result<(File, PathBuf)> {
         let retired = self.path.with_extension("seg.retired");
         fs::rename(&self.path, &retired).context(|| format!("retiring {}", self.path.display()))?;
+        if let Some(dir) = self.path.parent() {
+            sync_dir(dir)?;
+        }
         let file = self
             .file
             .try_clone()

@@ -202,10 +202,12 @@ impl Spares {
                 Ok(segment) => st.ready.push_back(segment),
                 Err(e) => {
                     // The file is gone (a failed creation deletes it; a failed recycling leaves a
-                    // name that open() deletes). The sequence number stays used, so ready
-                    // segments still come in sequence order.
+                    // name that open() deletes).
                     let bytes = recycled_bytes.unwrap_or(self.plan.segment_bytes);
                     self.spare_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                    // The number is given again to the next segment: only this thread assigns
+                    // them, so the log's sequence numbers stay contiguous (recovery checks it).
+                    st.next_seq -= 1;
                     st.error = Some(if is_no_space(&e) {
                         self.no_space(&format!("the file system is full: {e}"))
                     } else {
