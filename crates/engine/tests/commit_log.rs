@@ -178,7 +178,14 @@ fn every_durability_mode_keeps_its_promise_when_a_put_returns() {
         }
         let image = dir.path().join("killed");
         crash_image(&data, &image);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // The periodic flusher runs every 5 ms; on a loaded machine give it up to 5 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while durability != Durability::Sync
+            && engine.stats().fdatasyncs == 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let s = engine.stats();
         match durability {
             Durability::Sync => assert_eq!(s.group_commits, PUTS as u64, "{s:?}"),

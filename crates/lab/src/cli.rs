@@ -25,9 +25,11 @@ pub enum LabCommand {
     Fs(FsArgs),
     /// Run a command on a fresh file system and name every block request it causes.
     Trace(TraceArgs),
-    /// SQLite on the lab's file systems (issue 5).
+    /// SQLite transactions per journal mode and sync call on the lab's file systems, every block
+    /// write traced and named (paper 004).
     Sqlite(crate::sqlite::SqliteArgs),
-    /// Queries lab (issue 5).
+    /// SQLite search queries per file system, warm and cold cache (paper 000), and the same
+    /// questions on sensor data asked of roamkv and SQLite.
     Queries(crate::queries::QueriesArgs),
     /// Internal: runs inside the --vm guest.
     #[command(hide = true)]
