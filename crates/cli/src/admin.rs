@@ -135,9 +135,9 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         // Commit when the batch is full (in records, or in bytes: a batch must fit in a
         // segment), or when stdin has nothing more ready (so that a slow producer gets its acks
         // without waiting for a full batch).
-        if (pending.len() >= args.batch
+        if pending.len() >= args.batch
             || pending_bytes >= batch_bytes_max
-            || input.buffer().is_empty())
+            || input.buffer().is_empty()
         {
             if let Err(e) = commit(&mut pending, &mut acked) {
                 break Some(e);
