@@ -50,8 +50,8 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
             break url.trim().to_string();
         }
     };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    // Keep draining stderr (so the server never blocks on a full pipe), and keep the log.
+    let log = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<String>>());
 
     let body = r#"{"apiVersion":"v3","event":{"id":"040bd523-ec33-440d-9d72-e5813a465f37","deviceName":"car-17","profileName":"car","sourceName":"speed","origin":1700000000000000000,"readings":[{"deviceName":"car-17","resourceName":"speed","profileName":"car","origin":1700000000000000000,"valueType":"Float64","value":"88.5"}]}}"#;
     let response = http(
@@ -75,6 +75,12 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "exit status {status}");
+    let log = log.join().expect("log thread").join("\n");
+    assert!(log.contains("shutting down"), "{log}");
+    assert!(
+        !log.contains("still in use"),
+        "the engine was not closed cleanly: {log}"
+    );
 
     // The engine was closed (its LOCK released) and holds the acknowledged reading.
     let engine =

@@ -53,7 +53,7 @@ pub fn error_body(status: StatusCode, message: &str) -> serde_json::Value {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(status = self.status.as_u16(), message = %self.message, "request failed");
         } else {
             tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");

@@ -148,11 +148,14 @@ async fn serve(
             "requests still running after the drain timeout"
         );
     }
+    tracing::info!("requests finished");
     if let Some(mqtt) = mqtt {
         let _ = tokio::time::timeout(drain, mqtt).await;
     }
     let _ = sampler.await;
-    close_engine(state).await
+    close_engine(state).await?;
+    tracing::info!("engine closed");
+    Ok(())
 }
 
 /// Closes the engine once nothing else holds it (requests cut off by the drain timeout may
@@ -213,6 +216,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -178,7 +178,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
 <div class="tile" id="migrating">migrating<b>{migrating}</b>devices</div>
 <div class="tile" id="lower">lower tier<b>{lower}</b>devices</div>
 <div class="tile">readings ingested<b>{readings}</b>since start</div>
-<div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte</div>
+<div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
 </div>
 <div class="charts">{rate_chart}{space_chart}</div>
 "#,

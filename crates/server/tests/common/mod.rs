@@ -41,60 +41,43 @@ impl Server {
         self.running.as_ref().expect("running").addr
     }
 
-    pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("GET");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("body");
+    /// Sends a request; returns the status and the body (as JSON when it is JSON).
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let (status, text) = self.send_text(request).await;
         (
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
+    }
+
+    async fn send_text(&self, request: reqwest::RequestBuilder) -> (u16, String) {
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.get(format!("{}{path}", self.base)))
+            .await
     }
 
     pub async fn get_text(&self, path: &str) -> (u16, String) {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
+        self.send_text(self.client.get(format!("{}{path}", self.base)))
             .await
-            .expect("GET");
-        (
-            response.status().as_u16(),
-            response.text().await.expect("body"),
-        )
     }
 
     pub async fn delete(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .client
-            .delete(format!("{}{path}", self.base))
-            .send()
+        self.send(self.client.delete(format!("{}{path}", self.base)))
             .await
-            .expect("DELETE");
-        let status = response.status().as_u16();
-        (status, response.json().await.expect("json"))
     }
 
     pub async fn post(&self, path: &str, content_type: &str, body: Vec<u8>) -> (u16, Value) {
-        let response = self
+        let request = self
             .client
             .post(format!("{}{path}", self.base))
             .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await
-            .expect("POST");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+            .body(body);
+        self.send(request).await
     }
 
     /// Posts an event to the route EdgeX device services use.
