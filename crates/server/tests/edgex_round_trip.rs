@@ -316,3 +316,59 @@ async fn data_survives_a_graceful_restart() {
     assert_eq!(body["readings"][0]["value"], Value::from("120"), "{body}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
+    let server = Server::start(|a| a.management_time_ms = Some(300)).await;
+    let now = now_ns();
+    for i in 0..2 {
+        let request = event(
+            "bus-1",
+            now - i * 1000 * MS,
+            &[("speed", &format!("4{i}")), ("doors", "closed")],
+        );
+        assert_eq!(server.post_event(&request).await.0, 201);
+    }
+    let settled = eventually(15, || async {
+        server.get("/api/roamkv/v1/devices").await.1["devices"][0]["tier"] == "lower"
+    })
+    .await;
+    assert!(settled, "bus-1 did not settle in the lower tier");
+
+    let (_, body) = server.get("/api/v3/event/device/name/bus-1").await;
+    assert_eq!(body["totalCount"], 2, "{body}");
+    assert_eq!(
+        body["events"][0]["readings"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let (_, body) = server
+        .get("/api/v3/reading/device/name/bus-1/resourceName/speed")
+        .await;
+    let speeds: Vec<&str> = body["readings"]
+        .as_array()
+        .expect("readings")
+        .iter()
+        .map(|r| r["value"].as_str().expect("value"))
+        .collect();
+    assert_eq!(speeds, vec!["40", "41"]);
+    let (_, body) = server
+        .get("/api/roamkv/v1/devices/bus-1/latest?sensor=speed")
+        .await;
+    assert_eq!(body["readings"][0]["ts"], now.div_euclid(MS), "{body}");
+
+    let (status, _) = server.delete("/api/v3/event/device/name/bus-1").await;
+    assert_eq!(status, 202);
+    let (_, body) = server.get("/api/v3/event/count/device/name/bus-1").await;
+    assert_eq!(body["count"], 0);
+    let (_, text) = server.get_text("/metrics").await;
+    assert_eq!(
+        metric(&text, r#"roamkv_devices{tier="lower"}"#),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        metric(&text, "roamkv_migrations").is_some_and(|m| m >= 1.0),
+        "{text}"
+    );
+    server.stop().await;
+}
