@@ -27,13 +27,14 @@ fn http(addr: &str, request: &str) -> String {
     response
 }
 
-#[test]
-fn sigterm_drains_closes_the_engine_and_exits_zero() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("data");
+/// Starts `roamkv serve` on a free loopback port; returns the process, its address and a
+/// thread that collects its log (stderr) until it exits.
+fn start_server(
+    data: &std::path::Path,
+) -> (ServerProcess, String, std::thread::JoinHandle<Vec<String>>) {
     let child = Command::new(env!("CARGO_BIN_EXE_roamkv"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
+        .arg(data)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -52,6 +53,34 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
     };
     // Keep draining stderr (so the server never blocks on a full pipe), and keep the log.
     let log = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<String>>());
+    (server, addr, log)
+}
+
+fn signal(server: &ServerProcess, signal: libc::c_int) {
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+    let rc = unsafe { libc::kill(server.0.id() as libc::pid_t, signal) };
+    assert_eq!(rc, 0);
+}
+
+fn wait_exit(server: &mut ServerProcess, seconds: u64) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(status) = server.0.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exit within {seconds} s of the signal"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_drains_closes_the_engine_and_exits_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let (mut server, addr, log) = start_server(&data);
 
     let body = r#"{"apiVersion":"v3","event":{"id":"040bd523-ec33-440d-9d72-e5813a465f37","deviceName":"car-17","profileName":"car","sourceName":"speed","origin":1700000000000000000,"readings":[{"deviceName":"car-17","resourceName":"speed","profileName":"car","origin":1700000000000000000,"valueType":"Float64","value":"88.5"}]}}"#;
     let response = http(
@@ -63,17 +92,8 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
     );
     assert!(response.starts_with("HTTP/1.1 201"), "{response}");
 
-    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-    let rc = unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = server.0.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    signal(&server, libc::SIGTERM);
+    let status = wait_exit(&mut server, 20);
     assert!(status.success(), "exit status {status}");
     let log = log.join().expect("log thread").join("\n");
     assert!(log.contains("shutting down"), "{log}");
@@ -91,4 +111,34 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
             .expect("get")
             .is_some()
     );
+}
+
+#[test]
+fn a_second_signal_exits_at_once_and_recovery_covers_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let (mut server, addr, log) = start_server(&data);
+    // A request whose body never completes keeps the shutdown waiting for it (drain: 30 s).
+    let mut stuck = TcpStream::connect(&addr).expect("connect");
+    stuck
+        .write_all(
+            b"POST /api/roamkv/v1/readings HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .expect("write");
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&server, libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        server.0.try_wait().expect("wait").is_none(),
+        "still draining"
+    );
+    let started = Instant::now();
+    signal(&server, libc::SIGINT);
+    let status = wait_exit(&mut server, 5);
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let log = log.join().expect("log thread").join("\n");
+    assert!(log.contains("second signal"), "{log}");
+    drop(stuck);
+    roamkv_engine::Engine::open(&data, roamkv_engine::Options::default()).expect("recovers");
 }

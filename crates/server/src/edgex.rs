@@ -619,6 +619,48 @@ mod tests {
     }
 
     #[test]
+    fn cbor_binary_values_may_be_byte_strings_as_edgex_sends_them() {
+        use ciborium::Value as C;
+        let text = |t: &str| C::Text(t.into());
+        let reading = C::Map(vec![
+            (text("deviceName"), text("cam")),
+            (text("resourceName"), text("image")),
+            (text("profileName"), text("p")),
+            (
+                text("origin"),
+                C::Integer(1_700_000_000_000_000_000i64.into()),
+            ),
+            (text("valueType"), text("Binary")),
+            (text("mediaType"), text("image/png")),
+            (text("binaryValue"), C::Bytes(vec![0x89, b'P', b'N', b'G'])),
+        ]);
+        let request = C::Map(vec![
+            (text("apiVersion"), text("v3")),
+            (
+                text("event"),
+                C::Map(vec![
+                    (text("id"), text("040bd523-ec33-440d-9d72-e5813a465f37")),
+                    (text("deviceName"), text("cam")),
+                    (text("profileName"), text("p")),
+                    (text("sourceName"), text("s")),
+                    (
+                        text("origin"),
+                        C::Integer(1_700_000_000_000_000_000i64.into()),
+                    ),
+                    (text("readings"), C::Array(vec![reading])),
+                ]),
+            ),
+        ]);
+        let mut body = Vec::new();
+        ciborium::into_writer(&request, &mut body).expect("cbor");
+        let parsed = parse_add_event(&body, true).expect("parse");
+        assert_eq!(
+            parsed.event.readings[0].binary_value,
+            Some(BinaryValue(vec![0x89, b'P', b'N', b'G']))
+        );
+    }
+
+    #[test]
     fn nanosecond_ranges_cover_their_milliseconds() {
         assert_eq!(ns_range_to_ms(1_999_999, 3_000_000), (1, 4));
         assert_eq!(ns_range_to_ms(-1, 0), (-1, 1));
