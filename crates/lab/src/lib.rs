@@ -3,12 +3,16 @@
 //! workloads of papers 001 and 004 (`workload`), reports (`report`) and the `roamkv lab` command
 //! line (`cli`). The SQLite parts (`sqlite`, `queries`) belong to issue 5.
 pub mod cli;
+pub mod commit;
 pub mod devstat;
 pub mod error;
 pub mod fixture;
+pub mod guest_queries;
 pub mod queries;
+pub mod replay;
 pub mod report;
 pub mod sqlite;
+pub mod stack;
 pub mod trace;
 pub mod vm;
 pub mod workload;
