@@ -100,7 +100,7 @@ pub fn steps() -> Vec<Step> {
 }
 
 /// The paper's best: F2FS with every fix, 157 inserts/s. This kernel has no F2FS; the row is
-/// reported as not run (the --vm guest of `lab sqlite` has F2FS).
+/// reported as not run, with the paper's figure beside it.
 const PAPER_F2FS_ALL: f64 = 157.0;
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -277,7 +277,9 @@ fn iopoll_write(path: &std::path::Path) -> Result<(), String> {
         match ring.submit_and_wait(1) {
             Err(e) => Err(format!("io_uring_enter: {e}")),
             Ok(_) => match ring.completion().next() {
-                None => Err("no completion".into()),
+                // The kernel accepted the request but polling found no completion: the device
+                // has no poll queue to poll.
+                None => Err("io_uring_enter returned, but polling found no completion".into()),
                 Some(cqe) if cqe.result() == 4096 => Ok(()),
                 Some(cqe) if cqe.result() < 0 => Err(format!(
                     "the polled write failed: {}",
@@ -357,7 +359,8 @@ fn render(
         "f2fs".into(),
         "wal".into(),
         "fdatasync".into(),
-        "not run: this kernel has no F2FS (see `roamkv lab sqlite --vm`)".into(),
+        "not run: this kernel has no F2FS (the --vm guest runs `lab queries`, not this table)"
+            .into(),
         String::new(),
         String::new(),
         fmt(PAPER_F2FS_ALL),
