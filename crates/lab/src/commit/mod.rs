@@ -444,8 +444,13 @@ fn describe_device(
 ) -> Result<DeviceReport, LabError> {
     fixture.quiesce()?;
     let throttle = throttle_for(fixture, device, plan)?;
+    // Past blk-throttle's first-slice burst (about write_iops / 10 requests at full speed).
+    let warmup = match device {
+        Device::Fast => 5,
+        Device::Slow => plan.slow_write_iops as usize / 5 + 10,
+    };
     let sync_write_ms_median =
-        sessions::sync_write_ms_median(fixture.mount_dir(), CALIBRATION_SAMPLES)?;
+        sessions::sync_write_ms_median(fixture.mount_dir(), warmup, CALIBRATION_SAMPLES)?;
     Ok(DeviceReport {
         device: device.name(),
         fs: plan.fs.name().to_string(),

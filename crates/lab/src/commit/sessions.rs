@@ -235,9 +235,12 @@ pub fn roamkv_sessions_with(
     Ok((totals?, counters))
 }
 
-/// Median latency (ms) of `samples` 4 KiB pwrite + fdatasync calls on one file in `dir`: what a
-/// synchronous log write costs on that device (the number paper 003's Table 1 gives per device).
-pub fn sync_write_ms_median(dir: &Path, samples: usize) -> Result<f64, LabError> {
+/// Median latency (ms) of `samples` 4 KiB pwrite + fdatasync calls on one file in `dir`, after
+/// `warmup` untimed ones: what a synchronous log write costs on that device in a steady stream
+/// (the number paper 003's Table 1 gives per device). The warm-up matters on the throttled
+/// device: blk-throttle lets a burst of one time slice's budget (about write_iops / 10 requests)
+/// through at full speed before it starts spacing requests.
+pub fn sync_write_ms_median(dir: &Path, warmup: usize, samples: usize) -> Result<f64, LabError> {
     use std::os::unix::fs::FileExt;
     let path = dir.join("calibrate.dat");
     let file = std::fs::OpenOptions::new()
@@ -255,15 +258,17 @@ pub fn sync_write_ms_median(dir: &Path, samples: usize) -> Result<f64, LabError>
     }
     file.sync_all().map_err(|e| LabError::io(&path, e))?;
     let mut ms = Vec::with_capacity(samples);
-    for i in 0..samples as u64 {
+    for i in 0..(warmup + samples) as u64 {
         if interrupted() {
             return Err(LabError::Interrupted);
         }
         let t0 = Instant::now();
-        file.write_all_at(&block, i * 4096)
+        file.write_all_at(&block, (i % samples as u64) * 4096)
             .map_err(|e| LabError::io(&path, e))?;
         file.sync_data().map_err(|e| LabError::io(&path, e))?;
-        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        if i >= warmup as u64 {
+            ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        }
     }
     drop(file);
     std::fs::remove_file(&path).map_err(|e| LabError::io(&path, e))?;
@@ -296,7 +301,7 @@ mod tests {
     #[test]
     fn sync_write_calibration_measures_something() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let ms = sync_write_ms_median(dir.path(), 5).expect("calibrate");
+        let ms = sync_write_ms_median(dir.path(), 2, 5).expect("calibrate");
         assert!(ms > 0.0 && ms.is_finite());
         assert!(!dir.path().join("calibrate.dat").exists());
     }
