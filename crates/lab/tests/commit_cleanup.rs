@@ -51,8 +51,9 @@ fn the_write_throttle_slows_the_device_and_is_removed_on_drop() {
         assert!(throttle.describe().contains("20"));
         // 20 write requests/s: each throttled request waits 50 ms on average once the first
         // slice's burst is spent; an unthrottled 4 KiB write + fdatasync here takes 0.2-3 ms.
-        let ms = roamkv_lab::commit::sessions::sync_write_ms_median(fixture.mount_dir(), 10, 5)
-            .expect("calibrate");
+        let ms = roamkv_lab::commit::sessions::sync_write_cost(fixture.mount_dir(), 10, 5)
+            .expect("calibrate")
+            .mean_ms;
         assert!(ms > 10.0, "throttled sync write took only {ms:.2} ms");
     }
     assert_eq!(rule_for(fixture.device()), None, "rule left behind");

@@ -319,6 +319,8 @@ pub struct DeviceReport {
     pub throttle: Option<String>,
     /// Median of 4 KiB pwrite + fdatasync on this device, throttle on (the device's sync write cost).
     pub sync_write_ms_median: f64,
+    /// The mean of the same calls (the steady-stream cost; see `sessions::SyncWriteCost`).
+    pub sync_write_ms_mean: f64,
 }
 
 pub fn run(args: &CommitArgs) -> ExitCode {
@@ -362,9 +364,10 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
         crate::report::say(
             &bar,
             format!(
-                "{} log device {}: 4 KiB write + fdatasync median {:.2} ms{}",
+                "{} log device {}: 4 KiB write + fdatasync mean {:.2} ms, median {:.2} ms{}",
                 device.name(),
                 report.block_device,
+                report.sync_write_ms_mean,
                 report.sync_write_ms_median,
                 report
                     .throttle
@@ -449,8 +452,7 @@ fn describe_device(
         Device::Fast => 5,
         Device::Slow => plan.slow_write_iops as usize / 5 + 10,
     };
-    let sync_write_ms_median =
-        sessions::sync_write_ms_median(fixture.mount_dir(), warmup, CALIBRATION_SAMPLES)?;
+    let cost = sessions::sync_write_cost(fixture.mount_dir(), warmup, CALIBRATION_SAMPLES)?;
     Ok(DeviceReport {
         device: device.name(),
         fs: plan.fs.name().to_string(),
@@ -458,7 +460,8 @@ fn describe_device(
         mkfs: fixture.mkfs_command().to_string(),
         mount_options: fixture.mount_options().to_string(),
         throttle: throttle.as_ref().map(WriteThrottle::describe),
-        sync_write_ms_median,
+        sync_write_ms_median: cost.median_ms,
+        sync_write_ms_mean: cost.mean_ms,
     })
 }
 

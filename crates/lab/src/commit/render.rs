@@ -284,6 +284,7 @@ pub fn write_report(
                 d.block_device.clone(),
                 d.fs.clone(),
                 d.throttle.clone().unwrap_or_else(|| "none".into()),
+                format!("{:.2}", d.sync_write_ms_mean),
                 format!("{:.2}", d.sync_write_ms_median),
             ]
         })

@@ -235,12 +235,26 @@ pub fn roamkv_sessions_with(
     Ok((totals?, counters))
 }
 
-/// Median latency (ms) of `samples` 4 KiB pwrite + fdatasync calls on one file in `dir`, after
+/// What a 4 KiB pwrite + fdatasync costs on a device, in ms.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct SyncWriteCost {
+    pub median_ms: f64,
+    /// Mean over the timed calls: on the throttled device the distribution is bimodal (requests
+    /// inside the current time slice's budget pass at once, the next one waits for the slice), so
+    /// the mean is the cost of a steady stream of synchronous writes.
+    pub mean_ms: f64,
+}
+
+/// Latency of `samples` 4 KiB pwrite + fdatasync calls on one file in `dir`, after
 /// `warmup` untimed ones: what a synchronous log write costs on that device in a steady stream
 /// (the number paper 003's Table 1 gives per device). The warm-up matters on the throttled
 /// device: blk-throttle lets a burst of one time slice's budget (about write_iops / 10 requests)
 /// through at full speed before it starts spacing requests.
-pub fn sync_write_ms_median(dir: &Path, warmup: usize, samples: usize) -> Result<f64, LabError> {
+pub fn sync_write_cost(
+    dir: &Path,
+    warmup: usize,
+    samples: usize,
+) -> Result<SyncWriteCost, LabError> {
     use std::os::unix::fs::FileExt;
     let path = dir.join("calibrate.dat");
     let file = std::fs::OpenOptions::new()
@@ -272,7 +286,11 @@ pub fn sync_write_ms_median(dir: &Path, warmup: usize, samples: usize) -> Result
     }
     drop(file);
     std::fs::remove_file(&path).map_err(|e| LabError::io(&path, e))?;
-    Ok(crate::workload::median(&mut ms))
+    let mean_ms = ms.iter().sum::<f64>() / ms.len().max(1) as f64;
+    Ok(SyncWriteCost {
+        median_ms: crate::workload::median(&mut ms),
+        mean_ms,
+    })
 }
 
 #[cfg(test)]
@@ -301,8 +319,9 @@ mod tests {
     #[test]
     fn sync_write_calibration_measures_something() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let ms = sync_write_ms_median(dir.path(), 2, 5).expect("calibrate");
-        assert!(ms > 0.0 && ms.is_finite());
+        let cost = sync_write_cost(dir.path(), 2, 5).expect("calibrate");
+        assert!(cost.median_ms > 0.0 && cost.median_ms.is_finite());
+        assert!(cost.mean_ms > 0.0 && cost.mean_ms.is_finite());
         assert!(!dir.path().join("calibrate.dat").exists());
     }
 }
