@@ -29,8 +29,21 @@ pub enum LabCommand {
     /// write traced and named (paper 004).
     Sqlite(crate::sqlite::SqliteArgs),
     /// SQLite search queries per file system, warm and cold cache (paper 000), and the same
-    /// questions on sensor data asked of roamkv and SQLite.
-    Queries(crate::queries::QueriesArgs),
+    /// questions on sensor data asked of roamkv and SQLite; `--vm` runs them in the guest
+    /// (FAT, exFAT, F2FS).
+    Queries(crate::guest_queries::QueriesCommand),
+    /// Paper 003's redo-log experiment: concurrent insert+commit sessions on PostgreSQL, SQLite
+    /// and roamkv, log on a fast and on a slow (HDD-like) device.
+    Commit(crate::commit::CommitArgs),
+    /// Run a command under strace and write a portable trace of its file calls.
+    Record(crate::replay::RecordArgs),
+    /// Replay a recorded trace on lab file systems, block tracer on.
+    Replay(crate::replay::ReplayArgs),
+    /// Paper 004's I/O stack table: SQLite inserts/s from the stock stack through each fix.
+    Stack(crate::stack::StackArgs),
+    /// Internal: runs the queries lab inside the --vm guest.
+    #[command(hide = true)]
+    GuestQueries(crate::guest_queries::GuestQueriesArgs),
     /// Internal: runs inside the --vm guest.
     #[command(hide = true)]
     GuestFs(crate::vm::GuestFsArgs),
@@ -116,7 +129,12 @@ pub fn run(args: &LabArgs) -> ExitCode {
         LabCommand::Fs(a) => run_fs(a),
         LabCommand::Trace(a) => run_trace(a),
         LabCommand::Sqlite(a) => return crate::sqlite::run(a),
-        LabCommand::Queries(a) => return crate::queries::run(a),
+        LabCommand::Queries(a) => return crate::guest_queries::run_queries(a),
+        LabCommand::Commit(a) => return crate::commit::run(a),
+        LabCommand::Record(a) => return crate::replay::run_record(a),
+        LabCommand::Replay(a) => return crate::replay::run_replay(a),
+        LabCommand::Stack(a) => return crate::stack::run(a),
+        LabCommand::GuestQueries(a) => return crate::guest_queries::run_guest_queries(a),
         LabCommand::GuestFs(a) => crate::vm::run_guest_fs(a).map(|()| ExitCode::SUCCESS),
     };
     match result {

@@ -4,13 +4,17 @@
 //! line (`cli`); SQLite transactions (`sqlite`) and SQLite queries compared with roamkv
 //! (`queries`); what a test does without root or a tool (`prerequisite`).
 pub mod cli;
+pub mod commit;
 pub mod devstat;
 pub mod error;
 pub mod fixture;
+pub mod guest_queries;
 pub mod prerequisite;
 pub mod queries;
+pub mod replay;
 pub mod report;
 pub mod sqlite;
+pub mod stack;
 pub mod trace;
 pub mod vm;
 pub mod workload;
