@@ -293,9 +293,8 @@ fn no_module_of_the_lab_bench_or_cli_imports_a_module_that_imports_it_back() {
     }
 }
 
-/// The engine's `engine` and `spares` import each other; its rewrite removes that.
+/// The engine: no module imports one that imports it back (round 1 had engine <-> spares).
 #[test]
-#[ignore = "the engine's internals are being reorganised; enable once engine <-> spares is gone"]
 fn no_module_of_the_engine_imports_a_module_that_imports_it_back() {
     let cycles = import_cycles("engine");
     assert!(cycles.is_empty(), "crates/engine: {cycles:?}");

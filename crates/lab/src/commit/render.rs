@@ -1,6 +1,6 @@
 //! The commit lab's report: a terminal table, results.json (`rows` as documented in docs/LAB.md)
 //! and report.html with charts shaped like paper 003's Figure 1, the paper's own figures beside.
-use super::{DeviceReport, Plan, Row};
+use super::model::{Device, DeviceReport, Plan, Row};
 use crate::LabError;
 use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::{Path, PathBuf};
@@ -183,8 +183,8 @@ fn wait_share_chart(plan: &Plan, rows: &[Row]) -> String {
         .iter()
         .map(|device| {
             let paper = match device {
-                super::Device::Fast => PAPER_TABLE3[0].3,
-                super::Device::Slow => PAPER_TABLE3[1].3,
+                Device::Fast => PAPER_TABLE3[0].3,
+                Device::Slow => PAPER_TABLE3[1].3,
             };
             let mut values = vec![paper * 100.0];
             values.extend(plan.engines.iter().map(|e| {
@@ -196,8 +196,8 @@ fn wait_share_chart(plan: &Plan, rows: &[Row]) -> String {
                     )
             }));
             let label = match device {
-                super::Device::Fast => "fast (paper: SSD)",
-                super::Device::Slow => "slow (paper: HDD)",
+                Device::Fast => "fast (paper: SSD)",
+                Device::Slow => "slow (paper: HDD)",
             };
             (label.to_string(), values)
         })
