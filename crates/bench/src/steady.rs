@@ -412,8 +412,9 @@ fn used_bytes(dir: &Path) -> u64 {
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return 0;
     };
-    // SAFETY: statvfs(3) with a valid C string and a zeroed struct we own.
+    // SAFETY: statvfs is a plain C struct of integers: all-zero bytes are a valid value.
     let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) with a valid C string and a struct we own.
     if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
         return 0;
     }

@@ -290,6 +290,7 @@ fn free_bytes(dir: &Path) -> Result<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| Error::InvalidOptions(format!("{} contains a NUL byte", dir.display())))?;
+    // SAFETY: statvfs is a plain C struct of integers: all-zero bytes are a valid value.
     let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs(3) with a valid C string and a struct we own.
     if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
