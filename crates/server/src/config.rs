@@ -31,6 +31,11 @@ pub struct ServeArgs {
     /// How long a new device stays in the upper tier before it settles, in ms [default: 60000].
     #[arg(long)]
     pub management_time_ms: Option<u64>,
+    /// The log's space budget, in MiB [default: derived from the management time, at most half
+    /// the free disk]. Near it the engine settles devices early, then stalls writers, then
+    /// answers 507 (no space) until space returns.
+    #[arg(long)]
+    pub log_budget_mib: Option<u64>,
     /// File holding the bearer token every route but /health and /api/v3/ping requires.
     #[arg(long)]
     pub auth_token_file: Option<PathBuf>,
@@ -80,6 +85,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     durability: Option<String>,
     management_time_ms: Option<u64>,
+    log_budget_mib: Option<u64>,
     auth_token_file: Option<PathBuf>,
     insecure: Option<bool>,
     body_bytes_max: Option<usize>,
@@ -103,6 +109,8 @@ pub struct Config {
     pub durability: Durability,
     pub durability_text: String,
     pub management_time_ms: u64,
+    /// The engine's log budget (`Options::log_bytes_max`); None: the engine's default.
+    pub log_budget_bytes: Option<u64>,
     /// The bearer token, if auth is on.
     pub auth_token: Option<Vec<u8>>,
     pub insecure: bool,
@@ -194,6 +202,10 @@ impl Config {
             listen,
             durability,
             durability_text,
+            log_budget_bytes: args
+                .log_budget_mib
+                .or(file.log_budget_mib)
+                .map(|mib| mib << 20),
             management_time_ms: args
                 .management_time_ms
                 .or(file.management_time_ms)

@@ -30,7 +30,9 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    /// Maps an engine error: the caller's input is a 400 (413 for size limits), the rest 500.
+    /// Maps an engine error: the caller's input is a 400 (413 for size limits); no room in the
+    /// log budget (or too many devices) is a 507 that changed nothing and may be retried; the
+    /// rest 500.
     pub fn from_engine(error: roamkv_engine::Error) -> ApiError {
         use roamkv_engine::Error as E;
         match error {
@@ -38,6 +40,7 @@ impl ApiError {
                 ApiError::too_large(error.to_string())
             }
             e if e.is_invalid_input() => ApiError::bad_request(e.to_string()),
+            e if e.is_retryable() => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, e.to_string()),
             e => ApiError::internal(format!("storage engine: {e}")),
         }
     }

@@ -65,6 +65,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let options = Options {
         durability: config.durability,
         management_time_ms: config.management_time_ms,
+        log_bytes_max: config.log_budget_bytes,
         ..Options::default()
     };
     let data = config.data.clone();

@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use roamkv_engine::{DeviceTier, Engine};
+use roamkv_engine::Engine;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
@@ -67,6 +67,11 @@ pub struct Metrics {
     migrations: Gauge,
     departures: Gauge,
     migration_backlog_devices: Gauge,
+    migration_backlog_bytes: Gauge,
+    log_bytes: Gauge,
+    log_bytes_max: Gauge,
+    write_stalls: Gauge,
+    no_space_errors: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -133,6 +138,11 @@ impl Metrics {
             migrations: Gauge::default(),
             departures: Gauge::default(),
             migration_backlog_devices: Gauge::default(),
+            migration_backlog_bytes: Gauge::default(),
+            log_bytes: Gauge::default(),
+            log_bytes_max: Gauge::default(),
+            write_stalls: Gauge::default(),
+            no_space_errors: Gauge::default(),
             registry: Registry::default(),
         };
         let m = &metrics;
@@ -203,6 +213,31 @@ impl Metrics {
             "Upper-tier devices past their management time, not yet settled",
             m.migration_backlog_devices.clone(),
         );
+        r.register(
+            "migration_backlog_bytes",
+            "Record bytes of upper-tier devices past their management time, not yet settled",
+            m.migration_backlog_bytes.clone(),
+        );
+        r.register(
+            "log_bytes",
+            "Bytes of the commit log's files (live segments and spares)",
+            m.log_bytes.clone(),
+        );
+        r.register(
+            "log_bytes_max",
+            "The log budget: near it the engine settles early, then stalls writers, then refuses with NoSpace",
+            m.log_bytes_max.clone(),
+        );
+        r.register(
+            "write_stalls",
+            "Writes that waited for log room since start",
+            m.write_stalls.clone(),
+        );
+        r.register(
+            "no_space_errors",
+            "Writes refused for lack of log room since start",
+            m.no_space_errors.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -211,16 +246,8 @@ impl Metrics {
 
     /// Reads the engine's state into the gauges and renders the text exposition.
     /// Blocking (engine stats and a walk of the data directory): call it off the async threads.
-    pub fn render(&self, engine: &Engine, management_time_ms: u64, now_ms: u64) -> String {
+    pub fn render(&self, engine: &Engine) -> String {
         let stats = engine.stats();
-        let devices = engine.devices();
-        let backlog = devices
-            .iter()
-            .filter(|d| {
-                d.tier != DeviceTier::Lower
-                    && now_ms.saturating_sub(d.registered_at_ms) > management_time_ms
-            })
-            .count();
         let set = |g: &Gauge, v: u64| {
             g.set(i64::try_from(v).unwrap_or(i64::MAX));
         };
@@ -250,7 +277,15 @@ impl Metrics {
         self.write_amplification.set(stats.write_amplification());
         set(&self.migrations, stats.migrations);
         set(&self.departures, stats.departures);
-        set(&self.migration_backlog_devices, backlog as u64);
+        set(
+            &self.migration_backlog_devices,
+            stats.migration_backlog_devices,
+        );
+        set(&self.migration_backlog_bytes, stats.migration_backlog_bytes);
+        set(&self.log_bytes, stats.log_bytes);
+        set(&self.log_bytes_max, stats.log_bytes_max);
+        set(&self.write_stalls, stats.write_stalls);
+        set(&self.no_space_errors, stats.no_space_errors);
         let mut text = String::new();
         if let Err(e) = encode(&mut text, &self.registry) {
             text = format!("# encoding metrics failed: {e}\n");

@@ -116,12 +116,7 @@ async fn ready(State(state): State<Shared>) -> Response {
 }
 
 async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
-    let text = state
-        .blocking(|s| {
-            Ok(s.metrics
-                .render(&s.engine, s.config.management_time_ms, now_ms()))
-        })
-        .await?;
+    let text = state.blocking(|s| Ok(s.metrics.render(&s.engine))).await?;
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
