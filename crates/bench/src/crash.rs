@@ -261,7 +261,7 @@ fn soak(args: &CrashArgs) -> Result<FaultResults, String> {
         let row = soak.round()?;
         let failed = row.lost > 0 || !row.corrupt.is_empty() || row.wrong > 0;
         results.add(row, soak.ledger());
-        if results.rounds % PARTIAL_RESULTS_EVERY_ROUNDS == 0 {
+        if results.rounds.is_multiple_of(PARTIAL_RESULTS_EVERY_ROUNDS) {
             // A long soak stopped early (Ctrl-C) still leaves what it had verified.
             results.elapsed_s = started.elapsed().as_secs_f64();
             results.write(&args.out)?;
