@@ -24,6 +24,9 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// TPCx-IoT with mobile devices (paper 002) against roamkv, RocksDB, LevelDB and SQLite.
     Mobility(MobilityArgs),
+    /// The long run: minutes of the mobility workload per engine, with space, memory and
+    /// throughput recorded every second (is space flat? does memory stay in its budget?).
+    Steady(crate::steady::SteadyArgs),
     /// Kill -9 soak: SIGKILL a real `roamkv load --ack` at random moments, re-verify every acknowledged record after each kill.
     Crash(crate::crash::CrashArgs),
     /// Power cuts: roamkv in a virtual machine on an ext4 disk, the machine killed at random moments.
@@ -86,6 +89,10 @@ pub struct MobilityArgs {
 pub fn run(args: &BenchArgs) -> ExitCode {
     let outcome = match &args.command {
         BenchCommand::Mobility(m) => mobility(m),
+        BenchCommand::Steady(s) => match crate::steady::run(s) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         BenchCommand::Worker { spec } => crate::worker::main(spec),
         BenchCommand::Crash(c) => return crate::crash::run(c),
         BenchCommand::Powercut(p) => return crate::powercut::run(p),

@@ -97,6 +97,11 @@ pub trait BenchEngine: Send + Sync {
     fn depart(&self, device: &str) -> Result<()>;
     /// Orderly close (what an application does on shutdown).
     fn close(self: Box<Self>) -> Result<()>;
+    /// The engine's own view of itself for the long-run time series (cheap; called every
+    /// second from another thread).
+    fn sample(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }
 
 /// The settings each engine gets from the shared budget, as text for the report.
@@ -193,6 +198,28 @@ impl BenchEngine for RoamkvEngine {
     fn depart(&self, device: &str) -> Result<()> {
         self.0.depart(device).map_err(|e| e.to_string())
     }
+    fn sample(&self) -> serde_json::Value {
+        let s = self.0.stats();
+        serde_json::json!({
+            "upper_bytes": s.upper.bytes,
+            "lower_bytes": s.lower.bytes,
+            "log_bytes": s.log_bytes,
+            "log_bytes_max": s.log_bytes_max,
+            "live_segments": s.live_segments,
+            "migration_backlog_bytes": s.migration_backlog_bytes,
+            "migration_backlog_devices": s.migration_backlog_devices,
+            "index_bytes": s.index_bytes,
+            "index_bytes_max": s.index_bytes_max,
+            "migrations": s.migrations,
+            "early_migrations": s.early_migrations,
+            "write_stalls": s.write_stalls,
+            "write_stall_ms": s.write_stall_ms,
+            "no_space_errors": s.no_space_errors,
+            "lower_persists": s.lower_persists,
+            "pending_bytes": s.pending_bytes,
+            "last_maintenance_error": s.last_maintenance_error,
+        })
+    }
     fn close(self: Box<Self>) -> Result<()> {
         let stats = self.0.stats();
         eprintln!(
@@ -257,6 +284,14 @@ impl RocksEngine {
 }
 
 impl BenchEngine for RocksEngine {
+    fn sample(&self) -> serde_json::Value {
+        let property = |name: &str| self.db.property_int_value(name).ok().flatten();
+        serde_json::json!({
+            "live_sst_bytes": property("rocksdb.live-sst-files-size"),
+            "pending_compaction_bytes": property("rocksdb.estimate-pending-compaction-bytes"),
+            "memtable_bytes": property("rocksdb.cur-size-all-mem-tables"),
+        })
+    }
     fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
         let mut wb = rocksdb::WriteBatch::default();
         for p in batch {

@@ -8,6 +8,7 @@ pub mod fault_report;
 pub mod powercut;
 pub mod report;
 pub mod runner;
+pub mod steady;
 pub mod survival;
 pub mod worker;
 pub mod workload;

@@ -65,6 +65,18 @@ impl MemoryCgroup {
         self.read_u64("memory.max_usage_in_bytes")
     }
 
+    /// Processes of this group the kernel killed for lack of memory ("oom_kill" in
+    /// memory.oom_control; 0 on kernels that do not report it).
+    pub fn oom_kills(&self) -> u64 {
+        std::fs::read_to_string(self.path.join("memory.oom_control"))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
     pub fn limit_bytes(&self) -> u64 {
         self.read_u64("memory.limit_in_bytes")
     }
@@ -188,55 +200,14 @@ pub fn run_one(
         duration_ms,
         dir: fixture.mount_dir().join("db"),
         device_name: Some(fixture.device_name().to_string()),
+        tick_ms: None,
     };
-    let spec_json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
     fixture.quiesce().map_err(|e| e.to_string())?;
     let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
-
-    let name = format!("roamkv-bench-{}", std::process::id());
-    let cgroup = MemoryCgroup::create(&name, memory_limit_bytes);
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .args(["bench", "worker", "--spec"])
-        .arg(&spec_json)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawning the worker: {e}"))?;
-    let memory_capped = match &cgroup {
-        Ok(c) => c.add(child.id()).is_ok(),
-        Err(_) => false,
-    };
-    child
-        .stdin
-        .take()
-        .map(|mut s| s.write_all(b"go\n"))
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let mut stderr_text = String::new();
-    let stderr = child.stderr.take();
-    let stdout = child.stdout.take().ok_or("no worker stdout")?;
-    let last_line = BufReader::new(stdout)
-        .lines()
-        .map_while(std::result::Result::ok)
-        .last();
-    if let Some(mut e) = stderr {
-        let _ = e.read_to_string(&mut stderr_text);
-    }
-    let status = child.wait().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!(
-            "{} worker failed ({status}): {}",
-            spec.engine.kind.name(),
-            stderr_text.trim()
-        ));
-    }
-    let worker: WorkerResult = last_line
-        .as_deref()
-        .ok_or("the worker printed nothing")
-        .and_then(|l| serde_json::from_str(l).map_err(|_| "the worker's last line is not a result"))
-        .map_err(|e| format!("{e}: {}", stderr_text.trim()))?;
+    let worker = RunningWorker::start(&spec, memory_limit_bytes)?;
+    let memory_capped = worker.memory_capped;
+    let (worker, cgroup) = worker.finish(|_| {});
+    let worker = worker?;
 
     fixture.quiesce().map_err(|e| e.to_string())?;
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
@@ -252,6 +223,7 @@ pub fn run_one(
     };
     let space_bytes_end = disk_usage(fixture.mount_dir());
     let cgroup_peak_bytes = cgroup.as_ref().map_or(0, |c| c.max_usage_bytes());
+    drop(cgroup);
     Ok(RunOutcome {
         worker,
         device: after.delta(&before),
@@ -259,6 +231,116 @@ pub fn run_one(
         cgroup_peak_bytes,
         memory_capped,
     })
+}
+
+/// A worker child process (`roamkv bench worker`) in its memory cgroup.
+pub struct RunningWorker {
+    child: std::process::Child,
+    cgroup: Result<MemoryCgroup>,
+    pub memory_capped: bool,
+    engine_name: &'static str,
+}
+
+impl RunningWorker {
+    /// Spawns the worker, places it in a fresh memory cgroup, then lets it start.
+    pub fn start(spec: &WorkerSpec, memory_limit_bytes: u64) -> Result<RunningWorker> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+        let name = format!("roamkv-bench-{}", std::process::id());
+        let cgroup = MemoryCgroup::create(&name, memory_limit_bytes);
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = Command::new(exe)
+            .args(["bench", "worker", "--spec"])
+            .arg(&spec_json)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawning the worker: {e}"))?;
+        let memory_capped = match &cgroup {
+            Ok(c) => c.add(child.id()).is_ok(),
+            Err(_) => false,
+        };
+        child
+            .stdin
+            .take()
+            .map(|mut s| s.write_all(b"go\n"))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        Ok(RunningWorker {
+            child,
+            cgroup,
+            memory_capped,
+            engine_name: spec.engine.kind.name(),
+        })
+    }
+
+    /// The file that holds the cgroup's current usage (heap + page cache), to read while
+    /// `finish` owns the worker.
+    pub fn cgroup_usage_path(&self) -> Option<PathBuf> {
+        self.cgroup
+            .as_ref()
+            .ok()
+            .map(|c| c.path.join("memory.usage_in_bytes"))
+    }
+
+    /// Reads the worker's output until it exits, handing every `TICK` line's JSON to `on_tick`,
+    /// and returns its result (or why it failed: its exit status and stderr) with its cgroup.
+    pub fn finish(
+        mut self,
+        mut on_tick: impl FnMut(&str),
+    ) -> (Result<WorkerResult>, Result<MemoryCgroup>) {
+        let result = (|| {
+            let stderr = self.child.stderr.take();
+            // Read stderr on its own thread so that a chatty worker cannot fill the pipe.
+            let stderr_reader = std::thread::spawn(move || {
+                let mut text = String::new();
+                if let Some(mut e) = stderr {
+                    let _ = e.read_to_string(&mut text);
+                }
+                text
+            });
+            let stdout = self.child.stdout.take().ok_or("no worker stdout")?;
+            let mut last_line = None;
+            for line in BufReader::new(stdout)
+                .lines()
+                .map_while(std::result::Result::ok)
+            {
+                match line.strip_prefix("TICK ") {
+                    Some(tick) => on_tick(tick),
+                    None => last_line = Some(line),
+                }
+            }
+            let stderr_text = stderr_reader.join().unwrap_or_default();
+            let status = self.child.wait().map_err(|e| e.to_string())?;
+            if !status.success() {
+                use std::os::unix::process::ExitStatusExt;
+                let killed = match status.signal() {
+                    Some(libc::SIGKILL) if self.cgroup_oom_kills() > 0 => {
+                        " (killed by the memory cgroup: out of memory)"
+                    }
+                    Some(_) => " (killed by a signal)",
+                    None => "",
+                };
+                return Err(format!(
+                    "{} worker failed ({status}){killed}: {}",
+                    self.engine_name,
+                    stderr_text.trim()
+                ));
+            }
+            last_line
+                .as_deref()
+                .ok_or("the worker printed nothing")
+                .and_then(|l| {
+                    serde_json::from_str(l).map_err(|_| "the worker's last line is not a result")
+                })
+                .map_err(|e| format!("{e}: {}", stderr_text.trim()))
+        })();
+        (result, self.cgroup)
+    }
+
+    fn cgroup_oom_kills(&self) -> u64 {
+        self.cgroup.as_ref().map_or(0, |c| c.oom_kills())
+    }
 }
 
 /// Bytes allocated on disk under `dir` (st_blocks, so sparse and preallocated space count as

@@ -2,8 +2,9 @@
 //! then read checks. Runs as a child (`roamkv bench worker`) so that it can be placed in a
 //! memory cgroup before it opens the engine and so that its peak RSS is its own.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -22,6 +23,35 @@ pub struct WorkerSpec {
     pub dir: PathBuf,
     /// Block device holding `dir` (e.g. "loop3"): its counters are read when measuring starts.
     pub device_name: Option<String>,
+    /// Print a progress line (`Tick`, JSON) every this many ms (the long-run bench's time series).
+    #[serde(default)]
+    pub tick_ms: Option<u64>,
+}
+
+/// One line of the worker's time series: cumulative counters at `t_s` since the start.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Tick {
+    pub t_s: f64,
+    /// "warmup" or "measure".
+    pub phase: String,
+    pub puts: u64,
+    pub queries: u64,
+    pub user_bytes: u64,
+    /// Bytes written for devices that have not departed (what a correct engine must keep).
+    pub live_user_bytes: u64,
+    pub rss_bytes: u64,
+    /// The engine's own view (roamkv: tiers, log vs budget, backlog; RocksDB: compaction debt).
+    pub engine: serde_json::Value,
+}
+
+/// Counters the writer threads share with the tick printer.
+#[derive(Default)]
+struct Progress {
+    puts: AtomicU64,
+    queries: AtomicU64,
+    user_bytes: AtomicU64,
+    live_user_bytes: AtomicI64,
+    measuring: AtomicBool,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -36,6 +66,8 @@ pub struct WorkerResult {
     pub put_p99_us: u64,
     pub put_p999_us: u64,
     pub query_p99_us: u64,
+    #[serde(default)]
+    pub query_p50_us: u64,
     pub peak_rss_bytes: u64,
     pub read_checks: u64,
     pub read_check_failures: u64,
@@ -44,6 +76,9 @@ pub struct WorkerResult {
     /// (writes, sectors written, flushes).
     pub device_at_measure_start: Option<(u64, u64, u64)>,
 }
+
+/// A reading remembered for the read check: (device, sensor, ts, still present?).
+type Sample = (String, u32, i64, bool);
 
 /// Readings each thread remembers for the read check at the end.
 const CHECK_SAMPLE: usize = 64;
@@ -93,9 +128,70 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
     let mut generators: Vec<Generator> = (0..spec.threads)
         .map(|t| Generator::new(&spec.workload, t, 0))
         .collect();
+    let progress = Progress::default();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if let Some(tick_ms) = spec.tick_ms {
+            let (engine, progress, done) = (&*engine, &progress, &done);
+            s.spawn(move || print_ticks(engine, progress, done, epoch, tick_ms));
+        }
+        let outcome = run_phases(spec, &*engine, &pool, &mut generators, epoch, &progress);
+        done.store(true, Ordering::Relaxed);
+        outcome
+    })
+    .and_then(|result| finish(engine, &pool, result))
+}
+
+/// Prints a `Tick` line every `tick_ms` until `done`.
+fn print_ticks(
+    engine: &dyn BenchEngine,
+    progress: &Progress,
+    done: &AtomicBool,
+    epoch: Instant,
+    tick_ms: u64,
+) {
+    let mut next = Instant::now();
+    while !done.load(Ordering::Relaxed) {
+        next += Duration::from_millis(tick_ms);
+        while Instant::now() < next && !done.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10).min(next - Instant::now()));
+        }
+        let tick = Tick {
+            t_s: epoch.elapsed().as_secs_f64(),
+            phase: if progress.measuring.load(Ordering::Relaxed) {
+                "measure"
+            } else {
+                "warmup"
+            }
+            .into(),
+            puts: progress.puts.load(Ordering::Relaxed),
+            queries: progress.queries.load(Ordering::Relaxed),
+            user_bytes: progress.user_bytes.load(Ordering::Relaxed),
+            live_user_bytes: progress.live_user_bytes.load(Ordering::Relaxed).max(0) as u64,
+            rss_bytes: rss_bytes(),
+            engine: engine.sample(),
+        };
+        if let Ok(line) = serde_json::to_string(&tick) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "TICK {line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// The warm-up and the measured phase; returns the measured phase's result (without the
+/// read checks).
+fn run_phases(
+    spec: &WorkerSpec,
+    engine: &dyn BenchEngine,
+    pool: &ValuePool,
+    generators: &mut [Generator],
+    epoch: Instant,
+    progress: &Progress,
+) -> Result<(WorkerResult, Vec<Sample>), String> {
     if spec.warmup_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(spec.warmup_ms);
-        for outcome in run_phase(&*engine, &pool, &mut generators, epoch, deadline) {
+        for outcome in run_phase(engine, pool, generators, epoch, deadline, progress) {
             outcome?;
         }
     }
@@ -107,9 +203,10 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
         }
         None => None,
     };
+    progress.measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let deadline = started + Duration::from_millis(spec.duration_ms);
-    let outcomes = run_phase(&*engine, &pool, &mut generators, epoch, deadline);
+    let outcomes = run_phase(engine, pool, generators, epoch, deadline, progress);
     let elapsed_s = started.elapsed().as_secs_f64();
     let mut result = WorkerResult {
         elapsed_s,
@@ -135,7 +232,16 @@ pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
     result.put_p99_us = put_latency.value_at_quantile(0.99);
     result.put_p999_us = put_latency.value_at_quantile(0.999);
     result.query_p99_us = query_latency.value_at_quantile(0.99);
+    result.query_p50_us = query_latency.value_at_quantile(0.5);
+    Ok((result, samples))
+}
 
+/// Read checks, close, peak RSS.
+fn finish(
+    engine: Box<dyn BenchEngine>,
+    pool: &ValuePool,
+    (mut result, samples): (WorkerResult, Vec<Sample>),
+) -> Result<WorkerResult, String> {
     // Read checks: readings of devices still present must read back exactly; readings of
     // departed devices must be gone.
     for (device, sensor, ts, present) in &samples {
@@ -169,11 +275,14 @@ fn run_phase(
     generators: &mut [Generator],
     epoch: Instant,
     deadline: Instant,
+    progress: &Progress,
 ) -> Vec<Result<ThreadOutcome, String>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = generators
             .iter_mut()
-            .map(|generator| s.spawn(move || writer(generator, engine, pool, epoch, deadline)))
+            .map(|generator| {
+                s.spawn(move || writer(generator, engine, pool, epoch, deadline, progress))
+            })
             .collect();
         handles
             .into_iter()
@@ -207,8 +316,11 @@ fn writer(
     pool: &ValuePool,
     epoch: Instant,
     deadline: Instant,
+    progress: &Progress,
 ) -> Result<ThreadOutcome, String> {
     let now_ms = || epoch.elapsed().as_millis() as u64;
+    // User bytes written per device slot since the device arrived: live until it departs.
+    let mut slot_bytes = vec![0u64; generator.slots()];
     let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE)
         .map(sensor_name)
         .collect();
@@ -243,10 +355,22 @@ fn writer(
                 out.put_latency
                     .saturating_record(t.elapsed().as_micros() as u64);
                 out.puts += puts.len() as u64;
-                out.user_bytes += puts
-                    .iter()
-                    .map(|p| user_bytes(p.device, p.sensor, p.value.len()))
-                    .sum::<u64>();
+                let mut batch_bytes = 0;
+                for (p, &(slot, _, _)) in puts.iter().zip(&batch) {
+                    let bytes = user_bytes(p.device, p.sensor, p.value.len());
+                    slot_bytes[slot] += bytes;
+                    batch_bytes += bytes;
+                }
+                out.user_bytes += batch_bytes;
+                progress
+                    .puts
+                    .fetch_add(puts.len() as u64, Ordering::Relaxed);
+                progress
+                    .user_bytes
+                    .fetch_add(batch_bytes, Ordering::Relaxed);
+                progress
+                    .live_user_bytes
+                    .fetch_add(batch_bytes as i64, Ordering::Relaxed);
                 if let Some(&(slot, sensor, ts)) = batch.last() {
                     recent.push_back((slot, generator.device_name(slot).to_string(), sensor, ts));
                     if recent.len() > CHECK_SAMPLE {
@@ -270,11 +394,16 @@ fn writer(
                 out.query_latency
                     .saturating_record(t.elapsed().as_micros() as u64);
                 out.queries += 1;
+                progress.queries.fetch_add(1, Ordering::Relaxed);
             }
             Op::Depart { slot } => {
                 let name = generator.device_name(slot).to_string();
                 engine.depart(&name)?;
                 out.departures += 1;
+                progress.live_user_bytes.fetch_sub(
+                    std::mem::take(&mut slot_bytes[slot]) as i64,
+                    Ordering::Relaxed,
+                );
                 if departed.len() < CHECK_SAMPLE / 4
                     && let Some((_, _, sensor, ts)) =
                         recent.iter().find(|(s, n, _, _)| *s == slot && *n == name)
@@ -301,11 +430,20 @@ fn writer(
 
 /// VmHWM of this process, from /proc/self/status.
 fn peak_rss_bytes() -> u64 {
+    proc_status_bytes("VmHWM:")
+}
+
+/// VmRSS of this process.
+fn rss_bytes() -> u64 {
+    proc_status_bytes("VmRSS:")
+}
+
+fn proc_status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<u64>().ok())
         })

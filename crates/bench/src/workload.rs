@@ -34,6 +34,20 @@ pub struct WorkloadConfig {
     /// Readings per put batch.
     pub batch_records: usize,
     pub seed: u64,
+    /// The queries' windows: the latest `query_window_ms` of one sensor, and a random window
+    /// of that length in the `query_history_ms` before it (the kit: 5 s and 30 min).
+    #[serde(default = "default_query_window_ms")]
+    pub query_window_ms: i64,
+    #[serde(default = "default_query_history_ms")]
+    pub query_history_ms: i64,
+}
+
+fn default_query_window_ms() -> i64 {
+    QUERY_WINDOW_MS
+}
+
+fn default_query_history_ms() -> i64 {
+    QUERY_HISTORY_MS
 }
 
 impl Default for WorkloadConfig {
@@ -46,6 +60,8 @@ impl Default for WorkloadConfig {
             query_fraction: 0.000_05,
             batch_records: 16,
             seed: 2022,
+            query_window_ms: QUERY_WINDOW_MS,
+            query_history_ms: QUERY_HISTORY_MS,
         }
     }
 }
@@ -128,6 +144,11 @@ impl Generator {
         }
     }
 
+    /// Device slots (devices active at once) of this generator.
+    pub fn slots(&self) -> usize {
+        self.devices.len()
+    }
+
     pub fn device_name(&self, slot: usize) -> &str {
         &self.devices[slot].name
     }
@@ -147,11 +168,14 @@ impl Generator {
             let sensor = self.rng.random_range(0..SENSORS_PER_DEVICE);
             let latest = self.devices[slot].next_ts_ms;
             // Alternate the kit's two query kinds.
+            let window = self.config.query_window_ms;
             let (from_ms, to_ms) = if self.rng.random_bool(0.5) {
-                (latest - QUERY_WINDOW_MS, latest)
+                (latest - window, latest)
             } else {
-                let back = self.rng.random_range(0..QUERY_HISTORY_MS);
-                (latest - back - QUERY_WINDOW_MS, latest - back)
+                let back = self
+                    .rng
+                    .random_range(0..self.config.query_history_ms.max(1));
+                (latest - back - window, latest - back)
             };
             return Op::Query {
                 slot,

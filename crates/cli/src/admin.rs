@@ -85,6 +85,9 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
     let mut acked = 0u64;
     let mut line_number = 0u64;
     let mut line = String::new();
+    // A quarter of a segment: far inside what one batch may take (`BatchTooLarge` otherwise).
+    let batch_bytes_max = (args.open.segment_mib << 20) / 4;
+    let mut pending_bytes = 0u64;
 
     let mut commit = |pending: &mut Vec<Owned>, acked: &mut u64| -> Result<(), String> {
         if pending.is_empty() {
@@ -122,16 +125,24 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         line_number += 1;
         if !line.trim().is_empty() {
             match parse_line(&line) {
-                Ok(owned) => pending.push(owned),
+                Ok(owned) => {
+                    pending_bytes += worst_case_log_bytes(&owned);
+                    pending.push(owned);
+                }
                 Err(message) => break Some(format!("line {line_number}: {message}")),
             }
         }
-        // Commit when the batch is full, or when stdin has nothing more ready (so that a slow
-        // producer gets its acks without waiting for a full batch).
-        if (pending.len() >= args.batch || input.buffer().is_empty())
-            && let Err(e) = commit(&mut pending, &mut acked)
+        // Commit when the batch is full (in records, or in bytes: a batch must fit in a
+        // segment), or when stdin has nothing more ready (so that a slow producer gets its acks
+        // without waiting for a full batch).
+        if pending.len() >= args.batch
+            || pending_bytes >= batch_bytes_max
+            || input.buffer().is_empty()
         {
-            break Some(e);
+            if let Err(e) = commit(&mut pending, &mut acked) {
+                break Some(e);
+            }
+            pending_bytes = 0;
         }
     };
     // Everything before a bad line stays committed.
@@ -146,6 +157,13 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// What one reading may take in the log in the worst case: its record and a REGISTER record
+/// for its device.
+fn worst_case_log_bytes(o: &Owned) -> u64 {
+    const RECORD_OVERHEAD_BYTES: u64 = 64;
+    (2 * o.device.len() + o.sensor.len() + o.value.len()) as u64 + 2 * RECORD_OVERHEAD_BYTES
 }
 
 fn parse_line(line: &str) -> Result<Owned, String> {
@@ -287,6 +305,25 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
         "fdatasyncs": s.fdatasyncs,
         "live_segments": s.live_segments,
         "segments_recycled": s.segments_recycled,
+        "segments_retired": s.segments_retired,
+        "limits": {
+            "log_bytes": s.log_bytes, "log_bytes_max": s.log_bytes_max,
+            "spare_segments_bytes": s.spare_segments_bytes,
+            "index_bytes": s.index_bytes, "index_bytes_max": s.index_bytes_max,
+            "devices": s.devices, "devices_max": s.devices_max,
+            "pending_bytes": s.pending_bytes, "pending_bytes_max": s.pending_bytes_max,
+            "migration_run_bytes_max": s.migration_run_bytes_max,
+            "log_dirty_bytes_max": s.log_dirty_bytes_max,
+            "recovery_buffer_bytes_max": s.recovery_buffer_bytes_max,
+        },
+        "early_migrations": s.early_migrations,
+        "migration_failures": s.migration_failures,
+        "migration_backlog_devices": s.migration_backlog_devices,
+        "migration_backlog_bytes": s.migration_backlog_bytes,
+        "write_stalls": s.write_stalls,
+        "write_stall_ms": s.write_stall_ms,
+        "no_space_errors": s.no_space_errors,
+        "lower_persists": s.lower_persists,
         "recovery_ms": s.recovery_ms,
         "recovered_records": s.recovered_records,
         "recovery_cut": s.recovery_cut,
@@ -324,6 +361,26 @@ pub fn stats_table(s: &Stats) -> String {
         } else {
             0.0
         }
+    ));
+    out.push_str(&format!(
+        "log files {:.2} MiB of {:.0} MiB budget ({:.2} MiB spares); devices {} of {} max; queued {:.2} of {:.0} MiB\n",
+        mib(s.log_bytes),
+        mib(s.log_bytes_max),
+        mib(s.spare_segments_bytes),
+        s.devices,
+        s.devices_max,
+        mib(s.pending_bytes),
+        mib(s.pending_bytes_max)
+    ));
+    out.push_str(&format!(
+        "maintenance: backlog {} devices / {:.2} MiB; {} early migrations, {} failed passes; {} write stalls ({} ms), {} refused for space\n",
+        s.migration_backlog_devices,
+        mib(s.migration_backlog_bytes),
+        s.early_migrations,
+        s.migration_failures,
+        s.write_stalls,
+        s.write_stall_ms,
+        s.no_space_errors
     ));
     out.push_str(&format!(
         "this session: user {:.2} MiB in {} records; log {:.2} MiB + segment prep {:.2} MiB; lower tier {:.2} MiB\n",

@@ -39,6 +39,8 @@ enum Command {
     Bench(roamkv_bench::cli::BenchArgs),
     /// The I/O lab: file systems on loop devices, block tracing, SQLite workloads.
     Lab(roamkv_lab::cli::LabArgs),
+    /// Run the edge server: EdgeX core-data v3 HTTP API, MQTT ingest, metrics, status page.
+    Serve(roamkv_server::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return admin::check(&args),
         Command::Bench(args) => return roamkv_bench::cli::run(&args),
         Command::Lab(args) => return roamkv_lab::cli::run(&args),
+        Command::Serve(args) => roamkv_server::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

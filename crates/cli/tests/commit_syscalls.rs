@@ -52,8 +52,11 @@ fn load(data: &std::path::Path, input: &str, extra: &[&str], strace_out: Option<
 
 #[test]
 fn a_warm_commit_is_one_pwrite_and_one_fdatasync() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: strace is not installed (scripts/install-deps installs it)");
+    if !roamkv_lab::prerequisite::tool_runs("strace", "-V") {
+        roamkv_lab::prerequisite::unmet(
+            "a_warm_commit_is_one_pwrite_and_one_fdatasync",
+            "strace is not installed (scripts/install-deps installs it)",
+        );
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -8,13 +8,15 @@
 //! applies them to the indexes (or the lower tier) in log order, and wakes the others. This is
 //! LevelDB's `BuildBatchGroup` idea; `lead_group` is the one place that syncs the log.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use crate::commit_log::{self, Chunk, LogState, QueuedRecord};
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
 use crate::key;
@@ -25,8 +27,8 @@ use crate::options::{Durability, Options};
 use crate::record::{self, Body, Decode};
 use crate::segment::Segment;
 use crate::spares::Spares;
-use crate::stats::{Counters, Stats, TierStats};
-use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
+use crate::stats::{Counters, Stats};
+use crate::upper::{IndexEntry, LogPosition};
 
 /// One reading, as the caller writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,46 +48,6 @@ pub struct Reading {
     pub value: Vec<u8>,
 }
 
-/// A live log segment and how many upper-tier records still keep it alive.
-pub(crate) struct LiveSegment {
-    pub segment: Arc<Segment>,
-    pub live_records: u64,
-}
-
-/// Bytes queued for one segment, written by the next leader with one pwrite.
-pub(crate) struct Chunk {
-    pub segment: Arc<Segment>,
-    pub offset: u64,
-    pub bytes: Vec<u8>,
-}
-
-/// A queued record: which device incarnation it belongs to and where its bytes are.
-pub(crate) struct QueuedRecord {
-    pub device: DeviceId,
-    pub chunk: usize,
-    pub at: usize,
-    pub len: usize,
-}
-
-pub(crate) struct LogState {
-    pub segments: BTreeMap<u64, LiveSegment>,
-    pub active: Arc<Segment>,
-    /// Next free byte of the active segment: where the next queued record goes.
-    pub tail: u64,
-    pub queue: Vec<Chunk>,
-    pub queued_records: Vec<QueuedRecord>,
-    pub queued_bytes: usize,
-    pub next_ticket: u64,
-    pub committed_ticket: u64,
-    pub leader_active: bool,
-    /// End of the last record written and applied. Index entries added later lie beyond it.
-    pub applied_end: LogPosition,
-    /// Segments written since their last fdatasync (Periodic and None modes).
-    pub unsynced: BTreeSet<u64>,
-    /// The preparer has been asked for a segment to follow the active one.
-    pub spare_wanted: bool,
-}
-
 pub(crate) struct State {
     pub map: MappingTable,
     pub log: LogState,
@@ -94,11 +56,16 @@ pub(crate) struct State {
     pub lower_dirty: bool,
     pub index_bytes: u64,
     pub last_maintenance_error: Option<String>,
+    /// When the lower tier was last made durable, on the engine's clock (retirement persists it
+    /// at most every LOWER_PERSIST_INTERVAL_MS unless the log is under pressure).
+    pub lower_persisted_at_ms: u64,
 }
 
 pub(crate) struct Recovery {
     pub ms: u64,
     pub records: u64,
+    /// The largest read buffer recovery held (one segment at a time).
+    pub buffer_bytes_max: u64,
     pub cut: Option<String>,
 }
 
@@ -108,9 +75,13 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     /// Signalled when a group is committed (or the engine is poisoned).
     pub group_done: Condvar,
+    /// Signalled when segments retire (writers stalled for log room wait on it).
+    pub space_freed: Condvar,
+    /// A writer is stalled or the log is under pressure: maintenance should run now.
+    pub maintenance_wanted: AtomicBool,
     pub spares: Spares,
     pub lower: Box<dyn LowerTier>,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
     /// Held for the whole of a migration pass: one at a time.
     pub migration: Mutex<()>,
     pub shutdown: Mutex<bool>,
@@ -154,6 +125,12 @@ pub(crate) fn user_bytes(device: &str, sensor: &str, value: &[u8]) -> u64 {
     (device.len() + sensor.len() + 8 + value.len()) as u64
 }
 
+/// A write's time waiting for log room, over all its attempts.
+#[derive(Default)]
+struct Stall {
+    started: Option<Instant>,
+}
+
 /// A batch encoded outside the lock: records with unsealed headers and their payload CRCs.
 struct EncodedBatch {
     bytes: Vec<u8>,
@@ -179,7 +156,7 @@ impl Engine {
         let preparer = Arc::clone(&inner);
         threads.push(spawn(
             "roamkv-segments",
-            Box::new(move || preparer.run_segment_preparer()),
+            Box::new(move || preparer.spares.run_preparer()),
         )?);
         if inner.options.background_maintenance {
             let maintainer = Arc::clone(&inner);
@@ -221,32 +198,50 @@ impl Engine {
         let batch = encode_batch(records, self.inner.options.segment_bytes)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
-        while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
-            inner.group_done.wait(&mut st);
-        }
-        inner.check_poisoned(&st)?;
+        let mut stall = Stall::default();
+        let (new_devices, register_bytes) = loop {
+            while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
+                inner.group_done.wait(&mut st);
+            }
+            inner.check_poisoned(&st)?;
+            // Devices seen for the first time get a REGISTER record, placed before the batch
+            // in the same contiguous run.
+            let mut new_names: Vec<&str> = records
+                .iter()
+                .map(|r| r.device)
+                .filter(|d| st.map.id(d).is_none())
+                .collect();
+            new_names.sort_unstable();
+            new_names.dedup();
+            let devices = st.map.len() as u64 + new_names.len() as u64;
+            if devices > inner.options.devices_max && !new_names.is_empty() {
+                return Err(Error::TooManyDevices {
+                    devices: st.map.len() as u64,
+                    max: inner.options.devices_max,
+                });
+            }
+            let register_bytes: usize = new_names
+                .iter()
+                .map(|d| record::HEADER_BYTES + 10 + d.len())
+                .sum();
+            // Waiting for log room releases the lock: then what was read above is re-read.
+            if inner.make_room(&mut st, register_bytes + batch.bytes.len(), &mut stall)? {
+                break (new_names, register_bytes);
+            }
+        };
 
-        // Mapping table first: devices seen for the first time get a REGISTER record, placed
-        // before the batch in the same contiguous run.
+        // From here to `enqueue` the lock is held throughout: the mapping table and the log
+        // placement change together.
         let now_ms = inner.options.clock.now_ms();
-        let mut ids = Vec::with_capacity(records.len());
-        let mut new_devices: Vec<(DeviceId, &str)> = Vec::new();
-        for r in records {
-            let id = match st.map.id(r.device) {
-                Some(id) => id,
-                None => {
-                    let id = st.map.register(r.device, Tier::Upper, now_ms);
-                    new_devices.push((id, r.device));
-                    id
-                }
-            };
-            ids.push(id);
-        }
-        let register_bytes: usize = new_devices
+        let new_devices: Vec<(DeviceId, &str)> = new_devices
+            .into_iter()
+            .map(|d| (st.map.register(d, Tier::Upper, now_ms), d))
+            .collect();
+        let ids: Vec<DeviceId> = records
             .iter()
-            .map(|(_, d)| record::HEADER_BYTES + 10 + d.len())
-            .sum();
-        let (segment, offset) = inner.place(&mut st, register_bytes + batch.bytes.len())?;
+            .map(|r| st.map.id(r.device).expect("registered above"))
+            .collect();
+        let (segment, offset) = inner.place(&mut st, register_bytes + batch.bytes.len());
         let seq_low = segment.seq_low();
 
         let mut bytes = Vec::with_capacity(register_bytes + batch.bytes.len());
@@ -264,7 +259,7 @@ impl Engine {
             record::seal(&mut bytes[at..at + len], seq_low, i == last, *payload_crc);
             placed.push((ids[i], at, *len));
         }
-        let ticket = inner.enqueue(&mut st, segment, offset, bytes, placed);
+        let ticket = st.log.enqueue(segment, offset, bytes, placed);
         inner.wait_for(st, ticket)?;
 
         Counters::add(&inner.counters.user_bytes, batch.user_bytes);
@@ -282,15 +277,25 @@ impl Engine {
         validate_device(device)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
-        inner.check_poisoned(&st)?;
-        let Some(id) = st.map.unmap(device) else {
-            return Ok(());
-        };
         let len = record::HEADER_BYTES + 2 + device.len();
-        let (segment, offset) = inner.place(&mut st, len)?;
+        let mut stall = Stall::default();
+        loop {
+            inner.check_poisoned(&st)?;
+            if st.map.id(device).is_none() {
+                return Ok(());
+            }
+            if inner.make_room(&mut st, len, &mut stall)? {
+                break;
+            }
+        }
+        let id = st
+            .map
+            .unmap(device)
+            .expect("mapped: checked under the same lock");
+        let (segment, offset) = inner.place(&mut st, len);
         let mut bytes = Vec::with_capacity(len);
         record::encode_depart(&mut bytes, segment.seq_low(), device);
-        let ticket = inner.enqueue(&mut st, segment, offset, bytes, vec![(id, 0, len)]);
+        let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
         inner.wait_for(st, ticket)?;
         Counters::add(&inner.counters.departures, 1);
         Ok(())
@@ -345,7 +350,7 @@ impl Engine {
     /// Runs due migrations and retires segments now (the background thread does this every
     /// `maintenance_interval_ms`; with `background_maintenance: false` the caller does).
     pub fn maintain(&self) -> Result<()> {
-        self.inner.maintain()
+        self.inner.maintain(true)
     }
 
     pub fn stats(&self) -> Stats {
@@ -448,11 +453,6 @@ impl From<Error> for ReadError {
 }
 
 impl Inner {
-    /// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
-    pub(crate) fn zero_fill_segments(&self) -> bool {
-        self.options.durability != Durability::None
-    }
-
     pub(crate) fn check_poisoned(&self, st: &State) -> Result<()> {
         match &st.poisoned {
             Some(reason) => Err(Error::Poisoned(reason.clone())),
@@ -460,81 +460,75 @@ impl Inner {
         }
     }
 
-    /// Reserves `len` contiguous bytes in the log, moving to a fresh segment if the active one
-    /// lacks room. Waits for the segment preparer if no spare is ready (back-pressure).
-    fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> Result<(Arc<Segment>, u64)> {
-        if st.log.tail + len as u64 > st.log.active.bytes {
-            let segment = match self.spares.take() {
-                Ok(segment) => Arc::new(segment),
-                Err(e) => {
-                    st.poisoned = Some(e.to_string());
-                    self.group_done.notify_all();
-                    return Err(e);
-                }
-            };
-            debug_assert!(segment.seq > st.log.active.seq);
-            st.log.segments.insert(
-                segment.seq,
-                LiveSegment {
-                    segment: Arc::clone(&segment),
-                    live_records: 0,
-                },
-            );
-            st.log.active = segment;
-            st.log.tail = SEGMENT_HEADER_BYTES;
-            st.log.spare_wanted = false;
-        }
-        let offset = st.log.tail;
-        st.log.tail += len as u64;
-        if !st.log.spare_wanted && st.log.tail > st.log.active.bytes / 2 {
-            st.log.spare_wanted = true;
-            self.spares.want();
-        }
-        assert!(
-            st.log.tail <= st.log.active.bytes,
-            "a placed run overflows its segment"
-        );
-        Ok((Arc::clone(&st.log.active), offset))
-    }
-
-    /// Queues sealed records for the next group commit; returns the ticket to wait for.
-    fn enqueue(
+    /// Makes sure the active segment has `len` free bytes, moving to a ready spare if it lacks
+    /// them. When the log is at its budget, waits (the write stall, bounded by
+    /// `write_stall_ms_max` over the whole write) for maintenance to retire segments, and fails
+    /// with `Error::NoSpace` past the bound. Returns false when it released the lock to wait:
+    /// the caller must then re-check what it read under the lock.
+    fn make_room(
         &self,
-        st: &mut State,
-        segment: Arc<Segment>,
-        offset: u64,
-        bytes: Vec<u8>,
-        records: Vec<(DeviceId, usize, usize)>,
-    ) -> u64 {
-        let log = &mut st.log;
-        log.queued_bytes += bytes.len();
-        let (chunk, base) = match log.queue.last_mut() {
-            Some(last)
-                if Arc::ptr_eq(&last.segment, &segment)
-                    && last.offset + last.bytes.len() as u64 == offset =>
-            {
-                let base = last.bytes.len();
-                last.bytes.extend_from_slice(&bytes);
-                (log.queue.len() - 1, base)
+        st: &mut MutexGuard<'_, State>,
+        len: usize,
+        stall: &mut Stall,
+    ) -> Result<bool> {
+        if st.log.has_room(len) {
+            return Ok(true);
+        }
+        let live_bytes = self.spares.live_bytes.load(Ordering::Relaxed);
+        if live_bytes + self.options.segment_bytes > self.spares.budget_bytes {
+            let started = *stall.started.get_or_insert_with(|| {
+                Counters::add(&self.counters.write_stalls, 1);
+                Instant::now()
+            });
+            let waited = started.elapsed();
+            let bound = Duration::from_millis(self.options.write_stall_ms_max);
+            if waited >= bound {
+                Counters::add(&self.counters.write_stall_ms, waited.as_millis() as u64);
+                Counters::add(&self.counters.no_space_errors, 1);
+                return Err(self
+                    .spares
+                    .no_space("the log budget is full and maintenance freed no segment in time"));
             }
-            _ => {
-                log.queue.push(Chunk {
-                    segment,
-                    offset,
-                    bytes,
-                });
-                (log.queue.len() - 1, 0)
+            self.wake_maintenance();
+            let timeout = (bound - waited).min(Duration::from_millis(50));
+            self.space_freed.wait_for(st, timeout);
+            return Ok(false);
+        }
+        let segment = match self.spares.take() {
+            Ok(segment) => Arc::new(segment),
+            Err(e) => {
+                if matches!(e, Error::NoSpace { .. }) {
+                    Counters::add(&self.counters.no_space_errors, 1);
+                }
+                return Err(e);
             }
         };
-        log.queued_records
-            .extend(records.into_iter().map(|(device, at, len)| QueuedRecord {
-                device,
-                chunk,
-                at: base + at,
-                len,
-            }));
-        log.next_ticket += 1;
-        log.next_ticket
+        if let Some(started) = stall.started.take() {
+            Counters::add(
+                &self.counters.write_stall_ms,
+                started.elapsed().as_millis() as u64,
+            );
+        }
+        st.log.activate(segment);
+        Ok(true)
+    }
+
+    /// Reserves `len` contiguous bytes of the active segment (`make_room` made sure they are
+    /// there, under the same lock).
+    fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> (Arc<Segment>, u64) {
+        let (segment, offset, want_spare) = st.log.place(len);
+        if want_spare {
+            self.spares.want();
+        }
+        (segment, offset)
+    }
+
+    /// Asks the maintenance thread to run now rather than at its next interval.
+    pub(crate) fn wake_maintenance(&self) {
+        if !self.maintenance_wanted.swap(true, Ordering::Relaxed) {
+            let _guard = self.shutdown.lock();
+            self.shutdown_signal.notify_all();
+        }
     }
 
     /// Waits until `ticket` is committed, leading a group commit when no one else is.
@@ -552,53 +546,18 @@ impl Inner {
         }
     }
 
-    /// Writes everything queued as one group: one pwrite per segment touched, then (Sync) one
-    /// fdatasync per segment, the older segment first so that a later segment never holds data
-    /// that an earlier one lacks. Then applies the group in log order.
+    /// Leads one group commit: takes everything queued, writes it without the lock
+    /// (`Group::write`), then applies it in log order and wakes its writers.
     fn lead_group<'a>(&'a self, mut st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
-        let chunks = std::mem::take(&mut st.log.queue);
-        let records = std::mem::take(&mut st.log.queued_records);
-        let last_ticket = st.log.next_ticket;
-        st.log.queued_bytes = 0;
-        st.log.leader_active = true;
+        let group = st.log.take_group();
         let sync = self.options.durability == Durability::Sync;
         drop(st);
-
-        let written = (|| -> Result<u64> {
-            let mut bytes = 0;
-            for (i, chunk) in chunks.iter().enumerate() {
-                chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
-                bytes += chunk.bytes.len() as u64;
-                let segment_done = chunks
-                    .get(i + 1)
-                    .is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
-                if sync && segment_done {
-                    chunk.segment.sync_data()?;
-                    Counters::add(&self.counters.fdatasyncs, 1);
-                }
-            }
-            Ok(bytes)
-        })();
-
+        let written = group.write(sync, self.options.log_writeback_bytes, &self.counters);
         let mut st = self.state.lock();
         st.log.leader_active = false;
-        let result = written.and_then(|bytes| {
-            Counters::add(&self.counters.log_bytes_written, bytes);
-            Counters::add(&self.counters.group_commits, 1);
-            if !sync {
-                st.log.unsynced.extend(chunks.iter().map(|c| c.segment.seq));
-            }
-            self.apply_group(&mut st, &chunks, &records)
-        });
-        match result {
+        match written.and_then(|_| self.apply_group(&mut st, &group.chunks, &group.records)) {
             Ok(()) => {
-                if let Some(last) = chunks.last() {
-                    st.log.applied_end = LogPosition {
-                        segment_seq: last.segment.seq,
-                        offset: last.offset + last.bytes.len() as u64,
-                    };
-                }
-                st.log.committed_ticket = last_ticket;
+                st.log.group_committed(&group, sync);
                 self.group_done.notify_all();
                 Ok(st)
             }
@@ -629,6 +588,7 @@ impl Inner {
                 segment_seq: chunk.segment.seq,
                 offset: chunk.offset + queued.at as u64,
             };
+            let lower_ops_before = lower_ops.len();
             apply(
                 &self.counters,
                 st,
@@ -638,6 +598,9 @@ impl Inner {
                 position,
                 queued.len as u32,
             );
+            if lower_ops.len() > lower_ops_before {
+                st.log.mark_lower_write(position.segment_seq);
+            }
         }
         self.write_lower(st, &lower_ops)
     }
@@ -771,19 +734,8 @@ impl Inner {
 
     /// fdatasyncs every segment written since its last sync (Periodic and None modes).
     pub(crate) fn sync_unsynced(&self) -> Result<()> {
-        let segments: Vec<Arc<Segment>> = {
-            let mut st = self.state.lock();
-            let unsynced = std::mem::take(&mut st.log.unsynced);
-            unsynced
-                .iter()
-                .filter_map(|seq| st.log.segments.get(seq).map(|l| Arc::clone(&l.segment)))
-                .collect()
-        };
-        for segment in segments {
-            segment.sync_data()?;
-            Counters::add(&self.counters.fdatasyncs, 1);
-        }
-        Ok(())
+        let segments = self.state.lock().log.take_unsynced();
+        commit_log::sync_segments(&segments, &self.counters)
     }
 
     fn run_periodic_sync(&self, interval_ms: u64) {
@@ -808,57 +760,72 @@ impl Inner {
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        let (upper, lower_devices, index_bytes, live_segments, maintenance_error) = {
+        let now_ms = self.options.clock.now_ms();
+        let mut stats = {
             let st = self.state.lock();
-            let mut upper = TierStats::default();
-            let mut lower_devices = 0;
+            let mut stats = Stats {
+                index_bytes: st.index_bytes,
+                live_segments: st.log.segments.len() as u64,
+                pending_bytes: st.log.queued_bytes as u64,
+                devices: st.map.len() as u64,
+                last_maintenance_error: st.last_maintenance_error.clone(),
+                ..Stats::default()
+            };
             for (_, entry) in st.map.entries() {
                 match entry.tier {
                     Tier::Upper | Tier::Migrating => {
-                        upper.devices += 1;
-                        upper.records += entry.index.records;
-                        upper.bytes += entry.index.record_bytes;
+                        stats.upper.devices += 1;
+                        stats.upper.records += entry.index.records;
+                        stats.upper.bytes += entry.index.record_bytes;
+                        let due_at = entry
+                            .registered_at_ms
+                            .saturating_add(self.options.management_time_ms);
+                        if now_ms >= due_at {
+                            stats.migration_backlog_devices += 1;
+                            stats.migration_backlog_bytes += entry.index.record_bytes;
+                        }
                     }
-                    Tier::Lower => lower_devices += 1,
+                    Tier::Lower => stats.lower.devices += 1,
                 }
             }
-            (
-                upper,
-                lower_devices,
-                st.index_bytes,
-                st.log.segments.len() as u64,
-                st.last_maintenance_error.clone(),
-            )
+            stats
         };
         let (lower_records, lower_bytes) = self.lower.estimate();
         let c = &self.counters;
-        Stats {
-            user_bytes: Counters::get(&c.user_bytes),
-            user_records: Counters::get(&c.user_records),
-            log_bytes_written: Counters::get(&c.log_bytes_written),
-            log_preallocated_bytes: Counters::get(&c.log_preallocated_bytes),
-            lower_bytes_written: self.lower.bytes_written(),
-            reclaimed_bytes_without_write: Counters::get(&c.reclaimed_bytes_without_write),
-            upper,
-            lower: TierStats {
-                devices: lower_devices,
-                records: lower_records,
-                bytes: lower_bytes,
-            },
-            index_bytes,
-            index_bytes_max: self.options.index_bytes_max,
-            migrations: Counters::get(&c.migrations),
-            migrated_records: Counters::get(&c.migrated_records),
-            departures: Counters::get(&c.departures),
-            fdatasyncs: Counters::get(&c.fdatasyncs),
-            group_commits: Counters::get(&c.group_commits),
-            live_segments,
-            segments_recycled: Counters::get(&c.segments_recycled),
-            recovery_ms: self.recovery.ms,
-            recovered_records: self.recovery.records,
-            recovery_cut: self.recovery.cut.clone(),
-            last_maintenance_error: maintenance_error,
-        }
+        stats.user_bytes = Counters::get(&c.user_bytes);
+        stats.user_records = Counters::get(&c.user_records);
+        stats.log_bytes_written = Counters::get(&c.log_bytes_written);
+        stats.log_preallocated_bytes = Counters::get(&c.log_preallocated_bytes);
+        stats.lower_bytes_written = self.lower.bytes_written();
+        stats.reclaimed_bytes_without_write = Counters::get(&c.reclaimed_bytes_without_write);
+        stats.lower.records = lower_records;
+        stats.lower.bytes = lower_bytes;
+        stats.index_bytes_max = self.options.index_bytes_max;
+        stats.migrations = Counters::get(&c.migrations);
+        stats.migrated_records = Counters::get(&c.migrated_records);
+        stats.early_migrations = Counters::get(&c.early_migrations);
+        stats.migration_failures = Counters::get(&c.migration_failures);
+        stats.departures = Counters::get(&c.departures);
+        stats.fdatasyncs = Counters::get(&c.fdatasyncs);
+        stats.group_commits = Counters::get(&c.group_commits);
+        stats.log_bytes = self.spares.log_bytes();
+        stats.log_bytes_max = self.spares.budget_bytes;
+        stats.spare_segments_bytes = self.spares.spare_bytes.load(Ordering::Relaxed);
+        stats.segments_recycled = Counters::get(&c.segments_recycled);
+        stats.segments_retired = Counters::get(&c.segments_retired);
+        stats.pending_bytes_max = limits::PENDING_BYTES_MAX as u64;
+        stats.devices_max = self.options.devices_max;
+        stats.migration_run_bytes_max = self.migration_run_bytes_max();
+        stats.log_dirty_bytes_max = 2 * self.options.log_writeback_bytes;
+        stats.write_stalls = Counters::get(&c.write_stalls);
+        stats.write_stall_ms = Counters::get(&c.write_stall_ms);
+        stats.no_space_errors = Counters::get(&c.no_space_errors);
+        stats.lower_persists = Counters::get(&c.lower_persists);
+        stats.recovery_ms = self.recovery.ms;
+        stats.recovered_records = self.recovery.records;
+        stats.recovery_buffer_bytes_max = self.recovery.buffer_bytes_max;
+        stats.recovery_cut = self.recovery.cut.clone();
+        stats
     }
 }
 
@@ -898,24 +865,6 @@ pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) ->
     }
 }
 
-pub(crate) fn hold(log: &mut LogState, segment_seq: u64) {
-    log.segments
-        .get_mut(&segment_seq)
-        .expect("records are placed in live segments")
-        .live_records += 1;
-}
-
-/// Releases every segment hold of a device leaving the upper tier.
-pub(crate) fn release(log: &mut LogState, index: &DeviceIndex) {
-    for (seq, n) in &index.segment_records {
-        let live = log.segments.get_mut(seq).expect("held segments are live");
-        live.live_records = live
-            .live_records
-            .checked_sub(*n)
-            .expect("segment holds never go negative");
-    }
-}
-
 /// Applies one logged record to the in-memory state (live path and recovery alike).
 pub(crate) fn apply(
     counters: &Counters,
@@ -941,7 +890,7 @@ pub(crate) fn apply(
                 let before = entry.index.index_bytes();
                 entry.index.hold_segment(position.segment_seq);
                 *index_bytes += entry.index.index_bytes() - before;
-                hold(log, position.segment_seq);
+                log.hold(position.segment_seq);
             }
         }
         Body::Put {
@@ -961,7 +910,7 @@ pub(crate) fn apply(
                 entry.index.insert(sensor, index_entry);
                 entry.index.hold_segment(position.segment_seq);
                 *index_bytes += entry.index.index_bytes() - before;
-                hold(log, position.segment_seq);
+                log.hold(position.segment_seq);
             }
             Tier::Lower => lower_ops.push(LowerOp::Put(
                 key::reading_key(entry.lower_id, sensor, ts_ms),
@@ -976,7 +925,7 @@ pub(crate) fn apply(
                     entry.index.record_bytes,
                 );
                 *index_bytes -= entry.index.index_bytes();
-                release(log, &entry.index);
+                log.release(&entry.index);
             }
             Tier::Migrating => entry.departed = true,
             Tier::Lower => {

@@ -53,6 +53,18 @@ pub enum Error {
     Lower(String),
     #[error("the engine stopped accepting writes after an earlier failure: {0}")]
     Poisoned(String),
+    /// The log budget (or the file system) is full and maintenance could not free space within
+    /// the write-stall bound. Nothing was written; reads work; writes resume once space returns.
+    #[error(
+        "no space for the write: {reason} (log {log_bytes} of {log_bytes_max} bytes); nothing was written, retry later"
+    )]
+    NoSpace {
+        reason: String,
+        log_bytes: u64,
+        log_bytes_max: u64,
+    },
+    #[error("the mapping table holds {devices} devices, the limit (devices_max) is {max}")]
+    TooManyDevices { devices: u64, max: u64 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -82,5 +94,11 @@ impl Error {
                 | Error::ValueTooLarge { .. }
                 | Error::BatchTooLarge { .. }
         )
+    }
+
+    /// True for errors after which the same write may succeed later (space came back); such
+    /// calls changed nothing.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::NoSpace { .. } | Error::TooManyDevices { .. })
     }
 }

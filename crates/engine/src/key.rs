@@ -81,7 +81,9 @@ pub fn parse_reading_key(key: &[u8]) -> Option<(u64, &str, i64)> {
     let lower_id = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
     let rest = &rest[8..];
     let sensor_end = rest.iter().position(|&b| b == 0)?;
-    let sensor = std::str::from_utf8(&rest[..sensor_end]).ok()?;
+    let sensor = std::str::from_utf8(&rest[..sensor_end])
+        .ok()
+        .filter(|s| crate::limits::id_problem(s, crate::limits::SENSOR_ID_BYTES_MAX).is_none())?;
     let ts: [u8; 8] = rest[sensor_end + 1..].try_into().ok()?;
     Some((lower_id, sensor, decode_ts(ts)))
 }
@@ -98,7 +100,7 @@ pub fn decode_device_value(value: &[u8]) -> Option<(u64, &str)> {
     let registered_at_ms = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
     let name = std::str::from_utf8(value.get(8..)?)
         .ok()
-        .filter(|n| !n.is_empty())?;
+        .filter(|n| crate::limits::id_problem(n, crate::limits::DEVICE_ID_BYTES_MAX).is_none())?;
     Some((registered_at_ms, name))
 }
 

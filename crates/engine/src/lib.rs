@@ -24,15 +24,18 @@
 #![deny(clippy::unwrap_used)]
 
 mod clock;
+mod commit_log;
 mod dir;
 mod engine;
 mod error;
+mod failpoints;
 pub mod key;
 pub mod limits;
 mod lower;
 mod maintenance;
 mod mapping;
 mod options;
+mod query;
 pub mod record;
 mod recovery;
 pub mod segment;
@@ -43,7 +46,9 @@ mod upper;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Engine, Reading, Record, validate_record};
 pub use error::{Error, Result};
+pub use failpoints::{FailPoints, MigrationStep};
 pub use lower::LowerTierKind;
 pub use options::{Durability, Options};
+pub use query::{DeviceInfo, DeviceTier, SCAN_PAGE_READINGS_MAX, ScanCursor, ScanPage};
 pub use recovery::{CheckReport, check};
 pub use stats::{Stats, TierStats};

@@ -17,18 +17,23 @@
 
 use std::sync::Arc;
 
-use crate::engine::{AtIndex, Inner, at_index, release};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::engine::{AtIndex, Inner, at_index};
 use crate::error::{Error, Result};
+use crate::failpoints::MigrationStep;
 use crate::key;
 use crate::limits::{
-    INDEX_LOW_WATER_PERCENT, MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX,
+    INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT, LOWER_PERSIST_INTERVAL_MS,
+    MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX, MIGRATION_RUN_BYTES_MAX,
 };
 use crate::lower::LowerOp;
 use crate::mapping::{DeviceId, Tier};
 use crate::segment::Segment;
 use crate::spares::Retired;
 use crate::stats::Counters;
-use crate::upper::IndexEntry;
+use crate::upper::{IndexEntry, LogPosition};
 
 /// A record to migrate: its lower-tier key, where it is in the log, and the segment.
 type Located = (Vec<u8>, IndexEntry, Arc<Segment>);
@@ -44,38 +49,128 @@ struct Moving {
     entries: Vec<Located>,
 }
 
+/// Why a device is migrated now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// Its management time ended.
+    Due,
+    /// Early: the log is near its budget or the index over its cap.
+    Early,
+}
+
 impl Inner {
-    pub(crate) fn maintain(&self) -> Result<()> {
+    /// One round of maintenance: migrate due devices, retire what nothing holds, and while the
+    /// log is over its pressure mark, settle early the devices that pin its oldest segments.
+    /// Segments are retired after every pass, so a stream of due devices never starves
+    /// retirement (round 1 retired only once no device was due, which at full ingest was never).
+    ///
+    /// `explicit`: the application asked (`Engine::maintain`): the lower tier is persisted for
+    /// retirement at once rather than at most every LOWER_PERSIST_INTERVAL_MS.
+    pub(crate) fn maintain(&self, explicit: bool) -> Result<()> {
         let _one_at_a_time = self.migration.lock();
+        let mut failure = None;
         loop {
             // Shutdown does not wait for every due device: they stay in the log and migrate
             // after the next open.
             if *self.shutdown.lock() {
                 return Ok(());
             }
-            let now_ms = self.options.clock.now_ms();
-            let due = {
-                let st = self.state.lock();
-                let mut due: Vec<(u64, DeviceId, u64)> = st
-                    .map
-                    .entries()
-                    .filter(|(_, e)| {
-                        e.tier == Tier::Upper
-                            && now_ms
-                                >= e.registered_at_ms
-                                    .saturating_add(self.options.management_time_ms)
-                    })
-                    .map(|(id, e)| (e.registered_at_ms, id, e.index.records))
-                    .collect();
-                due.sort_unstable();
-                take_up_to_records(due)
+            let (pass, reason) = match self.due_devices() {
+                due if !due.is_empty() => (due, Reason::Due),
+                _ => (self.devices_pinning_oldest_segment(), Reason::Early),
             };
-            if due.is_empty() {
+            if pass.is_empty() {
                 break;
             }
-            self.migrate(&due)?;
+            let migrated = self.migrate(&pass, reason);
+            self.retire_segments(explicit)?;
+            if let Err(e) = migrated {
+                // The pass was rolled back; its devices are retried at the next round. Other
+                // work this round would pick the same devices again: stop here.
+                failure = Some(e);
+                break;
+            }
         }
-        self.retire_segments()
+        self.retire_segments(explicit)?;
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Upper-tier devices whose management time has ended, oldest first, one pass's worth.
+    fn due_devices(&self) -> Vec<DeviceId> {
+        let now_ms = self.options.clock.now_ms();
+        let st = self.state.lock();
+        let mut due: Vec<Candidate> = st
+            .map
+            .entries()
+            .filter(|(_, e)| {
+                e.tier == Tier::Upper
+                    && now_ms
+                        >= e.registered_at_ms
+                            .saturating_add(self.options.management_time_ms)
+            })
+            .map(|(id, e)| {
+                (
+                    e.registered_at_ms,
+                    id,
+                    e.index.records,
+                    e.index.record_bytes,
+                )
+            })
+            .collect();
+        due.sort_unstable();
+        take_one_pass(due, self.migration_run_bytes_max())
+    }
+
+    /// When the log is over LOG_PRESSURE_PERCENT of its budget: the upper-tier devices holding
+    /// records in the oldest segment that something still holds. Settling them early frees
+    /// that segment (and often the next ones) without rewriting anything into the log: their
+    /// records are written once more, into the lower tier, where they would go at the end of
+    /// their management time anyway.
+    fn devices_pinning_oldest_segment(&self) -> Vec<DeviceId> {
+        if !self.log_under_pressure() {
+            return Vec::new();
+        }
+        let st = self.state.lock();
+        let Some(oldest) = st
+            .log
+            .segments
+            .iter()
+            .find(|(seq, live)| live.live_records > 0 && **seq < st.log.active.seq)
+            .map(|(seq, _)| *seq)
+        else {
+            return Vec::new();
+        };
+        let mut pinning: Vec<Candidate> = st
+            .map
+            .entries()
+            .filter(|(_, e)| {
+                e.tier == Tier::Upper
+                    && e.index
+                        .segment_records
+                        .iter()
+                        .any(|(seq, _)| *seq == oldest)
+            })
+            .map(|(id, e)| {
+                (
+                    e.registered_at_ms,
+                    id,
+                    e.index.records,
+                    e.index.record_bytes,
+                )
+            })
+            .collect();
+        pinning.sort_unstable();
+        take_one_pass(pinning, self.migration_run_bytes_max())
+    }
+
+    pub(crate) fn log_under_pressure(&self) -> bool {
+        self.spares.log_bytes() > self.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT
+    }
+
+    /// Values one migration pass may hold: MIGRATION_RUN_BYTES_MAX, or half the lower tier's
+    /// memory budget if that is smaller (LevelDB copies a run once more into its write batch).
+    pub(crate) fn migration_run_bytes_max(&self) -> u64 {
+        MIGRATION_RUN_BYTES_MAX.min((self.options.lower_memory_bytes / 2).max(4 << 20))
     }
 
     /// Migrates the oldest upper-tier devices early until the index is below its low-water
@@ -89,15 +184,18 @@ impl Inner {
                 if st.index_bytes <= low_water {
                     return Ok(());
                 }
-                let mut upper: Vec<(u64, DeviceId, u64, u64)> = st
+                let mut upper: Vec<(Candidate, u64)> = st
                     .map
                     .entries()
                     .filter(|(_, e)| e.tier == Tier::Upper)
                     .map(|(id, e)| {
                         (
-                            e.registered_at_ms,
-                            id,
-                            e.index.records,
+                            (
+                                e.registered_at_ms,
+                                id,
+                                e.index.records,
+                                e.index.record_bytes,
+                            ),
                             e.index.index_bytes(),
                         )
                     })
@@ -105,97 +203,102 @@ impl Inner {
                 upper.sort_unstable();
                 let mut excess = st.index_bytes - low_water;
                 let mut chosen = Vec::new();
-                for (at, id, records, bytes) in upper {
+                for (candidate, bytes) in upper {
                     if excess == 0 {
                         break;
                     }
                     excess = excess.saturating_sub(bytes);
-                    chosen.push((at, id, records));
+                    chosen.push(candidate);
                 }
-                take_up_to_records(chosen)
+                take_one_pass(chosen, self.migration_run_bytes_max())
             };
             if chosen.is_empty() {
                 return Ok(()); // everything left is already migrating
             }
-            self.migrate(&chosen)?;
+            self.migrate(&chosen, Reason::Early)?;
+            self.retire_segments(false)?;
         }
     }
 
-    fn migrate(&self, ids: &[DeviceId]) -> Result<()> {
-        // Step 1.
-        let (mut moving, snapshot_end) = {
-            let mut st = self.state.lock();
-            let snapshot_end = st.log.applied_end;
-            let mut moving = Vec::with_capacity(ids.len());
-            for &id in ids {
-                if st.map.entry(id).is_none() {
-                    continue;
-                }
-                // Ids in the order the devices are listed: the run is sorted by construction.
-                let lower_id = st.map.allocate_lower_id();
-                let Some(entry) = st.map.entry(id) else {
-                    continue;
-                };
-                let entries: Vec<(Vec<u8>, IndexEntry)> = entry
-                    .index
-                    .all()
-                    .map(|(sensor, e)| (key::reading_key(lower_id, sensor, e.ts_ms), e))
-                    .collect();
-                let name = entry.name.to_string();
-                let registered_at_ms = entry.registered_at_ms;
-                let entries = entries
-                    .into_iter()
-                    .map(|(k, e)| {
-                        let segment = Arc::clone(
-                            &st.log
-                                .segments
-                                .get(&e.segment_seq)
-                                .expect("held segments are live")
-                                .segment,
-                        );
-                        (k, e, segment)
-                    })
-                    .collect();
-                if let Some(entry) = st.map.entry_mut(id) {
-                    entry.tier = Tier::Migrating;
-                }
-                moving.push(Moving {
-                    id,
-                    name,
-                    lower_id,
-                    registered_at_ms,
-                    entries,
-                });
-            }
-            (moving, snapshot_end)
-        };
-
-        // Step 2.
-        let run = self
-            .build_run(&mut moving)
-            .and_then(|runs| self.lower.ingest_sorted(&runs));
-        if let Err(e) = run {
-            let mut st = self.state.lock();
-            for m in &moving {
-                if let Some(entry) = st.map.entry_mut(m.id) {
-                    entry.tier = Tier::Upper;
-                    // A departure that arrived meanwhile is completed now, as if applied then.
-                    if entry.departed
-                        && let Some(entry) = st.map.remove(m.id)
-                    {
-                        st.index_bytes -= entry.index.index_bytes();
-                        release(&mut st.log, &entry.index);
-                    }
-                }
-            }
-            return Err(e);
+    /// Migrates the devices as one sorted run. Complete or rolled back: on any failure every
+    /// device is back in the upper tier with its index and holds, as before the call, and is
+    /// retried by a later pass; nothing is lost (the log still holds every record).
+    fn migrate(&self, ids: &[DeviceId], reason: Reason) -> Result<()> {
+        let (mut moving, snapshot_end) = self.begin_migration(ids);
+        let ingested = self
+            .options
+            .fail_points
+            .check(MigrationStep::ReadLog)
+            .and_then(|()| {
+                let runs = self.build_run(&mut moving)?;
+                self.options.fail_points.check(MigrationStep::Ingest)?;
+                self.lower.ingest_sorted(&runs)
+            });
+        let outcome = ingested.and_then(|_| self.finish_migration(&moving, snapshot_end, reason));
+        if outcome.is_err() {
+            Counters::add(&self.counters.migration_failures, 1);
+            self.roll_back_migration(&moving);
         }
+        outcome
+    }
 
-        // Step 3.
+    /// Step 1: under the lock, marks the devices `Migrating` and copies their index entries.
+    fn begin_migration(&self, ids: &[DeviceId]) -> (Vec<Moving>, LogPosition) {
         let mut st = self.state.lock();
+        let snapshot_end = st.log.applied_end;
+        let mut moving = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if st.map.entry(id).is_none_or(|e| e.tier != Tier::Upper) {
+                continue;
+            }
+            // Ids in the order the devices are listed: the run is sorted by construction.
+            let lower_id = st.map.allocate_lower_id();
+            let entry = st.map.entry(id).expect("checked above");
+            let entries = entry
+                .index
+                .all()
+                .map(|(sensor, e)| {
+                    let segment = &st
+                        .log
+                        .segments
+                        .get(&e.segment_seq)
+                        .expect("held segments are live")
+                        .segment;
+                    (
+                        key::reading_key(lower_id, sensor, e.ts_ms),
+                        e,
+                        Arc::clone(segment),
+                    )
+                })
+                .collect();
+            moving.push(Moving {
+                id,
+                name: entry.name.to_string(),
+                lower_id,
+                registered_at_ms: entry.registered_at_ms,
+                entries,
+            });
+            st.map.entry_mut(id).expect("checked above").tier = Tier::Migrating;
+        }
+        (moving, snapshot_end)
+    }
+
+    /// Step 3: the records applied while the run was ingested go to the lower tier as ordinary
+    /// (logged, unsynced) puts; the devices switch to `Lower`; their indexes and holds are
+    /// released. A device that departed meanwhile is deleted from the lower tier instead. Every
+    /// read that can fail happens before the first change, so a failure leaves nothing half done.
+    fn finish_migration(
+        &self,
+        moving: &[Moving],
+        snapshot_end: LogPosition,
+        reason: Reason,
+    ) -> Result<()> {
+        let mut st = self.state.lock();
+        self.options.fail_points.check(MigrationStep::CatchUp)?;
         let mut ops = Vec::new();
+        let mut caught_up_segments = Vec::new();
         let mut migrated_records = 0;
-        for m in &moving {
+        for m in moving {
             let Some(entry) = st.map.entry(m.id) else {
                 continue;
             };
@@ -203,40 +306,88 @@ impl Inner {
                 let (start, end) = key::device_reading_range(m.lower_id);
                 ops.push(LowerOp::DeleteRange(start, end));
                 ops.push(LowerOp::Delete(key::device_key(m.lower_id)));
-            } else {
-                for (sensor, e) in entry
-                    .index
-                    .all()
-                    .filter(|(_, e)| e.position() >= snapshot_end)
-                {
-                    let segment = &st
-                        .log
-                        .segments
-                        .get(&e.segment_seq)
-                        .expect("held segments are live")
-                        .segment;
-                    let value = read_put_value(segment, &e)?;
-                    ops.push(LowerOp::Put(
-                        key::reading_key(m.lower_id, sensor, e.ts_ms),
-                        value,
-                    ));
-                }
-                migrated_records += entry.index.records;
+                continue;
             }
+            for (sensor, e) in entry
+                .index
+                .all()
+                .filter(|(_, e)| e.position() >= snapshot_end)
+            {
+                let segment = &st
+                    .log
+                    .segments
+                    .get(&e.segment_seq)
+                    .expect("held segments are live")
+                    .segment;
+                let value = read_put_value(segment, &e)?;
+                ops.push(LowerOp::Put(
+                    key::reading_key(m.lower_id, sensor, e.ts_ms),
+                    value,
+                ));
+                caught_up_segments.push(e.segment_seq);
+            }
+            migrated_records += entry.index.records;
+        }
+        // Nothing can fail from here on but the lower tier's write, which poisons the engine.
+        for m in moving {
+            let Some(entry) = st.map.entry_mut(m.id) else {
+                continue;
+            };
             let departed = entry.departed;
-            let index = std::mem::take(&mut st.map.entry_mut(m.id).expect("looked up above").index);
+            let index = std::mem::take(&mut entry.index);
             st.index_bytes -= index.index_bytes();
-            release(&mut st.log, &index);
+            st.log.release(&index);
             if departed {
                 st.map.remove(m.id);
             } else if let Some(entry) = st.map.entry_mut(m.id) {
                 entry.tier = Tier::Lower;
                 entry.lower_id = m.lower_id;
                 Counters::add(&self.counters.migrations, 1);
+                if reason == Reason::Early {
+                    Counters::add(&self.counters.early_migrations, 1);
+                }
             }
         }
+        for seq in caught_up_segments {
+            st.log.mark_lower_write(seq);
+        }
         Counters::add(&self.counters.migrated_records, migrated_records);
-        self.write_lower(&mut st, &ops)
+        if let Err(e) = self.write_lower(&mut st, &ops) {
+            st.poisoned = Some(format!(
+                "writing a migration's catch-up to the lower tier: {e}"
+            ));
+            self.group_done.notify_all();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Puts the devices of a failed pass back in the upper tier. What the pass may have
+    /// ingested under their new lower ids is deleted (unsynced: were it to survive a crash,
+    /// recovery would find those devices settled and re-put their logged records, which is
+    /// consistent too).
+    fn roll_back_migration(&self, moving: &[Moving]) {
+        let mut st = self.state.lock();
+        let mut ops = Vec::new();
+        for m in moving {
+            let (start, end) = key::device_reading_range(m.lower_id);
+            ops.push(LowerOp::DeleteRange(start, end));
+            ops.push(LowerOp::Delete(key::device_key(m.lower_id)));
+            let Some(entry) = st.map.entry_mut(m.id) else {
+                continue;
+            };
+            entry.tier = Tier::Upper;
+            // A departure that arrived meanwhile is completed now, as if applied then.
+            if entry.departed
+                && let Some(entry) = st.map.remove(m.id)
+            {
+                st.index_bytes -= entry.index.index_bytes();
+                st.log.release(&entry.index);
+            }
+        }
+        if let Err(e) = self.write_lower(&mut st, &ops) {
+            st.last_maintenance_error = Some(format!("cleaning up after a failed migration: {e}"));
+        }
     }
 
     /// Reads the moving devices' records and returns the two runs to ingest: their readings,
@@ -274,79 +425,98 @@ impl Inner {
     /// has left or settled, and every group that touched them has been applied. Segments are
     /// retired strictly in order, so the live log is always a suffix of the whole log: replayed
     /// in order, it never shows a device's records without the later DEPART that cancels them.
-    fn retire_segments(&self) -> Result<()> {
+    /// A segment whose records reached the lower tier retires only after a lower-tier persist
+    /// (DESIGN.md property 3); such persists are spaced LOWER_PERSIST_INTERVAL_MS apart unless
+    /// the log is under pressure.
+    fn retire_segments(&self, persist_now: bool) -> Result<()> {
         let mut st = self.state.lock();
-        let applied_seq = st.log.applied_end.segment_seq;
-        let candidates: Vec<u64> = st
-            .log
-            .segments
-            .iter()
-            .take_while(|(seq, live)| {
-                **seq < applied_seq && **seq < st.log.active.seq && live.live_records == 0
-            })
-            .map(|(seq, _)| *seq)
-            .collect();
+        let mut candidates = st.log.retirable();
+        let first_needing_persist = candidates.iter().position(|(_, lower)| *lower > 0);
+        if st.lower_dirty
+            && let Some(first) = first_needing_persist
+        {
+            let now_ms = self.options.clock.now_ms();
+            let persist_due = persist_now
+                || now_ms >= st.lower_persisted_at_ms + LOWER_PERSIST_INTERVAL_MS
+                || self.log_under_pressure();
+            if persist_due {
+                // The lower tier's unsynced writes are covered only by these segments' records:
+                // make them durable before the records go.
+                st.lower_dirty = false;
+                drop(st);
+                if let Err(e) = self.lower.persist() {
+                    self.state.lock().lower_dirty = true;
+                    return Err(e);
+                }
+                Counters::add(&self.counters.lower_persists, 1);
+                st = self.state.lock();
+                st.lower_persisted_at_ms = now_ms;
+            } else {
+                candidates.truncate(first);
+            }
+        }
         if candidates.is_empty() {
             return Ok(());
         }
-        // The lower tier's unsynced writes are covered only by these segments' records:
-        // make them durable before the records go (DESIGN.md property 3).
-        if st.lower_dirty {
-            st.lower_dirty = false;
-            drop(st);
-            if let Err(e) = self.lower.persist() {
-                self.state.lock().lower_dirty = true;
-                return Err(e);
-            }
-            st = self.state.lock();
-        }
-        let retired: Vec<Arc<Segment>> = candidates
-            .iter()
-            .filter_map(|seq| st.log.segments.remove(seq))
-            .map(|live| live.segment)
-            .collect();
-        for seq in &candidates {
-            st.log.unsynced.remove(seq);
-        }
+        let seqs: Vec<u64> = candidates.iter().map(|(seq, _)| *seq).collect();
+        let retired = st.log.remove(&seqs);
+        let retired_bytes: u64 = retired.iter().map(|s| s.bytes).sum();
+        self.spares
+            .live_bytes
+            .fetch_sub(retired_bytes, Ordering::Relaxed);
         drop(st);
+        let mut outcome = Ok(());
         for segment in retired {
-            let (file, path) = segment.retire()?;
-            self.spares.retire(Retired {
-                file,
-                path,
-                bytes: segment.bytes,
-            });
+            Counters::add(&self.counters.segments_retired, 1);
+            match segment.retire() {
+                Ok((file, path)) => self.spares.retire(Retired {
+                    file,
+                    path,
+                    bytes: segment.bytes,
+                }),
+                Err(e) => outcome = Err(e),
+            }
         }
-        Ok(())
+        self.space_freed.notify_all();
+        outcome
     }
 
     pub(crate) fn run_maintenance(&self) {
-        let interval = std::time::Duration::from_millis(self.options.maintenance_interval_ms);
+        let interval = Duration::from_millis(self.options.maintenance_interval_ms);
         loop {
             {
                 let mut stop = self.shutdown.lock();
-                if !*stop {
+                if !*stop && !self.maintenance_wanted.load(Ordering::Relaxed) {
                     self.shutdown_signal.wait_for(&mut stop, interval);
                 }
                 if *stop {
                     return;
                 }
             }
-            let outcome = self.maintain();
+            // Cleared before the round: a writer that stalls during it asks again.
+            self.maintenance_wanted.store(false, Ordering::Relaxed);
+            let outcome = self.maintain(false);
             self.state.lock().last_maintenance_error = outcome.err().map(|e| e.to_string());
         }
     }
 }
 
-/// Caps a migration pass at MIGRATION_RECORDS_PER_RUN_MAX records (always at least one device).
-fn take_up_to_records(candidates: Vec<(u64, DeviceId, u64)>) -> Vec<DeviceId> {
-    let mut records = 0;
+/// A device that may be migrated: (registered_at_ms, id, records, record bytes).
+type Candidate = (u64, DeviceId, u64, u64);
+
+/// The first candidates (always at least one) up to MIGRATION_RECORDS_PER_RUN_MAX records and
+/// `bytes_max` bytes: one pass's sorted run.
+fn take_one_pass(candidates: Vec<Candidate>, bytes_max: u64) -> Vec<DeviceId> {
+    let (mut records, mut bytes) = (0, 0);
     let mut ids = Vec::new();
-    for (_, id, n) in candidates {
-        if !ids.is_empty() && records + n > MIGRATION_RECORDS_PER_RUN_MAX as u64 {
+    for (_, id, n, b) in candidates {
+        if !ids.is_empty()
+            && (records + n > MIGRATION_RECORDS_PER_RUN_MAX as u64 || bytes + b > bytes_max)
+        {
             break;
         }
         records += n;
+        bytes += b;
         ids.push(id);
     }
     ids

@@ -105,6 +105,11 @@ impl MappingTable {
         Some(entry)
     }
 
+    /// Devices in the table (every incarnation not yet removed).
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
     pub fn entries(&self) -> impl Iterator<Item = (DeviceId, &DeviceEntry)> {
         self.devices.iter().map(|(id, e)| (*id, e))
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
+use crate::failpoints::FailPoints;
 use crate::limits;
 use crate::lower::LowerTierKind;
 
@@ -51,6 +52,19 @@ pub struct Options {
     /// Cap on the upper tier's index memory; above it the oldest devices migrate early and
     /// writers wait for that migration (back-pressure).
     pub index_bytes_max: u64,
+    /// The log budget: bytes the upper tier's segment files (live and spare) may occupy.
+    /// `None` derives it at open: two management times of ingest at the engine's peak rate,
+    /// capped at half the file system's free space (limits.rs). Near it the engine retires,
+    /// then settles devices early, then stalls writers (`write_stall_ms_max`), then fails writes
+    /// with `Error::NoSpace` until space returns.
+    pub log_bytes_max: Option<u64>,
+    /// How long a write may wait for log space before it fails with `Error::NoSpace`.
+    pub write_stall_ms_max: u64,
+    /// `None`/`Periodic` durability: start write-back of the log every this many bytes, so dirty
+    /// log pages stay bounded (RocksDB's bytes_per_sync). 0 turns it off.
+    pub log_writeback_bytes: u64,
+    /// Devices the mapping table may hold; one more fails with `Error::TooManyDevices`.
+    pub devices_max: u64,
     /// Lower tier for a new data directory. An existing directory keeps the one it was made
     /// with (recorded in its ROAMKV file), whatever this says.
     pub lower_tier: LowerTierKind,
@@ -60,6 +74,9 @@ pub struct Options {
     pub background_maintenance: bool,
     pub maintenance_interval_ms: u64,
     pub clock: Arc<dyn Clock>,
+    /// Test hooks (make a background step fail once). Not for production use.
+    #[doc(hidden)]
+    pub fail_points: Arc<FailPoints>,
 }
 
 impl Default for Options {
@@ -69,11 +86,16 @@ impl Default for Options {
             management_time_ms: 60_000,
             segment_bytes: limits::SEGMENT_BYTES_DEFAULT,
             index_bytes_max: limits::INDEX_BYTES_MAX_DEFAULT,
+            log_bytes_max: None,
+            write_stall_ms_max: limits::WRITE_STALL_MS_MAX_DEFAULT,
+            log_writeback_bytes: limits::LOG_WRITEBACK_BYTES_DEFAULT,
+            devices_max: limits::DEVICES_MAX_DEFAULT,
             lower_tier: LowerTierKind::RocksDb,
             lower_memory_bytes: 64 << 20,
             background_maintenance: true,
             maintenance_interval_ms: 100,
             clock: Arc::new(SystemClock),
+            fail_points: Arc::default(),
         }
     }
 }
@@ -85,6 +107,10 @@ impl std::fmt::Debug for Options {
             .field("management_time_ms", &self.management_time_ms)
             .field("segment_bytes", &self.segment_bytes)
             .field("index_bytes_max", &self.index_bytes_max)
+            .field("log_bytes_max", &self.log_bytes_max)
+            .field("write_stall_ms_max", &self.write_stall_ms_max)
+            .field("log_writeback_bytes", &self.log_writeback_bytes)
+            .field("devices_max", &self.devices_max)
             .field("lower_tier", &self.lower_tier)
             .field("lower_memory_bytes", &self.lower_memory_bytes)
             .field("background_maintenance", &self.background_maintenance)
@@ -116,6 +142,18 @@ impl Options {
                 self.index_bytes_max
             ));
         }
+        if let Some(max) = self.log_bytes_max
+            && max < limits::LOG_SEGMENTS_MIN * self.segment_bytes
+        {
+            return bad(format!(
+                "log_bytes_max {max} is below {} segments of {} bytes",
+                limits::LOG_SEGMENTS_MIN,
+                self.segment_bytes
+            ));
+        }
+        if self.devices_max == 0 {
+            return bad("devices_max must be > 0".into());
+        }
         if self.maintenance_interval_ms == 0 {
             return bad("maintenance_interval_ms must be > 0".into());
         }
@@ -123,5 +161,22 @@ impl Options {
             return bad("periodic durability needs an interval > 0 ms".into());
         }
         Ok(())
+    }
+}
+
+impl Options {
+    /// The log budget in force for a log on a file system with `free_bytes` free (see
+    /// `log_bytes_max`).
+    pub(crate) fn log_budget_bytes(&self, free_bytes: u64) -> u64 {
+        let floor = limits::LOG_SEGMENTS_MIN * self.segment_bytes;
+        match self.log_bytes_max {
+            Some(max) => max,
+            None => {
+                let wanted = (self.management_time_ms.saturating_mul(2) / 1000)
+                    .max(1)
+                    .saturating_mul(limits::LOG_INGEST_BYTES_PER_SEC_ASSUMED);
+                wanted.min(free_bytes / 2).max(floor)
+            }
+        }
     }
 }

@@ -14,6 +14,8 @@
 //! over from the file's previous life carries an older sequence and reads as "end of data".
 //! The decoder never panics on any input (see the fuzz target in fuzz/).
 
+use crate::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
+
 pub const HEADER_BYTES: usize = 16;
 pub const FLAG_BATCH_END: u8 = 1;
 
@@ -148,9 +150,17 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
-fn str_at(b: &[u8], at: usize, len: usize) -> Result<&str, String> {
+/// An id field: UTF-8, 1..=`max` bytes, no NUL (docs/FORMAT.md; the same rule `put` enforces).
+fn id_at<'a>(
+    b: &'a [u8],
+    at: usize,
+    len: usize,
+    what: &str,
+    max: usize,
+) -> Result<&'a str, String> {
     let bytes = b.get(at..at + len).ok_or("field runs past the payload")?;
-    std::str::from_utf8(bytes).map_err(|_| "id is not UTF-8".to_string())
+    let id = std::str::from_utf8(bytes).map_err(|_| format!("{what} id is not UTF-8"))?;
+    crate::limits::id_problem(id, max).map_or(Ok(id), |problem| Err(format!("{what} id {problem}")))
 }
 
 /// Decodes the record at the start of `buf` (which runs to the end of the segment's data).
@@ -200,9 +210,27 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
             if PUT_FIXED_BYTES + device_len + sensor_len + value_len != p.len() {
                 return Err("PUT field lengths disagree with the payload length".into());
             }
-            let device = str_at(p, PUT_FIXED_BYTES, device_len)?;
-            let sensor = str_at(p, PUT_FIXED_BYTES + device_len, sensor_len)?;
+            let device = id_at(
+                p,
+                PUT_FIXED_BYTES,
+                device_len,
+                "device",
+                DEVICE_ID_BYTES_MAX,
+            )?;
+            let sensor = id_at(
+                p,
+                PUT_FIXED_BYTES + device_len,
+                sensor_len,
+                "sensor",
+                SENSOR_ID_BYTES_MAX,
+            )?;
             let value = &p[PUT_FIXED_BYTES + device_len + sensor_len..];
+            if value.len() > VALUE_BYTES_MAX {
+                return Err(format!(
+                    "value of {} bytes is over the limit of {VALUE_BYTES_MAX}",
+                    value.len()
+                ));
+            }
             Body::Put {
                 device,
                 sensor,
@@ -217,7 +245,13 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
                 return Err("REGISTER field lengths disagree with the payload length".into());
             }
             Body::Register {
-                device: str_at(p, REGISTER_FIXED_BYTES, device_len)?,
+                device: id_at(
+                    p,
+                    REGISTER_FIXED_BYTES,
+                    device_len,
+                    "device",
+                    DEVICE_ID_BYTES_MAX,
+                )?,
                 registered_at_ms,
             }
         }
@@ -227,7 +261,13 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
                 return Err("DEPART field lengths disagree with the payload length".into());
             }
             Body::Depart {
-                device: str_at(p, DEPART_FIXED_BYTES, device_len)?,
+                device: id_at(
+                    p,
+                    DEPART_FIXED_BYTES,
+                    device_len,
+                    "device",
+                    DEVICE_ID_BYTES_MAX,
+                )?,
             }
         }
         other => return Err(format!("unknown record kind {other}")),

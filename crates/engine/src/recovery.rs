@@ -10,15 +10,17 @@
 //!   its REGISTER was retired with everything before the departure).
 //! - DEPART drops the device: from the index, or with a range delete from the lower tier.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::commit_log::LogState;
 use crate::dir::DataDir;
-use crate::engine::{Inner, LiveSegment, LogState, Recovery, State, apply};
+use crate::engine::{Inner, Recovery, State, apply};
 use crate::error::{Error, IoContext, Result};
 use crate::key;
 use crate::limits::SEGMENT_HEADER_BYTES;
@@ -27,7 +29,7 @@ use crate::mapping::{MappingTable, Tier};
 use crate::options::Options;
 use crate::record::Body;
 use crate::segment::{self, ScanEnd, Segment};
-use crate::spares::Spares;
+use crate::spares::{SegmentPlan, Spares};
 use crate::stats::Counters;
 use crate::upper::LogPosition;
 
@@ -66,6 +68,25 @@ fn list_segments(log_dir: &Path, clean_up: bool) -> Result<Vec<(u64, std::path::
     }
     found.sort();
     Ok(found)
+}
+
+/// The live log is a contiguous run of sequence numbers (made in order, retired oldest first,
+/// each step durable): a gap means a segment was lost, and replaying around it could revive
+/// records whose DEPART was in the lost one.
+fn missing_segment(log_dir: &Path, listed: &[(u64, std::path::PathBuf)]) -> Option<Error> {
+    listed
+        .windows(2)
+        .find(|w| w[1].0 != w[0].0 + 1)
+        .map(|w| Error::Corrupt {
+            file: segment::segment_path(log_dir, w[0].0 + 1),
+            offset: 0,
+            reason: format!(
+                "segment {} is missing: the log jumps from segment {} to {}",
+                w[0].0 + 1,
+                w[0].0,
+                w[1].0
+            ),
+        })
 }
 
 /// The segment that holds the end of the log: the last one with data or damage.
@@ -108,13 +129,20 @@ impl Inner {
         let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
 
         let mut segments: Vec<Arc<Segment>> = Vec::new();
-        for (seq, path) in list_segments(&log_dir, true)? {
+        let listed = list_segments(&log_dir, true)?;
+        if let Some(error) = missing_segment(&log_dir, &listed) {
+            return Err(error);
+        }
+        for (seq, path) in listed {
             segments.push(Arc::new(Segment::open(&path, seq)?));
         }
         if segments.is_empty() {
-            let zero_fill = options.durability != crate::options::Durability::None;
-            let (segment, written) =
-                Segment::create(&log_dir, 1, options.segment_bytes, zero_fill)?;
+            let (segment, written) = Segment::create(
+                &log_dir,
+                1,
+                options.segment_bytes,
+                zero_fill_segments(&options),
+            )?;
             Counters::add(&counters.log_preallocated_bytes, written);
             segments.push(Arc::new(segment));
         }
@@ -122,51 +150,28 @@ impl Inner {
 
         let mut st = State {
             map,
-            log: LogState {
-                segments: segments
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.seq,
-                            LiveSegment {
-                                segment: Arc::clone(s),
-                                live_records: 0,
-                            },
-                        )
-                    })
-                    .collect::<BTreeMap<_, _>>(),
-                active: Arc::clone(&segments[0]),
-                tail: SEGMENT_HEADER_BYTES,
-                queue: Vec::new(),
-                queued_records: Vec::new(),
-                queued_bytes: 0,
-                next_ticket: 0,
-                committed_ticket: 0,
-                leader_active: false,
-                applied_end: LogPosition {
-                    segment_seq: segments[0].seq,
-                    offset: SEGMENT_HEADER_BYTES,
-                },
-                unsynced: BTreeSet::new(),
-                spare_wanted: false,
-            },
+            log: LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
             poisoned: None,
             lower_dirty: false,
             index_bytes: 0,
             last_maintenance_error: None,
+            lower_persisted_at_ms: options.clock.now_ms(),
         };
 
         // Replay every segment in order.
         let mut ends = Vec::with_capacity(segments.len());
         let mut lower_ops: Vec<LowerOp> = Vec::new();
         let mut records = 0u64;
+        let mut buffer_bytes_max = 0u64;
         for segment in &segments {
             let data = segment.read_all()?;
+            buffer_bytes_max = buffer_bytes_max.max(data.len() as u64);
             let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
                 let position = LogPosition {
                     segment_seq: segment.seq,
                     offset,
                 };
+                let lower_ops_before = lower_ops.len();
                 replay(
                     &counters,
                     &mut st,
@@ -177,6 +182,9 @@ impl Inner {
                     decoded.len as u32,
                 );
                 records += 1;
+                if lower_ops.len() > lower_ops_before {
+                    st.log.mark_lower_write(segment.seq);
+                }
                 if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
                     lower.write(&lower_ops)?;
                     lower_ops.clear();
@@ -238,14 +246,29 @@ impl Inner {
         let recovery = Recovery {
             ms: started.elapsed().as_millis() as u64,
             records,
+            buffer_bytes_max,
             cut,
         };
+        let budget_bytes = options.log_budget_bytes(free_bytes(&log_dir)?);
+        let plan = SegmentPlan {
+            log_dir: log_dir.clone(),
+            segment_bytes: options.segment_bytes,
+            zero_fill: zero_fill_segments(&options),
+        };
+        let counters = Arc::new(counters);
+        let spares = Spares::new(ready, next_seq, budget_bytes, plan, Arc::clone(&counters));
+        let live_bytes = st.log.segments.values().map(|l| l.segment.bytes).sum();
+        spares
+            .live_bytes
+            .store(live_bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(Inner {
-            spares: Spares::new(ready, next_seq),
+            spares,
             dir,
             options,
             state: Mutex::new(st),
             group_done: Condvar::new(),
+            space_freed: Condvar::new(),
+            maintenance_wanted: AtomicBool::new(false),
             lower,
             counters,
             migration: Mutex::new(()),
@@ -254,6 +277,31 @@ impl Inner {
             recovery,
         })
     }
+}
+
+/// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
+fn zero_fill_segments(options: &Options) -> bool {
+    options.durability != crate::options::Durability::None
+}
+
+/// Free bytes of the file system holding `dir`, plus what the log already occupies there
+/// (the budget is the log's total, not what it may still add).
+fn free_bytes(dir: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| Error::InvalidOptions(format!("{} contains a NUL byte", dir.display())))?;
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) with a valid C string and a struct we own.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context(|| format!("statvfs {}", dir.display()));
+    }
+    let mut log_bytes = 0;
+    for dirent in std::fs::read_dir(dir).context(|| format!("listing {}", dir.display()))? {
+        let dirent = dirent.context(|| format!("listing {}", dir.display()))?;
+        log_bytes += dirent.metadata().map_or(0, |m| m.len());
+    }
+    Ok(vfs.f_bavail as u64 * vfs.f_frsize as u64 + log_bytes)
 }
 
 /// Device records of the lower tier, by name: every lower id found for it, ascending.
@@ -361,7 +409,11 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let dir = DataDir::open(path, None)?;
     let mut report = CheckReport::default();
     let mut opened = Vec::new();
-    for (seq, file) in list_segments(&dir.log_dir(), false)? {
+    let listed = list_segments(&dir.log_dir(), false)?;
+    if let Some(error) = missing_segment(&dir.log_dir(), &listed) {
+        report.problems.push(error.to_string());
+    }
+    for (seq, file) in listed {
         report.segments += 1;
         match Segment::open(&file, seq) {
             Ok(segment) => opened.push(segment),

@@ -20,9 +20,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, IoContext, Result};
-use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::record::{self, Decode, Decoded};
 
 pub const MAGIC: &[u8; 8] = b"RKVLOG01";
@@ -65,9 +66,57 @@ pub struct Segment {
     pub path: PathBuf,
     pub bytes: u64,
     file: File,
+    /// Start of the bytes whose write-back has not been started yet (`start_writeback`).
+    writeback_from: AtomicU64,
 }
 
 impl Segment {
+    fn new(seq: u64, path: PathBuf, bytes: u64, file: File) -> Segment {
+        Segment {
+            seq,
+            path,
+            bytes,
+            file,
+            writeback_from: AtomicU64::new(SEGMENT_HEADER_BYTES),
+        }
+    }
+
+    /// Bounds the dirty pages of a log that is not fdatasync'd per commit (RocksDB's
+    /// bytes_per_sync): once `window_bytes` have been written past the last call, waits for the
+    /// write-back started last time and starts write-back of the new bytes. Only the group
+    /// commit leader calls this (one writer at a time).
+    pub fn start_writeback(&self, written_end: u64, window_bytes: u64) -> Result<()> {
+        let from = self.writeback_from.load(Ordering::Relaxed);
+        if window_bytes == 0 || written_end < from + window_bytes {
+            return Ok(());
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        // SAFETY: sync_file_range(2) on an fd we own, with ranges inside the file.
+        let waited = unsafe {
+            libc::sync_file_range(
+                fd,
+                0,
+                from as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE,
+            )
+        };
+        // SAFETY: as above.
+        let started = unsafe {
+            libc::sync_file_range(
+                fd,
+                from as libc::off64_t,
+                (written_end - from) as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            )
+        };
+        if waited != 0 || started != 0 {
+            return Err(std::io::Error::last_os_error())
+                .context(|| format!("write-back of {} up to {written_end}", self.path.display()));
+        }
+        self.writeback_from.store(written_end, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Low 32 bits of the sequence, as stored in every record.
     pub fn seq_low(&self) -> u32 {
         self.seq as u32
@@ -82,14 +131,29 @@ impl Segment {
     /// "unwritten" extents whose conversion on first write is metadata — fine when commits do
     /// not fdatasync (durability None), and it saves writing every segment twice.
     pub fn create(dir: &Path, seq: u64, bytes: u64, zero_fill: bool) -> Result<(Segment, u64)> {
+        let tmp = segment_path(dir, seq).with_extension("seg.tmp");
+        let made = Segment::create_at(dir, &tmp, seq, bytes, zero_fill);
+        if made.is_err() {
+            // Give the space back at once (a full file system is the likely cause).
+            let _ = fs::remove_file(&tmp);
+        }
+        made
+    }
+
+    fn create_at(
+        dir: &Path,
+        tmp: &Path,
+        seq: u64,
+        bytes: u64,
+        zero_fill: bool,
+    ) -> Result<(Segment, u64)> {
         let path = segment_path(dir, seq);
-        let tmp = path.with_extension("seg.tmp");
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)
+            .open(tmp)
             .context(|| format!("creating segment {}", tmp.display()))?;
         file.write_all_at(&encode_header(seq, bytes), 0)
             .context(|| format!("writing {}", tmp.display()))?;
@@ -120,17 +184,9 @@ impl Segment {
         }
         file.sync_all()
             .context(|| format!("syncing {}", tmp.display()))?;
-        fs::rename(&tmp, &path).context(|| format!("renaming {} into place", tmp.display()))?;
+        fs::rename(tmp, &path).context(|| format!("renaming {} into place", tmp.display()))?;
         sync_dir(dir)?;
-        Ok((
-            Segment {
-                seq,
-                path,
-                bytes,
-                file,
-            },
-            written,
-        ))
+        Ok((Segment::new(seq, path, bytes, file), written))
     }
 
     /// Gives a retired segment (`file`, now named `from`) a new life under a new sequence
@@ -146,6 +202,9 @@ impl Segment {
         let path = segment_path(dir, new_seq);
         let transit = path.with_extension("seg.recycling");
         fs::rename(from, &transit).context(|| format!("renaming {} for reuse", from.display()))?;
+        // The new name must be durable before the header changes: otherwise a power cut could
+        // leave the file under its old, live name with a new sequence in its header.
+        sync_dir(dir)?;
         file.write_all_at(&encode_header(new_seq, bytes), 0)
             .context(|| format!("writing header of {}", transit.display()))?;
         file.sync_data()
@@ -153,19 +212,19 @@ impl Segment {
         fs::rename(&transit, &path)
             .context(|| format!("renaming {} into place", transit.display()))?;
         sync_dir(dir)?;
-        Ok(Segment {
-            seq: new_seq,
-            path,
-            bytes,
-            file,
-        })
+        Ok(Segment::new(new_seq, path, bytes, file))
     }
 
-    /// Moves a segment out of the log (to `.seg.retired`) and returns a handle for recycling.
-    /// Readers that still hold the segment keep reading the same file.
+    /// Moves a segment out of the log (to `.seg.retired`), durably, and returns a handle for
+    /// recycling. Readers that still hold the segment keep reading the same file. Segments retire
+    /// oldest first, each rename made durable before the next: after a power cut the live log is
+    /// still a contiguous suffix of the whole log (recovery checks it).
     pub fn retire(&self) -> Result<(File, PathBuf)> {
         let retired = self.path.with_extension("seg.retired");
         fs::rename(&self.path, &retired).context(|| format!("retiring {}", self.path.display()))?;
+        if let Some(dir) = self.path.parent() {
+            sync_dir(dir)?;
+        }
         let file = self
             .file
             .try_clone()
@@ -226,18 +285,21 @@ impl Segment {
                 format!("header says segment {seq}, file name says {expected_seq}"),
             ));
         }
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&bytes) || bytes % 4096 != 0 {
+            return Err(corrupt(
+                24,
+                format!(
+                    "header says {bytes} bytes; a segment is {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX} bytes, a multiple of 4096"
+                ),
+            ));
+        }
         if bytes != len {
             return Err(corrupt(
                 24,
                 format!("header says {bytes} bytes, file has {len}"),
             ));
         }
-        Ok(Segment {
-            seq,
-            path: path.to_path_buf(),
-            bytes,
-            file,
-        })
+        Ok(Segment::new(seq, path.to_path_buf(), bytes, file))
     }
 
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {

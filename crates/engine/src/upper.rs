@@ -126,6 +126,62 @@ impl DeviceIndex {
             .flat_map(|(name, entries)| entries.iter().map(move |e| (&**name, *e)))
     }
 
+    /// Up to `limit` entries with from <= ts < to, of one sensor or all, in (sensor, ts) order,
+    /// strictly after `after` = (sensor, ts) when given. Costs O(log n + limit) whatever the
+    /// window holds, so a paged scan never materialises a whole device.
+    pub fn page(
+        &self,
+        sensor: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        after: Option<(&str, i64)>,
+        limit: usize,
+    ) -> Vec<(&str, IndexEntry)> {
+        use std::ops::Bound;
+        let first_sensor = match (sensor, after) {
+            (Some(s), Some((a, _))) if a > s => return Vec::new(),
+            (Some(s), _) => Bound::Included(s),
+            (None, Some((a, _))) => Bound::Included(a),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for (name, entries) in self
+            .sensors
+            .range::<str, _>((first_sensor, Bound::Unbounded))
+        {
+            if out.len() >= limit || sensor.is_some_and(|s| s != &**name) {
+                break;
+            }
+            let mut start = entries.partition_point(|e| e.ts_ms < from_ms);
+            if let Some((after_sensor, after_ts)) = after
+                && after_sensor == &**name
+            {
+                start = start.max(entries.partition_point(|e| e.ts_ms <= after_ts));
+            }
+            let end = entries.partition_point(|e| e.ts_ms < to_ms).max(start);
+            let take = (end - start).min(limit - out.len());
+            out.extend(entries[start..start + take].iter().map(|e| (&**name, *e)));
+        }
+        out
+    }
+
+    /// The newest entry of each sensor (of one sensor, if given), in sensor order.
+    pub fn latest(&self, sensor: Option<&str>) -> Vec<(&str, IndexEntry)> {
+        match sensor {
+            Some(name) => self
+                .sensors
+                .get_key_value(name)
+                .and_then(|(name, entries)| entries.last().map(|e| (&**name, *e)))
+                .into_iter()
+                .collect(),
+            None => self
+                .sensors
+                .iter()
+                .filter_map(|(name, entries)| entries.last().map(|e| (&**name, *e)))
+                .collect(),
+        }
+    }
+
     /// Bytes this index holds in memory (measured from capacities, plus per-sensor bookkeeping).
     pub fn index_bytes(&self) -> u64 {
         self.index_bytes + (self.segment_records.capacity() * size_of::<(u64, u64)>()) as u64

@@ -1,11 +1,17 @@
-//! `roamkv lab ...`: the command line of the I/O lab.
+//! `roamkv lab ...`: the command line of the I/O lab. Each subcommand's dispatch lives here; what
+//! it prints and writes lives in the report modules (`report::fs_workloads`,
+//! `report::trace_command`, `trace::render`).
 use crate::LabError;
 use crate::fixture::{Fixture, FsSpec, parse_fs_list, require_root};
-use crate::report::{Html, MachineHeader, bar_chart_svg, scatter_chart_svg, write_json};
-use crate::trace::{Kind, Trace, Tracer};
+use crate::report::fs_workloads::{self, FsRun};
+use crate::report::trace_command::{self, TraceOutputs, TraceRun};
+use crate::trace::Tracer;
 use crate::workload::{IoMode, Measurement, Plan, Workload, measure};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Kept at their old paths: the trace renderers now live in `trace::render`.
+pub use crate::trace::{summary_rows, timeline_text, trace_svg};
 
 #[derive(clap::Args, Debug)]
 pub struct LabArgs {
@@ -19,9 +25,11 @@ pub enum LabCommand {
     Fs(FsArgs),
     /// Run a command on a fresh file system and name every block request it causes.
     Trace(TraceArgs),
-    /// SQLite on the lab's file systems (issue 5).
+    /// SQLite transactions per journal mode and sync call on the lab's file systems, every block
+    /// write traced and named (paper 004).
     Sqlite(crate::sqlite::SqliteArgs),
-    /// Queries lab (issue 5).
+    /// SQLite search queries per file system, warm and cold cache (paper 000), and the same
+    /// questions on sensor data asked of roamkv and SQLite.
     Queries(crate::queries::QueriesArgs),
     /// Internal: runs inside the --vm guest.
     #[command(hide = true)]
@@ -120,18 +128,6 @@ pub fn run(args: &LabArgs) -> ExitCode {
     }
 }
 
-fn fmt_num(v: f64) -> String {
-    if !v.is_finite() {
-        "-".to_string()
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
 /// The words between the program name and "fs" in this process's command line ("lab" for
 /// `roamkv lab fs`), so the guest can call the same binary the same way.
 fn subcommand_prefix() -> Vec<String> {
@@ -180,27 +176,20 @@ fn run_fs_vm(args: &FsArgs) -> Result<ExitCode, LabError> {
         "roamkv lab fs --vm (guest kernel {}, software emulation: compare guest rows with each other only)",
         guest.kernel
     );
-    write_fs_report(
+    report_fs(
         args,
-        &title,
-        "lab-fs-vm",
-        &plan,
-        &fs_names,
-        &fixtures_json,
-        &results,
+        FsRun {
+            title: &title,
+            stem: "lab-fs-vm",
+            plan: &plan,
+            fs_names: &fs_names,
+            fixtures_json: &fixtures_json,
+            results: &results,
+        },
     )
 }
-
-pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
-    if args.vm {
-        return run_fs_vm(args);
-    }
-    let specs = parse_fs_list(args.fs.as_deref().unwrap_or(if args.quick {
-        "ext4,xfs,btrfs"
-    } else {
-        "all"
-    }))?;
-    require_root()?;
+/// The plan of a `lab fs` run: quick or full, with the command line's overrides.
+fn fs_plan(args: &FsArgs) -> Plan {
     let mut plan = if args.quick {
         Plan::quick()
     } else {
@@ -219,6 +208,20 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
             IoMode::Buffered
         }];
     }
+    plan
+}
+
+pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
+    if args.vm {
+        return run_fs_vm(args);
+    }
+    let specs = parse_fs_list(args.fs.as_deref().unwrap_or(if args.quick {
+        "ext4,xfs,btrfs"
+    } else {
+        "all"
+    }))?;
+    require_root()?;
+    let plan = fs_plan(args);
     let workloads: Vec<Workload> = plan
         .workloads()
         .into_iter()
@@ -228,6 +231,12 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
                 .is_none_or(|o| w.name().contains(o.as_str()))
         })
         .collect();
+    if workloads.is_empty() {
+        return Err(LabError::Unsupported(format!(
+            "no workload name contains {:?}",
+            args.only.clone().unwrap_or_default()
+        )));
+    }
     if workloads.is_empty() {
         return Err(LabError::Unsupported(format!(
             "no workload name contains {:?}",
@@ -275,245 +284,23 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
     }
     bar.finish_and_clear();
     let fs_names: Vec<String> = specs.iter().map(|s| s.name().to_string()).collect();
-    write_fs_report(
+    report_fs(
         args,
-        "roamkv lab fs",
-        "lab-fs",
-        &plan,
-        &fs_names,
-        &fixtures_json,
-        &results,
+        FsRun {
+            title: "roamkv lab fs",
+            stem: "lab-fs",
+            plan: &plan,
+            fs_names: &fs_names,
+            fixtures_json: &fixtures_json,
+            results: &results,
+        },
     )
 }
 
-fn write_fs_report(
-    args: &FsArgs,
-    title: &str,
-    stem: &str,
-    plan: &Plan,
-    fs_names: &[String],
-    fixtures_json: &[serde_json::Value],
-    results: &[Measurement],
-) -> Result<ExitCode, LabError> {
-    let header = MachineHeader::collect();
-
-    let columns = [
-        "fs",
-        "workload",
-        "ops/s",
-        "ops/s min..max",
-        "MB/s",
-        "dev writes/op",
-        "dev KiB written/op",
-        "flushes/op",
-        "traced writes/op data+journal+meta",
-    ];
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|m| {
-            vec![
-                m.fs.clone(),
-                m.workload.clone(),
-                fmt_num(m.ops_per_s_median),
-                match &m.error {
-                    Some(_) => "error".to_string(),
-                    None => format!("{}..{}", fmt_num(m.ops_per_s_min), fmt_num(m.ops_per_s_max)),
-                },
-                fmt_num(m.mb_per_s_median),
-                fmt_num(m.device_writes_per_op),
-                fmt_num(m.device_bytes_written_per_op / 1024.0),
-                fmt_num(m.device_flushes_per_op),
-                m.traced_per_op.map_or(String::new(), |t| {
-                    format!(
-                        "{}+{}+{} ({} flushes)",
-                        fmt_num(t.data_writes),
-                        fmt_num(t.journal_writes),
-                        fmt_num(t.metadata_writes),
-                        fmt_num(t.flushes)
-                    )
-                }),
-            ]
-        })
-        .collect();
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(columns.to_vec());
-    for row in &rows {
-        table.add_row(row.clone());
-    }
-    println!("{table}");
-
-    let json = serde_json::json!({
-        "machine": header, "plan": plan, "fixtures": fixtures_json, "results": results,
-    });
-    let json_path = write_json(&args.out, stem, &json)?;
-    let mut html = Html::new(title, &header);
-    html.paragraph(&format!(
-        "Plan: {} repetitions, ops per repetition capped at {}, {} ops for the fsync workloads. \
-         Reads drop the page cache first; paper-001 writes end with one fsync inside the timed region.",
-        plan.repetitions, plan.ops_max, plan.sync_ops
-    ));
-    html.heading("File systems");
-    let fixture_rows: Vec<Vec<String>> = fixtures_json
-        .iter()
-        .map(|f| {
-            ["fs", "device", "mkfs", "mount_options"]
-                .iter()
-                .map(|k| f.get(*k).and_then(|v| v.as_str()).unwrap_or("").to_string())
-                .collect()
-        })
-        .collect();
-    html.table(&["fs", "device", "mkfs", "mount options"], &fixture_rows);
-    // One chart per workload family: MB/s by file system, one bar per variant.
-    let fs_names = fs_names.to_vec();
-    let mut families: Vec<String> = Vec::new();
-    for m in results {
-        let family = family_of(&m.workload);
-        if !families.contains(&family) {
-            families.push(family);
-        }
-    }
-    for family in &families {
-        let mut variants: Vec<String> = Vec::new();
-        for m in results.iter().filter(|m| &family_of(&m.workload) == family) {
-            if !variants.contains(&m.workload) {
-                variants.push(m.workload.clone());
-            }
-        }
-        let is_sync = family.starts_with("4KiB+");
-        // One bar per (variant, file system): the value `pick` reads off that measurement.
-        let series_by = |pick: &dyn Fn(&Measurement) -> f64| -> Vec<(String, Vec<f64>)> {
-            variants
-                .iter()
-                .map(|v| {
-                    let values = fs_names
-                        .iter()
-                        .map(|fs| {
-                            results
-                                .iter()
-                                .find(|m| &m.fs == fs && &m.workload == v)
-                                .map_or(f64::NAN, pick)
-                        })
-                        .collect();
-                    (v.clone(), values)
-                })
-                .collect()
-        };
-        let series = series_by(&|m| {
-            if is_sync {
-                m.ops_per_s_median
-            } else {
-                m.mb_per_s_median
-            }
-        });
-        html.heading(family);
-        html.svg(&bar_chart_svg(
-            family,
-            if is_sync {
-                "ops/s (median)"
-            } else {
-                "MB/s (median)"
-            },
-            &fs_names,
-            &series,
-        ));
-        if is_sync {
-            let writes = series_by(&|m| m.device_writes_per_op);
-            html.svg(&bar_chart_svg(
-                &format!("{family}: block writes per operation"),
-                "device writes / op",
-                &fs_names,
-                &writes,
-            ));
-        }
-    }
-    // Paper 004 §5: what one write+sync costs, by request kind, from the traced repetition.
-    let traced: Vec<&Measurement> = results
-        .iter()
-        .filter(|m| m.traced_per_op.is_some())
-        .collect();
-    if !traced.is_empty() {
-        html.heading("Block requests per 4 KiB write + sync (traced)");
-        html.paragraph(
-            "One extra, untimed repetition of each sync workload runs under `roamkv lab trace`'s tracer; every request \
-             is named by LBA (file data, file-system journal/log, other metadata). The device counters in the table \
-             below count one more write per flush on this kernel: the empty write bio that carries a preflush.",
-        );
-        let mut variants: Vec<String> = Vec::new();
-        for m in &traced {
-            if !variants.contains(&m.workload) {
-                variants.push(m.workload.clone());
-            }
-        }
-        for v in variants.iter().filter(|v| {
-            v.ends_with("buffered") || !variants.iter().any(|b| b.ends_with("buffered"))
-        }) {
-            let pick = |fs: &str, f: &dyn Fn(&crate::workload::TracedPerOp) -> f64| {
-                traced
-                    .iter()
-                    .find(|m| m.fs == fs && &m.workload == v)
-                    .and_then(|m| m.traced_per_op.as_ref().map(f))
-                    .unwrap_or(f64::NAN)
-            };
-            let series: Vec<(String, Vec<f64>)> = vec![
-                (
-                    "data".to_string(),
-                    fs_names
-                        .iter()
-                        .map(|f| pick(f, &|t| t.data_writes))
-                        .collect(),
-                ),
-                (
-                    "fs journal".to_string(),
-                    fs_names
-                        .iter()
-                        .map(|f| pick(f, &|t| t.journal_writes))
-                        .collect(),
-                ),
-                (
-                    "metadata".to_string(),
-                    fs_names
-                        .iter()
-                        .map(|f| pick(f, &|t| t.metadata_writes))
-                        .collect(),
-                ),
-                (
-                    "flushes".to_string(),
-                    fs_names.iter().map(|f| pick(f, &|t| t.flushes)).collect(),
-                ),
-            ];
-            html.svg(&bar_chart_svg(
-                &format!("{v}: requests per operation"),
-                "requests / op",
-                &fs_names,
-                &series,
-            ));
-        }
-    }
-    html.heading("All results");
-    html.table(&columns, &rows);
-    let html_path = args.out.join(format!("{stem}.html"));
-    html.write(&html_path)?;
+fn report_fs(args: &FsArgs, run: FsRun<'_>) -> Result<ExitCode, LabError> {
+    let (json_path, html_path) = fs_workloads::write(&run, &args.out)?;
     println!("wrote {} and {}", json_path.display(), html_path.display());
     Ok(ExitCode::SUCCESS)
-}
-
-/// Groups workload names for charts: "seq-read 4KiB 10MB buffered" -> "seq-read 10MB buffered";
-/// "4KiB+fsync seq overwrite direct" -> "4KiB+sync direct".
-fn family_of(workload: &str) -> String {
-    let words: Vec<&str> = workload.split_whitespace().collect();
-    if workload.starts_with("4KiB+") {
-        format!("4KiB+sync {}", words.last().unwrap_or(&""))
-    } else {
-        words
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != 1)
-            .map(|(_, w)| *w)
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 }
 
 fn run_shell(command: &str, dir: &Path) -> Result<(), LabError> {
@@ -582,67 +369,24 @@ pub fn run_trace(args: &TraceArgs) -> Result<ExitCode, LabError> {
         std::fs::write(path, text + "\n").map_err(|e| LabError::io(path, e))?;
     }
     let status = status.map_err(|e| LabError::io(program, e))?;
-    print_trace(&trace, args.lines);
-    let ops = args.ops.max(1);
-    let k = &trace.summary.by_kind;
-    let per_op = serde_json::json!({
-        "ops": ops,
-        "data_writes": k.data.writes as f64 / ops as f64, "data_bytes": k.data.bytes as f64 / ops as f64,
-        "fs_journal_writes": k.fs_journal.writes as f64 / ops as f64, "fs_journal_bytes": k.fs_journal.bytes as f64 / ops as f64,
-        "metadata_writes": k.metadata.writes as f64 / ops as f64, "metadata_bytes": k.metadata.bytes as f64 / ops as f64,
-        "flushes": trace.summary.flushes as f64 / ops as f64,
-    });
-    if ops > 1 {
-        println!(
-            "per operation ({ops}): data {:.2} writes, fs journal {:.2}, metadata {:.2}, flushes {:.2}",
-            k.data.writes as f64 / ops as f64,
-            k.fs_journal.writes as f64 / ops as f64,
-            k.metadata.writes as f64 / ops as f64,
-            trace.summary.flushes as f64 / ops as f64
-        );
-    }
-
-    let header = MachineHeader::collect();
     let command_line = args.command.join(" ");
-    let json = serde_json::json!({
-        "machine": header, "fs": spec.name(), "device": fixture.device().display().to_string(),
-        "mkfs": fixture.mkfs_command(), "mount_options": fixture.mount_options(),
-        "setup": args.setup, "command": command_line, "command_status": status.code(),
-        "requests": trace.requests, "summary": trace.summary, "per_op": per_op,
-    });
-    let json_path = write_json(&args.out, "trace", &json)?;
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&json).map_err(|e| LabError::Parse {
-            what: "json".into(),
-            detail: e.to_string(),
-        })?;
-        std::fs::write(path, text + "\n").map_err(|e| LabError::io(path, e))?;
-    }
-    let svg = trace_svg(&trace, &format!("{} on {}", command_line, spec.name()));
-    if let Some(path) = &args.svg {
-        std::fs::write(path, &svg).map_err(|e| LabError::io(path, e))?;
-    }
-    let mut html = Html::new(&format!("roamkv lab trace: {command_line}"), &header);
-    html.table(
-        &["", ""],
-        &[
-            vec!["file system".into(), spec.name().into()],
-            vec!["mkfs".into(), fixture.mkfs_command().into()],
-            vec!["mount options".into(), fixture.mount_options().into()],
-            vec![
-                "setup (untraced)".into(),
-                args.setup.clone().unwrap_or_default(),
-            ],
-            vec!["command".into(), command_line.clone()],
-        ],
-    );
-    html.svg(&svg);
-    html.heading("Summary");
-    html.table(&["kind", "writes", "bytes"], &summary_rows(&trace));
-    html.heading("Timeline");
-    html.preformatted(&timeline_text(&trace, HTML_TIMELINE_LINES_MAX));
-    let html_path = args.out.join("trace.html");
-    html.write(&html_path)?;
+    let (json_path, html_path) = trace_command::write(
+        &TraceRun {
+            fixture: &fixture,
+            fs_name: spec.name(),
+            setup: args.setup.as_deref(),
+            command_line: &command_line,
+            command_status: status.code(),
+            trace: &trace,
+            ops: args.ops,
+            lines: args.lines,
+        },
+        &TraceOutputs {
+            out: &args.out,
+            json: args.json.as_deref(),
+            svg: args.svg.as_deref(),
+        },
+    )?;
     drop(fixture);
     eprintln!("wrote {} and {}", json_path.display(), html_path.display());
     if !status.success() {
@@ -652,128 +396,6 @@ pub fn run_trace(args: &TraceArgs) -> Result<ExitCode, LabError> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn summary_rows(trace: &Trace) -> Vec<Vec<String>> {
-    let s = &trace.summary;
-    let mut rows = vec![
-        vec![
-            "data".to_string(),
-            s.by_kind.data.writes.to_string(),
-            s.by_kind.data.bytes.to_string(),
-        ],
-        vec![
-            "fs_journal".to_string(),
-            s.by_kind.fs_journal.writes.to_string(),
-            s.by_kind.fs_journal.bytes.to_string(),
-        ],
-        vec![
-            "metadata".to_string(),
-            s.by_kind.metadata.writes.to_string(),
-            s.by_kind.metadata.bytes.to_string(),
-        ],
-        vec![
-            "flushes".to_string(),
-            s.flushes.to_string(),
-            "-".to_string(),
-        ],
-        vec![
-            "reads".to_string(),
-            s.reads.writes.to_string(),
-            s.reads.bytes.to_string(),
-        ],
-    ];
-    for (file, count) in &s.by_file {
-        rows.push(vec![
-            format!("  data: {file}"),
-            count.writes.to_string(),
-            count.bytes.to_string(),
-        ]);
-    }
-    rows
-}
-
-pub fn timeline_text(trace: &Trace, max_lines: usize) -> String {
-    let mut out = format!(
-        "{:>10} {:>7} {:<5} {:>12} {:>8} {:<10} {:<16} {}\n",
-        "time_us", "device", "rwbs", "lba", "bytes", "kind", "task", "file"
-    );
-    for r in trace.requests.iter().take(max_lines) {
-        out.push_str(&format!(
-            "{:>10} {:>7} {:<5} {:>12} {:>8} {:<10} {:<16} {}\n",
-            r.time_us,
-            r.device,
-            r.rwbs,
-            r.lba,
-            r.bytes,
-            r.kind.label(),
-            r.comm,
-            r.file.as_deref().unwrap_or("")
-        ));
-    }
-    if trace.requests.len() > max_lines {
-        out.push_str(&format!(
-            "... {} more requests\n",
-            trace.requests.len() - max_lines
-        ));
-    }
-    out
-}
-
-fn print_trace(trace: &Trace, lines: usize) {
-    if lines > 0 {
-        print!("{}", timeline_text(trace, lines));
-    }
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(vec!["kind", "writes", "bytes"]);
-    for row in summary_rows(trace) {
-        table.add_row(row);
-    }
-    println!("{table}");
-    println!(
-        "{} requests in {:.3} s",
-        trace.requests.len(),
-        trace.summary.duration_us as f64 / 1e6
-    );
-}
-
-const SVG_POINTS_PER_KIND_MAX: usize = 20_000;
-/// The HTML page lists at most this many requests; the JSON always has all of them.
-const HTML_TIMELINE_LINES_MAX: usize = 5_000;
-
-/// Paper 004 Fig. 3/4 style: time on x, LBA on y, one colour per request kind.
-pub fn trace_svg(trace: &Trace, title: &str) -> String {
-    let kinds = [
-        Kind::Data,
-        Kind::FsJournal,
-        Kind::Metadata,
-        Kind::Flush,
-        Kind::Read,
-    ];
-    let series: Vec<(String, Vec<(f64, f64)>)> = kinds
-        .iter()
-        .map(|k| {
-            let of_kind: Vec<&crate::trace::Request> =
-                trace.requests.iter().filter(|r| r.kind == *k).collect();
-            // Keep the picture a reasonable size for long traces: every n-th request of a kind.
-            let step = of_kind.len().div_ceil(SVG_POINTS_PER_KIND_MAX).max(1);
-            let points = of_kind
-                .iter()
-                .step_by(step)
-                .map(|r| (r.time_us as f64 / 1000.0, r.lba as f64))
-                .collect();
-            let label = if step > 1 {
-                format!("{} (every {step}th)", k.label())
-            } else {
-                k.label().to_string()
-            };
-            (label, points)
-        })
-        .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
-        .collect();
-    scatter_chart_svg(title, "time (ms)", "LBA (512-byte sector)", &series)
 }
 
 #[cfg(test)]
@@ -856,18 +478,6 @@ mod tests {
         assert!(
             err.contains("reiserfs") && err.contains("ext4-writeback"),
             "{err}"
-        );
-    }
-
-    #[test]
-    fn families_group_block_sizes() {
-        assert_eq!(
-            family_of("seq-read 4KiB 10MB buffered"),
-            "seq-read 10MB buffered"
-        );
-        assert_eq!(
-            family_of("4KiB+fsync seq overwrite direct"),
-            "4KiB+sync direct"
         );
     }
 }

@@ -507,111 +507,7 @@ impl Fixture {
             .journal_device
             .as_ref()
             .map(|p| p.to_string_lossy().into_owned());
-        let mut commands: Vec<Vec<String>> = Vec::new();
-        // Lazy init off: otherwise ext4lazyinit zeroes inode tables in the background while we measure.
-        let ext_opts = "lazy_itable_init=0,lazy_journal_init=0";
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
-        let mut mount_options: Vec<String> = Vec::new();
-        match self.spec {
-            FsSpec::Ext2 => commands.push(s(&[
-                "mke2fs",
-                "-F",
-                "-q",
-                "-t",
-                "ext2",
-                "-b",
-                "4096",
-                "-E",
-                "lazy_itable_init=0",
-                &dev,
-            ])),
-            FsSpec::Ext4 | FsSpec::Ext4Writeback | FsSpec::Ext4Journal => {
-                commands.push(s(&[
-                    "mke2fs", "-F", "-q", "-t", "ext4", "-b", "4096", "-E", ext_opts, &dev,
-                ]));
-                mount_options.push(
-                    match self.spec {
-                        FsSpec::Ext4Writeback => "data=writeback",
-                        FsSpec::Ext4Journal => "data=journal",
-                        _ => "data=ordered",
-                    }
-                    .to_string(),
-                );
-            }
-            FsSpec::Ext4NoJournal => commands.push(s(&[
-                "mke2fs",
-                "-F",
-                "-q",
-                "-t",
-                "ext4",
-                "-b",
-                "4096",
-                "-O",
-                "^has_journal",
-                "-E",
-                "lazy_itable_init=0",
-                &dev,
-            ])),
-            FsSpec::Ext4FastCommit => commands.push(s(&[
-                "mke2fs",
-                "-F",
-                "-q",
-                "-t",
-                "ext4",
-                "-b",
-                "4096",
-                "-O",
-                "fast_commit",
-                "-E",
-                ext_opts,
-                &dev,
-            ])),
-            FsSpec::Ext4ExternalJournal => {
-                let j = jdev.clone().ok_or_else(|| {
-                    LabError::Unsupported("external journal device missing".into())
-                })?;
-                commands.push(s(&[
-                    "mke2fs",
-                    "-F",
-                    "-q",
-                    "-O",
-                    "journal_dev",
-                    "-b",
-                    "4096",
-                    &j,
-                ]));
-                commands.push(s(&[
-                    "mke2fs",
-                    "-F",
-                    "-q",
-                    "-t",
-                    "ext4",
-                    "-b",
-                    "4096",
-                    "-J",
-                    &format!("device={j}"),
-                    "-E",
-                    "lazy_itable_init=0",
-                    &dev,
-                ]));
-            }
-            FsSpec::Xfs => commands.push(s(&["mkfs.xfs", "-f", "-q", &dev])),
-            FsSpec::XfsExternalLog => {
-                let j = jdev
-                    .clone()
-                    .ok_or_else(|| LabError::Unsupported("external log device missing".into()))?;
-                commands.push(s(&[
-                    "mkfs.xfs",
-                    "-f",
-                    "-q",
-                    "-l",
-                    &format!("logdev={j}"),
-                    &dev,
-                ]));
-                mount_options.push(format!("logdev={j}"));
-            }
-            FsSpec::Btrfs => commands.push(s(&["mkfs.btrfs", "-f", "-q", &dev])),
-        }
+        let (commands, mount_options) = mkfs_plan(self.spec, &dev, jdev.as_deref())?;
         for cmd in &commands {
             let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
             run_command(&args)?;
@@ -721,6 +617,122 @@ impl Fixture {
         }
         Ok(())
     }
+}
+
+/// The mkfs command(s) for a file system on `dev` (and its external journal/log device `jdev`),
+/// and the mount options it needs beyond the defaults. Longer than most functions on purpose: one
+/// match arm per file system, each a literal command line, reads best as one table.
+fn mkfs_plan(
+    spec: FsSpec,
+    dev: &str,
+    jdev: Option<&str>,
+) -> Result<(Vec<Vec<String>>, Vec<String>), LabError> {
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    // Lazy init off: otherwise ext4lazyinit zeroes inode tables in the background while we measure.
+    let ext_opts = "lazy_itable_init=0,lazy_journal_init=0";
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let mut mount_options: Vec<String> = Vec::new();
+    match spec {
+        FsSpec::Ext2 => commands.push(s(&[
+            "mke2fs",
+            "-F",
+            "-q",
+            "-t",
+            "ext2",
+            "-b",
+            "4096",
+            "-E",
+            "lazy_itable_init=0",
+            dev,
+        ])),
+        FsSpec::Ext4 | FsSpec::Ext4Writeback | FsSpec::Ext4Journal => {
+            commands.push(s(&[
+                "mke2fs", "-F", "-q", "-t", "ext4", "-b", "4096", "-E", ext_opts, dev,
+            ]));
+            mount_options.push(
+                match spec {
+                    FsSpec::Ext4Writeback => "data=writeback",
+                    FsSpec::Ext4Journal => "data=journal",
+                    _ => "data=ordered",
+                }
+                .to_string(),
+            );
+        }
+        FsSpec::Ext4NoJournal => commands.push(s(&[
+            "mke2fs",
+            "-F",
+            "-q",
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-O",
+            "^has_journal",
+            "-E",
+            "lazy_itable_init=0",
+            dev,
+        ])),
+        FsSpec::Ext4FastCommit => commands.push(s(&[
+            "mke2fs",
+            "-F",
+            "-q",
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-O",
+            "fast_commit",
+            "-E",
+            ext_opts,
+            dev,
+        ])),
+        FsSpec::Ext4ExternalJournal => {
+            let j = jdev
+                .map(str::to_string)
+                .ok_or_else(|| LabError::Unsupported("external journal device missing".into()))?;
+            commands.push(s(&[
+                "mke2fs",
+                "-F",
+                "-q",
+                "-O",
+                "journal_dev",
+                "-b",
+                "4096",
+                &j,
+            ]));
+            commands.push(s(&[
+                "mke2fs",
+                "-F",
+                "-q",
+                "-t",
+                "ext4",
+                "-b",
+                "4096",
+                "-J",
+                &format!("device={j}"),
+                "-E",
+                "lazy_itable_init=0",
+                dev,
+            ]));
+        }
+        FsSpec::Xfs => commands.push(s(&["mkfs.xfs", "-f", "-q", dev])),
+        FsSpec::XfsExternalLog => {
+            let j = jdev
+                .map(str::to_string)
+                .ok_or_else(|| LabError::Unsupported("external log device missing".into()))?;
+            commands.push(s(&[
+                "mkfs.xfs",
+                "-f",
+                "-q",
+                "-l",
+                &format!("logdev={j}"),
+                dev,
+            ]));
+            mount_options.push(format!("logdev={j}"));
+        }
+        FsSpec::Btrfs => commands.push(s(&["mkfs.btrfs", "-f", "-q", dev])),
+    }
+    Ok((commands, mount_options))
 }
 
 impl Drop for Fixture {

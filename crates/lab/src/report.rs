@@ -1,5 +1,10 @@
 //! Reports: a machine header (what ran where), JSON files, and a self-contained HTML page with
 //! tables and inline SVG charts (drawn with plotters' SVG backend, no font files needed).
+//! What each subcommand reports lives beside it: `fs_workloads` (`lab fs`), `trace_command`
+//! (`lab trace`); `sqlite::report` and the trace renderers (`trace::render`) build on this module.
+pub mod fs_workloads;
+pub mod trace_command;
+
 use crate::LabError;
 use plotters::prelude::*;
 use std::fmt::Write as _;

@@ -201,13 +201,7 @@ pub fn run_guest(
     fs_names: &[&str],
     options: &GuestOptions,
 ) -> Result<GuestResults, LabError> {
-    let GuestOptions {
-        quick,
-        repetitions,
-        only,
-        io,
-        memory_mib,
-    } = *options;
+    let memory_mib = options.memory_mib;
     crate::fixture::require_tool("qemu-system-x86_64", "qemu-system-x86")?;
     let cache = default_cache_dir();
     std::fs::create_dir_all(&cache).map_err(|e| LabError::io(&cache, e))?;
@@ -222,39 +216,7 @@ pub fn run_guest(
         let f = std::fs::File::create(path).map_err(|e| LabError::io(path, e))?;
         f.set_len(bytes).map_err(|e| LabError::io(path, e))?;
     }
-    let mut guest_args = String::new();
-    if quick {
-        guest_args.push_str(" --quick");
-    }
-    if let Some(r) = repetitions {
-        guest_args.push_str(&format!(" --repetitions {r}"));
-    }
-    if let Some(io) = io {
-        guest_args.push_str(&format!(" --io {io}"));
-    }
-    if let Some(o) = only {
-        if o.contains(|c: char| c.is_whitespace() || c == '~' || c == ';') {
-            return Err(LabError::Unsupported(
-                "--only with --vm must not contain spaces, '~' or ';'".into(),
-            ));
-        }
-        guest_args.push_str(&format!(" --only {o}"));
-    }
-    let mkfs_list: Vec<String> = fs_names
-        .iter()
-        .filter_map(|n| GUEST_FS.iter().find(|g| g.0 == *n))
-        .map(|(name, mkfs, mount_type, tail)| {
-            format!("{name}:{mount_type}:{}:{tail}", mkfs.replace(' ', "~"))
-        })
-        .collect();
-    let mut append = format!(
-        "console=ttyS0 panic=-1 quiet roamkv.fs={} roamkv.args={}",
-        mkfs_list.join(";"),
-        guest_args.trim().replace(' ', "~")
-    );
-    if !cmd_prefix.is_empty() {
-        append.push_str(&format!(" roamkv.cmd={}", cmd_prefix.join("~")));
-    }
+    let append = kernel_command_line(cmd_prefix, fs_names, options)?;
     // cache=none: the guest's flushes reach the host disk, as a real device's would.
     let disk_arg = format!("file={},format=raw,if=virtio,cache=none", disk.display());
     let results_arg = format!("file={},format=raw,if=virtio,cache=none", results.display());
@@ -308,6 +270,56 @@ pub fn run_guest(
         what: "guest results".into(),
         detail: e.to_string(),
     })
+}
+
+/// The guest kernel's command line: which file systems to make (mkfs command, mount type) and
+/// the `lab fs` arguments to run on each, with spaces encoded as '~'.
+fn kernel_command_line(
+    cmd_prefix: &[String],
+    fs_names: &[&str],
+    options: &GuestOptions,
+) -> Result<String, LabError> {
+    let GuestOptions {
+        quick,
+        repetitions,
+        only,
+        io,
+        ..
+    } = *options;
+    let mut guest_args = String::new();
+    if quick {
+        guest_args.push_str(" --quick");
+    }
+    if let Some(r) = repetitions {
+        guest_args.push_str(&format!(" --repetitions {r}"));
+    }
+    if let Some(io) = io {
+        guest_args.push_str(&format!(" --io {io}"));
+    }
+    if let Some(o) = only {
+        if o.contains(|c: char| c.is_whitespace() || c == '~' || c == ';') {
+            return Err(LabError::Unsupported(
+                "--only with --vm must not contain spaces, '~' or ';'".into(),
+            ));
+        }
+        guest_args.push_str(&format!(" --only {o}"));
+    }
+    let mkfs_list: Vec<String> = fs_names
+        .iter()
+        .filter_map(|n| GUEST_FS.iter().find(|g| g.0 == *n))
+        .map(|(name, mkfs, mount_type, tail)| {
+            format!("{name}:{mount_type}:{}:{tail}", mkfs.replace(' ', "~"))
+        })
+        .collect();
+    let mut append = format!(
+        "console=ttyS0 panic=-1 quiet roamkv.fs={} roamkv.args={}",
+        mkfs_list.join(";"),
+        guest_args.trim().replace(' ', "~")
+    );
+    if !cmd_prefix.is_empty() {
+        append.push_str(&format!(" roamkv.cmd={}", cmd_prefix.join("~")));
+    }
+    Ok(append)
 }
 
 /// Turns guest measurements back into typed rows for the report.

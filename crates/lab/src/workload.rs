@@ -542,108 +542,162 @@ fn run_once(
 ) -> Result<(Repetition, Option<Trace>), LabError> {
     let (ops, op_bytes) = workload.ops_and_bytes(ops_max);
     let buffer = AlignedBuffer::new(op_bytes as usize, seed);
+    let run = OneRun {
+        fixture,
+        dir,
+        ops,
+        buffer: &buffer,
+        seed,
+        traced,
+    };
     match *workload {
         Workload::Transfer {
             pattern,
             block_bytes,
             file_bytes,
             io,
-        } => {
-            let path: PathBuf = dir.join(format!("file-{file_bytes}"));
-            if pattern == Pattern::SeqWrite {
-                let _ = std::fs::remove_file(&path);
-            } else {
-                prepare_file(&path, file_bytes, seed)?;
-            }
-            if pattern.is_read() {
-                drop_caches()?;
-            } else {
-                fixture.quiesce()?;
-            }
-            let offsets = offsets(pattern.is_random(), block_bytes, ops, seed);
-            let mut read_buffer = AlignedBuffer::new(block_bytes as usize, 0);
-            let tracer = maybe_trace(fixture, traced)?;
-            let before = device_counters(fixture)?;
-            let started = Instant::now();
-            let file = open_for(
-                &path,
-                io,
-                !pattern.is_read(),
-                pattern == Pattern::SeqWrite,
-                false,
-            )?;
-            for &offset in &offsets {
-                if pattern.is_read() {
-                    let slice = &mut read_buffer.as_mut_slice()[..block_bytes as usize];
-                    file.read_exact_at(slice, offset).map_err(io_err(&path))?;
-                } else {
-                    file.write_all_at(buffer.as_slice(block_bytes as usize), offset)
-                        .map_err(io_err(&path))?;
-                }
-            }
-            if !pattern.is_read() {
-                file.sync_all().map_err(io_err(&path))?;
-            }
-            drop(file);
-            let elapsed_s = started.elapsed().as_secs_f64();
-            let device = device_counters(fixture)?.delta(&before);
-            let trace = stop_trace(fixture, tracer)?;
-            Ok((
-                Repetition {
-                    elapsed_s,
-                    ops,
-                    bytes: ops * block_bytes,
-                    device,
-                },
-                trace,
-            ))
-        }
+        } => run.transfer(pattern, block_bytes, file_bytes, io),
         Workload::SyncWrite {
             call,
             random,
             target,
             io,
+            ops: _,
+        } => run.sync_write(call, random, target, io),
+    }
+}
+
+/// One repetition's setting: where it runs, how many operations, what it writes.
+struct OneRun<'a> {
+    fixture: &'a dyn Target,
+    dir: &'a Path,
+    ops: u64,
+    buffer: &'a AlignedBuffer,
+    seed: u64,
+    traced: bool,
+}
+
+impl OneRun<'_> {
+    /// Paper 001: reads or writes of `block_bytes` over a file of `file_bytes`.
+    fn transfer(
+        &self,
+        pattern: Pattern,
+        block_bytes: u64,
+        file_bytes: u64,
+        io: IoMode,
+    ) -> Result<(Repetition, Option<Trace>), LabError> {
+        let OneRun {
+            fixture,
+            dir,
             ops,
-        } => {
-            let path = dir.join("sync-target");
+            buffer,
+            seed,
+            traced,
+        } = *self;
+        let path: PathBuf = dir.join(format!("file-{file_bytes}"));
+        if pattern == Pattern::SeqWrite {
             let _ = std::fs::remove_file(&path);
-            if target == SyncTarget::Overwrite {
-                prepare_file(&path, ops * SYNC_WRITE_BYTES, seed)?;
-            } else {
-                File::create(&path)
-                    .and_then(|f| f.sync_all())
-                    .map_err(io_err(&path))?;
-                // The new directory entry must be durable before timing starts.
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(io_err(dir))?;
-            }
-            fixture.quiesce()?;
-            let offsets = offsets(random, SYNC_WRITE_BYTES, ops, seed);
-            let tracer = maybe_trace(fixture, traced)?;
-            let before = device_counters(fixture)?;
-            let started = Instant::now();
-            let file = open_for(&path, io, true, false, false)?;
-            for &offset in &offsets {
-                // Appending writes at the current end; offsets are sequential so they coincide.
-                file.write_all_at(buffer.as_slice(SYNC_WRITE_BYTES as usize), offset)
-                    .map_err(io_err(&path))?;
-                sync_file(&file, call, &path)?;
-            }
-            drop(file);
-            let elapsed_s = started.elapsed().as_secs_f64();
-            let device = device_counters(fixture)?.delta(&before);
-            let trace = stop_trace(fixture, tracer)?;
-            Ok((
-                Repetition {
-                    elapsed_s,
-                    ops,
-                    bytes: ops * SYNC_WRITE_BYTES,
-                    device,
-                },
-                trace,
-            ))
+        } else {
+            prepare_file(&path, file_bytes, seed)?;
         }
+        if pattern.is_read() {
+            drop_caches()?;
+        } else {
+            fixture.quiesce()?;
+        }
+        let offsets = offsets(pattern.is_random(), block_bytes, ops, seed);
+        let mut read_buffer = AlignedBuffer::new(block_bytes as usize, 0);
+        let tracer = maybe_trace(fixture, traced)?;
+        let before = device_counters(fixture)?;
+        let started = Instant::now();
+        let file = open_for(
+            &path,
+            io,
+            !pattern.is_read(),
+            pattern == Pattern::SeqWrite,
+            false,
+        )?;
+        for &offset in &offsets {
+            if pattern.is_read() {
+                let slice = &mut read_buffer.as_mut_slice()[..block_bytes as usize];
+                file.read_exact_at(slice, offset).map_err(io_err(&path))?;
+            } else {
+                file.write_all_at(buffer.as_slice(block_bytes as usize), offset)
+                    .map_err(io_err(&path))?;
+            }
+        }
+        if !pattern.is_read() {
+            file.sync_all().map_err(io_err(&path))?;
+        }
+        drop(file);
+        let elapsed_s = started.elapsed().as_secs_f64();
+        let device = device_counters(fixture)?.delta(&before);
+        let trace = stop_trace(fixture, tracer)?;
+        Ok((
+            Repetition {
+                elapsed_s,
+                ops,
+                bytes: ops * block_bytes,
+                device,
+            },
+            trace,
+        ))
+    }
+
+    /// Paper 004: 4 KiB writes, each followed by the sync call.
+    fn sync_write(
+        &self,
+        call: SyncCall,
+        random: bool,
+        target: SyncTarget,
+        io: IoMode,
+    ) -> Result<(Repetition, Option<Trace>), LabError> {
+        let OneRun {
+            fixture,
+            dir,
+            ops,
+            buffer,
+            seed,
+            traced,
+        } = *self;
+        let path = dir.join("sync-target");
+        let _ = std::fs::remove_file(&path);
+        if target == SyncTarget::Overwrite {
+            prepare_file(&path, ops * SYNC_WRITE_BYTES, seed)?;
+        } else {
+            File::create(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err(&path))?;
+            // The new directory entry must be durable before timing starts.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(dir))?;
+        }
+        fixture.quiesce()?;
+        let offsets = offsets(random, SYNC_WRITE_BYTES, ops, seed);
+        let tracer = maybe_trace(fixture, traced)?;
+        let before = device_counters(fixture)?;
+        let started = Instant::now();
+        let file = open_for(&path, io, true, false, false)?;
+        for &offset in &offsets {
+            // Appending writes at the current end; offsets are sequential so they coincide.
+            file.write_all_at(buffer.as_slice(SYNC_WRITE_BYTES as usize), offset)
+                .map_err(io_err(&path))?;
+            sync_file(&file, call, &path)?;
+        }
+        drop(file);
+        let elapsed_s = started.elapsed().as_secs_f64();
+        let device = device_counters(fixture)?.delta(&before);
+        let trace = stop_trace(fixture, tracer)?;
+        Ok((
+            Repetition {
+                elapsed_s,
+                ops,
+                bytes: ops * SYNC_WRITE_BYTES,
+                device,
+            },
+            trace,
+        ))
     }
 }
 
@@ -688,38 +742,11 @@ pub fn measure_on(
         }
     }
     // Paper 004 counts writes per fsync: one extra, untimed repetition under the tracer names them.
-    let mut traced_per_op = None;
-    if let (
-        Workload::SyncWrite {
-            call,
-            random,
-            target,
-            io,
-            ..
-        },
-        true,
-        None,
-    ) = (*workload, plan.trace_sync, &error)
-    {
-        let small = Workload::SyncWrite {
-            call,
-            random,
-            target,
-            io,
-            ops: TRACED_OPS.min(plan.sync_ops),
-        };
-        match run_once(fixture, &dir, &small, plan.ops_max, plan.seed, true) {
-            Ok((_, Some(trace))) => {
-                traced_per_op = Some(TracedPerOp::from_trace(
-                    &trace,
-                    TRACED_OPS.min(plan.sync_ops),
-                ))
-            }
-            Ok((_, None)) => {}
-            Err(e @ LabError::Interrupted) => return Err(e),
-            Err(e) => error = Some(format!("traced repetition: {e}")),
-        }
-    }
+    let traced_per_op = if plan.trace_sync && error.is_none() {
+        traced_repetition(fixture, &dir, workload, plan, &mut error)?
+    } else {
+        None
+    };
     let per_rep = |f: &dyn Fn(&Repetition) -> f64| -> Vec<f64> { reps.iter().map(f).collect() };
     let mut ops_per_s = per_rep(&|r| r.ops as f64 / r.elapsed_s.max(1e-9));
     let ops_per_s_min = ops_per_s.iter().copied().fold(f64::NAN, f64::min);
@@ -745,6 +772,46 @@ pub fn measure_on(
         traced_per_op,
         error,
     })
+}
+
+/// For a sync workload: one untimed repetition of `TRACED_OPS` operations under the block tracer,
+/// its requests per operation by kind. A failure of the workload goes into `error`.
+fn traced_repetition(
+    fixture: &dyn Target,
+    dir: &Path,
+    workload: &Workload,
+    plan: &Plan,
+    error: &mut Option<String>,
+) -> Result<Option<TracedPerOp>, LabError> {
+    let Workload::SyncWrite {
+        call,
+        random,
+        target,
+        io,
+        ..
+    } = *workload
+    else {
+        return Ok(None);
+    };
+    let small = Workload::SyncWrite {
+        call,
+        random,
+        target,
+        io,
+        ops: TRACED_OPS.min(plan.sync_ops),
+    };
+    match run_once(fixture, dir, &small, plan.ops_max, plan.seed, true) {
+        Ok((_, Some(trace))) => Ok(Some(TracedPerOp::from_trace(
+            &trace,
+            TRACED_OPS.min(plan.sync_ops),
+        ))),
+        Ok((_, None)) => Ok(None),
+        Err(e @ LabError::Interrupted) => Err(e),
+        Err(e) => {
+            *error = Some(format!("traced repetition: {e}"));
+            Ok(None)
+        }
+    }
 }
 
 #[cfg(test)]

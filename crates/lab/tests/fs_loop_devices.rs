@@ -1,13 +1,13 @@
 //! Integration test on real loop devices: ext4 and XFS, a tiny workload, and a traced
-//! 4 KiB write + fsync whose journal writes must be found. Skips (with a message) where the
-//! machine cannot run it: not root, no losetup/mkfs, or no tracefs.
+//! 4 KiB write + fsync whose journal writes must be found. Needs root, losetup, mkfs and tracefs:
+//! without them it fails, or skips with ROAMKV_ALLOW_SKIP=1 (`roamkv_lab::prerequisite`).
 use roamkv_lab::LabError;
 use roamkv_lab::fixture::{Fixture, FsSpec, require_root, require_tool};
 use roamkv_lab::trace::{Kind, Tracer, tracefs_available};
 use roamkv_lab::workload::{IoMode, Pattern, Plan, SyncCall, SyncTarget, Workload, measure};
 use std::io::Write;
 
-fn skip_reason() -> Option<String> {
+fn missing_prerequisite() -> Option<String> {
     if let Err(e) = require_root() {
         return Some(e.to_string());
     }
@@ -33,8 +33,11 @@ fn skip_reason() -> Option<String> {
 
 #[test]
 fn ext4_and_xfs_tiny_workload_and_traced_fsync_finds_journal_writes() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("SKIPPED fs_loop_devices: {reason}");
+    if let Some(reason) = missing_prerequisite() {
+        roamkv_lab::prerequisite::unmet(
+            "ext4_and_xfs_tiny_workload_and_traced_fsync_finds_journal_writes",
+            &reason,
+        );
         return;
     }
     let plan = Plan {

@@ -31,7 +31,8 @@ fn roamkv_and_sqlite_return_the_same_rows_in_both_tiers() {
     }
     roamkv.engine.close().expect("close");
     let dir = tempfile::tempdir().expect("second tempdir");
-    let runs = sensor::compare(dir.path(), "plain", &spec, 3, &|| Ok(())).expect("compare");
+    let runs = roamkv_lab::queries::compare::compare(dir.path(), "plain", &spec, 3, &|| Ok(()))
+        .expect("compare");
     let stores: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.store.as_str()).collect();
     assert_eq!(
         stores.len(),

@@ -1,6 +1,6 @@
 //! Short traced runs on a real ext4 on a loop device: WAL mode issues fewer block writes per
 //! insert than DELETE mode (paper 004's Fig. 4), and the split names the journal file's writes.
-//! Skips (with a message) without root, loop devices or tracefs.
+//! Needs root, loop devices and tracefs: fails without them, or skips with ROAMKV_ALLOW_SKIP=1.
 
 use roamkv_lab::fixture::{Fixture, FsSpec};
 use roamkv_lab::sqlite::config::{JournalMode, Op, SyncCall, Synchronous};
@@ -9,21 +9,22 @@ use roamkv_lab::sqlite::measure::{self, RunSpec};
 /// The tests here measure I/O and read process-wide sync counters: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A fresh ext4 fixture, or None (after `prerequisite::unmet`, which fails the test unless
+/// skipping was asked for) when this machine cannot make one.
 fn ext4_or_skip(test: &str) -> Option<Fixture> {
-    if roamkv_lab::fixture::require_root().is_err() {
-        println!("SKIP {test}: needs root (loop devices, mount, tracefs)");
-        return None;
+    let unmet = |reason: &str| {
+        roamkv_lab::prerequisite::unmet(test, reason);
+        None
+    };
+    if let Err(e) = roamkv_lab::fixture::require_root() {
+        return unmet(&format!("needs root (loop devices, mount, tracefs): {e}"));
     }
     if !roamkv_lab::trace::tracefs_available() {
-        println!("SKIP {test}: tracefs with block events is unavailable");
-        return None;
+        return unmet("tracefs with block events is unavailable");
     }
     match Fixture::create(FsSpec::Ext4, 320 << 20) {
         Ok(fx) => Some(fx),
-        Err(e) => {
-            println!("SKIP {test}: cannot create an ext4 fixture: {e}");
-            None
-        }
+        Err(e) => unmet(&format!("cannot create an ext4 fixture: {e}")),
     }
 }
 

@@ -88,8 +88,9 @@ fn strace_counts(call: SyncCall) -> Option<(usize, usize)> {
     let output = match status {
         Ok(o) => o,
         Err(e) => {
-            println!(
-                "SKIP kernel_sees_the_selected_sync_call: cannot run strace ({e}); apt-get install strace"
+            roamkv_lab::prerequisite::unmet(
+                "kernel_sees_the_selected_sync_call",
+                &format!("cannot run strace ({e}); apt-get install strace"),
             );
             return None;
         }
@@ -101,9 +102,9 @@ fn strace_counts(call: SyncCall) -> Option<(usize, usize)> {
             || stderr.contains("ptrace")
             || stderr.contains("Operation not permitted")
         {
-            println!(
-                "SKIP kernel_sees_the_selected_sync_call: ptrace not permitted here ({})",
-                stderr.trim()
+            roamkv_lab::prerequisite::unmet(
+                "kernel_sees_the_selected_sync_call",
+                &format!("ptrace not permitted here ({})", stderr.trim()),
             );
             return None;
         }

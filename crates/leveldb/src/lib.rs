@@ -149,6 +149,7 @@ fn check(err: *mut c_char) -> Result<(), Error> {
     let message = unsafe { CStr::from_ptr(err) }
         .to_string_lossy()
         .into_owned();
+    // SAFETY: `err` came from LevelDB, is freed exactly once, and is not used afterwards.
     unsafe { ffi::leveldb_free(err.cast()) };
     Err(Error(message))
 }
@@ -195,6 +196,8 @@ pub struct Db {
 
 // SAFETY: leveldb::DB is documented thread-safe; the option objects are immutable after open.
 unsafe impl Send for Db {}
+// SAFETY: as for Send: concurrent calls on one leveldb::DB are safe, and nothing here mutates
+// the option objects after open.
 unsafe impl Sync for Db {}
 
 impl Db {
@@ -304,7 +307,9 @@ impl Db {
         if value.is_null() {
             return Ok(None);
         }
+        // SAFETY: on success LevelDB returns a malloc'd buffer of `len` bytes (checked non-null).
         let copy = unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) }.to_vec();
+        // SAFETY: the buffer is ours to free, once; `copy` owns the bytes now.
         unsafe { ffi::leveldb_free(value.cast()) };
         Ok(Some(copy))
     }
@@ -327,9 +332,11 @@ impl Db {
         if value.is_null() {
             return None;
         }
+        // SAFETY: non-null, NUL-terminated (see above).
         let text = unsafe { CStr::from_ptr(value) }
             .to_string_lossy()
             .into_owned();
+        // SAFETY: the string is ours to free, once; `text` owns a copy.
         unsafe { ffi::leveldb_free(value.cast()) };
         Some(text)
     }
@@ -373,8 +380,8 @@ unsafe impl Send for WriteBatch {}
 
 impl WriteBatch {
     pub fn new() -> WriteBatch {
-        // SAFETY: plain constructor.
         WriteBatch {
+            // SAFETY: plain constructor, no preconditions.
             raw: unsafe { ffi::leveldb_writebatch_create() },
             len: 0,
         }

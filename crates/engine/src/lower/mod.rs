@@ -57,6 +57,16 @@ pub trait LowerTier: Send + Sync {
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
+    /// The greatest key in [start, end) and its value. The default walks the range forward;
+    /// engines with reverse iterators override it with one seek.
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut last = None;
+        self.scan(start, end, &mut |k, v| {
+            last = Some((k.to_vec(), v.to_vec()));
+            true
+        })?;
+        Ok(last)
+    }
     /// Makes every write so far durable (RocksDB: flush memtables; LevelDB: sync its log).
     fn persist(&self) -> Result<()>;
     /// Bytes the LSM itself wrote to files: ingested runs, flushes, compactions, its own log.

@@ -135,6 +135,22 @@ impl LowerTier for RocksLower {
         Ok(())
     }
 
+    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(start.to_vec());
+        for item in self
+            .db
+            .iterator_opt(IteratorMode::From(end, Direction::Reverse), read)
+        {
+            let (key, value) = item.map_err(lower_err)?;
+            // A reverse seek lands on the last key <= end; the range excludes `end` itself.
+            if &*key < end {
+                return Ok(Some((key.to_vec(), value.to_vec())));
+            }
+        }
+        Ok(None)
+    }
+
     fn persist(&self) -> Result<()> {
         self.db.flush().map_err(lower_err)
     }

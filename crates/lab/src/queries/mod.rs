@@ -1,5 +1,6 @@
 //! `roamkv lab queries`: paper 000's search queries on SQLite, per file system, cold and warm
 //! cache; and the same questions on sensor data asked of roamkv and SQLite (`sensor`).
+pub mod compare;
 pub mod roamkv_store;
 pub mod schema;
 pub mod sensor;
@@ -15,7 +16,7 @@ use rusqlite::Connection;
 use crate::LabError;
 use crate::fixture::{self, Fixture, FsSpec};
 use schema::{GenSpec, Generated};
-use sqlquery::{ParamGen, TimingUs};
+use sqlquery::{ParamGen, TimingUs, sqlite_err};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct QueriesArgs {
@@ -218,10 +219,6 @@ pub fn load_database(dir: &Path, tables: &Tables) -> Result<PathBuf, LabError> {
     Ok(path)
 }
 
-pub(crate) fn sqlite_err(e: rusqlite::Error) -> LabError {
-    LabError::Unsupported(format!("sqlite: {e}"))
-}
-
 /// Where and how to run the query set once.
 #[derive(Clone, Copy, Debug)]
 pub struct QuerySet<'a> {
@@ -407,6 +404,25 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
     let tables = generate_tables(&config).map_err(|e| LabError::Unsupported(e.to_string()))?;
     eprintln!("generated tables in {:.1} s", t.elapsed().as_secs_f64());
 
+    let bar = progress_bar(&config);
+    let mut results = Results::default();
+    for &spec in &config.fs {
+        measure_file_system(spec, &config, &tables, &bar, &mut results)?;
+    }
+    bar.finish_and_clear();
+    write_results(args, &config, started, &results)
+}
+
+/// What the file systems measured so far gave.
+#[derive(Default)]
+struct Results {
+    runs: Vec<QueryRun>,
+    sensor_runs: Vec<sensor::SensorRun>,
+    fixtures_info: Vec<serde_json::Value>,
+}
+
+/// One step per timed query (warm) or per cache drop (cold), over every file system.
+fn progress_bar(config: &QueriesConfig) -> indicatif::ProgressBar {
     let kinds = sqlquery::query_kinds(config.rows).len() as u64;
     let per_fs: u64 = config.caches.iter().map(|c| if *c == Cache::Warm { config.warm_repetitions } else { config.cold_repetitions } as u64).sum::<u64>() * kinds;
     let bar = indicatif::ProgressBar::new(per_fs * config.fs.len() as u64);
@@ -414,80 +430,99 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    bar
+}
 
-    let mut runs = Vec::new();
-    let mut sensor_runs = Vec::new();
-    let mut fixtures_info = Vec::new();
-    for &spec in &config.fs {
-        let fx = Fixture::create(spec, image_bytes_for(config.rows, config.sensor.as_ref()))?;
-        fixtures_info.push(serde_json::json!({
-            "fs": spec.name(), "mkfs": fx.mkfs_command(), "mount_options": fx.mount_options(), "image_bytes": fx.image_bytes(),
-        }));
-        bar.set_message(format!("{} loading", spec.name()));
-        let t = Instant::now();
-        let db = load_database(fx.mount_dir(), &tables)?;
-        fx.quiesce()?;
-        say(
-            &bar,
-            format!(
-                "{}: loaded {} + {} rows in {:.1} s",
-                spec.name(),
-                config.rows,
-                config.owner_rows,
-                t.elapsed().as_secs_f64()
-            ),
-        );
-        for &cache in &config.caches {
-            let reps = if cache == Cache::Warm {
-                config.warm_repetitions
-            } else {
-                config.cold_repetitions
-            };
-            let progress = |m: &str| bar.set_message(m.to_string());
-            let before_cold = || {
-                bar.inc(1);
-                fixture::drop_caches()
-            };
-            let query_set = QuerySet {
-                db: &db,
-                fs_name: spec.name(),
-                cache,
-                repetitions: reps,
-                rows: config.rows,
-                seed: config.seed,
-            };
-            let set = run_query_set(&query_set, &before_cold, &progress)?;
-            if cache == Cache::Warm {
-                bar.inc((set.len() * reps) as u64);
-            }
-            runs.extend(set);
+/// Loads the tables into a fresh file system of kind `spec`, runs the query set in each cache
+/// state, then (if configured) the sensor comparison.
+fn measure_file_system(
+    spec: FsSpec,
+    config: &QueriesConfig,
+    tables: &Tables,
+    bar: &indicatif::ProgressBar,
+    results: &mut Results,
+) -> Result<(), LabError> {
+    let fx = Fixture::create(spec, image_bytes_for(config.rows, config.sensor.as_ref()))?;
+    results.fixtures_info.push(serde_json::json!({
+        "fs": spec.name(), "mkfs": fx.mkfs_command(), "mount_options": fx.mount_options(), "image_bytes": fx.image_bytes(),
+    }));
+    bar.set_message(format!("{} loading", spec.name()));
+    let t = Instant::now();
+    let db = load_database(fx.mount_dir(), tables)?;
+    fx.quiesce()?;
+    say(
+        bar,
+        format!(
+            "{}: loaded {} + {} rows in {:.1} s",
+            spec.name(),
+            config.rows,
+            config.owner_rows,
+            t.elapsed().as_secs_f64()
+        ),
+    );
+    for &cache in &config.caches {
+        let reps = if cache == Cache::Warm {
+            config.warm_repetitions
+        } else {
+            config.cold_repetitions
+        };
+        let progress = |m: &str| bar.set_message(m.to_string());
+        let before_cold = || {
+            bar.inc(1);
+            fixture::drop_caches()
+        };
+        let query_set = QuerySet {
+            db: &db,
+            fs_name: spec.name(),
+            cache,
+            repetitions: reps,
+            rows: config.rows,
+            seed: config.seed,
+        };
+        let set = run_query_set(&query_set, &before_cold, &progress)?;
+        if cache == Cache::Warm {
+            bar.inc((set.len() * reps) as u64);
         }
-        if let Some(sensor_spec) = &config.sensor {
-            bar.set_message(format!("{} sensor data", spec.name()));
-            let dir = fx.mount_dir().join("sensor");
-            std::fs::create_dir_all(&dir).map_err(|e| LabError::io(&dir, e))?;
-            let quiesce = || fx.quiesce();
-            match sensor::compare(
-                &dir,
-                spec.name(),
-                sensor_spec,
-                config.warm_repetitions,
-                &quiesce,
-            ) {
-                Ok(r) => sensor_runs.extend(r),
-                Err(e) => say(
-                    &bar,
-                    format!("{}: sensor comparison failed: {e}", spec.name()),
-                ),
-            }
-        }
-        drop(fx);
+        results.runs.extend(set);
     }
-    bar.finish_and_clear();
+    if let Some(sensor_spec) = &config.sensor {
+        bar.set_message(format!("{} sensor data", spec.name()));
+        let dir = fx.mount_dir().join("sensor");
+        std::fs::create_dir_all(&dir).map_err(|e| LabError::io(&dir, e))?;
+        let quiesce = || fx.quiesce();
+        match compare::compare(
+            &dir,
+            spec.name(),
+            sensor_spec,
+            config.warm_repetitions,
+            &quiesce,
+        ) {
+            Ok(r) => results.sensor_runs.extend(r),
+            Err(e) => say(
+                bar,
+                format!("{}: sensor comparison failed: {e}", spec.name()),
+            ),
+        }
+    }
+    drop(fx);
+    Ok(())
+}
 
+/// The tables on the terminal, results.json and report.html.
+fn write_results(
+    args: &QueriesArgs,
+    config: &QueriesConfig,
+    started: Instant,
+    results: &Results,
+) -> Result<(), LabError> {
+    let Results {
+        runs,
+        sensor_runs,
+        fixtures_info,
+    } = results;
     let fs_names: Vec<String> = config.fs.iter().map(|f| f.name().to_string()).collect();
-    let ratio_list = ratios(&runs, &fs_names);
-    print_tables(&runs, &ratio_list, &sensor_runs);
+    let ratio_list = ratios(runs, &fs_names);
+    print_tables(runs, &ratio_list, sensor_runs);
     let header = crate::report::MachineHeader::collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let value = serde_json::json!({
@@ -513,10 +548,10 @@ fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
         &html_path,
         &header,
         &command,
-        &config,
-        &runs,
+        config,
+        runs,
         &ratio_list,
-        &sensor_runs,
+        sensor_runs,
     )?;
     eprintln!("wrote {} and {}", json.display(), html_path.display());
     Ok(())
@@ -612,36 +647,7 @@ fn write_html(
         config.warm_repetitions,
         config.cold_repetitions
     ));
-    let fs_names: Vec<String> = config.fs.iter().map(|f| f.name().to_string()).collect();
-    for &cache in &config.caches {
-        let queries: Vec<String> = runs
-            .iter()
-            .filter(|r| r.cache == cache && r.fs == fs_names[0])
-            .map(|r| r.query.clone())
-            .collect();
-        let series: Vec<(String, Vec<f64>)> = fs_names
-            .iter()
-            .map(|fs| {
-                let v = queries
-                    .iter()
-                    .map(|q| {
-                        runs.iter()
-                            .find(|r| &r.fs == fs && r.cache == cache && &r.query == q)
-                            .map(|r| r.timing_us.mean / 1000.0)
-                            .unwrap_or(0.0)
-                    })
-                    .collect();
-                (fs.clone(), v)
-            })
-            .collect();
-        html.heading(&format!("{} cache: mean time per query (ms)", cache.name()));
-        html.svg(&bar_chart_svg(
-            &format!("SQLite queries, {} cache", cache.name()),
-            "ms (mean)",
-            &queries,
-            &series,
-        ));
-    }
+    cache_charts(&mut html, config, runs);
     html.heading("All measurements");
     html.table(&RUN_COLUMNS, &run_rows(runs));
     if !ratio_list.is_empty() {
@@ -677,4 +683,39 @@ fn write_html(
         ));
     }
     html.write(path)
+}
+
+/// One chart per cache state: mean time per query, one bar per file system.
+fn cache_charts(html: &mut crate::report::Html, config: &QueriesConfig, runs: &[QueryRun]) {
+    use crate::report::bar_chart_svg;
+    let fs_names: Vec<String> = config.fs.iter().map(|f| f.name().to_string()).collect();
+    for &cache in &config.caches {
+        let queries: Vec<String> = runs
+            .iter()
+            .filter(|r| r.cache == cache && r.fs == fs_names[0])
+            .map(|r| r.query.clone())
+            .collect();
+        let series: Vec<(String, Vec<f64>)> = fs_names
+            .iter()
+            .map(|fs| {
+                let v = queries
+                    .iter()
+                    .map(|q| {
+                        runs.iter()
+                            .find(|r| &r.fs == fs && r.cache == cache && &r.query == q)
+                            .map(|r| r.timing_us.mean / 1000.0)
+                            .unwrap_or(0.0)
+                    })
+                    .collect();
+                (fs.clone(), v)
+            })
+            .collect();
+        html.heading(&format!("{} cache: mean time per query (ms)", cache.name()));
+        html.svg(&bar_chart_svg(
+            &format!("SQLite queries, {} cache", cache.name()),
+            "ms (mean)",
+            &queries,
+            &series,
+        ));
+    }
 }

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::{Connection, params};
 
-use super::sqlquery::TimingUs;
+use super::sqlquery::{TimingUs, sqlite_err};
 use crate::LabError;
 
 pub const DESCRIPTION: &str = "Point = one reading by (device, sensor, ts); range = a device/sensor window of 100 \
@@ -167,19 +167,19 @@ pub struct SqliteSensor {
 impl SqliteSensor {
     pub fn load(dir: &Path, spec: &SensorSpec) -> Result<SqliteSensor, LabError> {
         let path = dir.join("sensor.db");
-        let conn = Connection::open(&path).map_err(super::sqlite_err)?;
+        let conn = Connection::open(&path).map_err(sqlite_err)?;
         conn.execute_batch(
             "DROP TABLE IF EXISTS readings; DROP TABLE IF EXISTS watch;
              CREATE TABLE readings (device TEXT NOT NULL, sensor TEXT NOT NULL, ts INTEGER NOT NULL, value BLOB NOT NULL,
                                     PRIMARY KEY (device, sensor, ts)) WITHOUT ROWID;
              CREATE TABLE watch (device TEXT PRIMARY KEY) WITHOUT ROWID;",
         )
-        .map_err(super::sqlite_err)?;
-        let tx = conn.unchecked_transaction().map_err(super::sqlite_err)?;
+        .map_err(sqlite_err)?;
+        let tx = conn.unchecked_transaction().map_err(sqlite_err)?;
         {
             let mut ins = tx
                 .prepare("INSERT INTO readings VALUES (?1, ?2, ?3, ?4)")
-                .map_err(super::sqlite_err)?;
+                .map_err(sqlite_err)?;
             for d in 0..spec.devices {
                 for s in 0..spec.sensors_per_device {
                     for i in 0..spec.readings_per_sensor {
@@ -189,18 +189,18 @@ impl SqliteSensor {
                             spec.ts(i),
                             spec.value(d, s, i)
                         ])
-                        .map_err(super::sqlite_err)?;
+                        .map_err(sqlite_err)?;
                     }
                 }
             }
             let mut w = tx
                 .prepare("INSERT INTO watch VALUES (?1)")
-                .map_err(super::sqlite_err)?;
+                .map_err(sqlite_err)?;
             for d in spec.watched() {
-                w.execute(params![d]).map_err(super::sqlite_err)?;
+                w.execute(params![d]).map_err(sqlite_err)?;
             }
         }
-        tx.commit().map_err(super::sqlite_err)?;
+        tx.commit().map_err(sqlite_err)?;
         Ok(SqliteSensor { conn })
     }
 }
@@ -227,17 +227,17 @@ impl SensorStore for SqliteSensor {
         let c = &self.conn;
         let r = match q {
             SensorQuery::Point { device, sensor, ts } => count(
-                c.prepare_cached("SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3").map_err(super::sqlite_err)?,
+                c.prepare_cached("SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3").map_err(sqlite_err)?,
                 params![device, sensor, ts],
             ),
             SensorQuery::Range { device, sensor, from, to } => count(
                 c
                     .prepare_cached("SELECT value, ts FROM readings WHERE device = ?1 AND sensor = ?2 AND ts >= ?3 AND ts < ?4")
-                    .map_err(super::sqlite_err)?,
+                    .map_err(sqlite_err)?,
                 params![device, sensor, from, to],
             ),
             SensorQuery::Set { first } => count(
-                c.prepare_cached("SELECT value, device, sensor, ts FROM readings WHERE substr(value, 1, 1) = ?1").map_err(super::sqlite_err)?,
+                c.prepare_cached("SELECT value, device, sensor, ts FROM readings WHERE substr(value, 1, 1) = ?1").map_err(sqlite_err)?,
                 params![vec![*first]],
             ),
             SensorQuery::Multi { first, second_below } => count(
@@ -245,7 +245,7 @@ impl SensorStore for SqliteSensor {
                     .prepare_cached(
                         "SELECT value, device, sensor, ts FROM readings WHERE substr(value, 1, 1) = ?1 AND substr(value, 2, 1) < ?2",
                     )
-                    .map_err(super::sqlite_err)?,
+                    .map_err(sqlite_err)?,
                 params![vec![*first], vec![*second_below]],
             ),
             SensorQuery::Join { sensor, from, to } => count(
@@ -256,11 +256,11 @@ impl SensorStore for SqliteSensor {
                         "SELECT r.value, r.device, r.ts FROM watch w CROSS JOIN readings r ON r.device = w.device \
                          WHERE r.sensor = ?1 AND r.ts >= ?2 AND r.ts < ?3",
                     )
-                    .map_err(super::sqlite_err)?,
+                    .map_err(sqlite_err)?,
                 params![sensor, from, to],
             ),
         };
-        r.map_err(super::sqlite_err)
+        r.map_err(sqlite_err)
     }
 }
 
@@ -367,33 +367,6 @@ pub fn measure(
         });
     }
     Ok(out)
-}
-
-/// Loads the readings into each available store under `dir` and measures them; checks that every
-/// store returned the same number of rows for each query type.
-pub fn compare(
-    dir: &Path,
-    fs: &str,
-    spec: &SensorSpec,
-    repetitions: usize,
-    quiesce: &dyn Fn() -> Result<(), LabError>,
-) -> Result<Vec<SensorRun>, LabError> {
-    let mut runs = Vec::new();
-    let t = Instant::now();
-    let sqlite = SqliteSensor::load(dir, spec)?;
-    let load_s = t.elapsed().as_secs_f64();
-    quiesce()?;
-    runs.extend(measure(&sqlite, fs, spec, repetitions, load_s)?);
-    drop(sqlite);
-    runs.extend(super::roamkv_store::measure_all(
-        dir,
-        fs,
-        spec,
-        repetitions,
-        quiesce,
-    )?);
-    check_agreement(&runs)?;
-    Ok(runs)
 }
 
 /// Every store must have returned the same total rows per query (same data, same parameters).

@@ -221,3 +221,8 @@ impl TimingUs {
         }
     }
 }
+
+/// A SQLite error as the lab reports it.
+pub(crate) fn sqlite_err(e: rusqlite::Error) -> crate::LabError {
+    crate::LabError::Unsupported(format!("sqlite: {e}"))
+}

@@ -122,3 +122,19 @@ impl Synchronous {
         }
     }
 }
+
+/// The resolved matrix of one invocation.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SqliteConfig {
+    pub fs: Vec<crate::fixture::FsSpec>,
+    pub journal_modes: Vec<JournalMode>,
+    pub synchronous: Vec<Synchronous>,
+    pub sync_calls: Vec<SyncCall>,
+    pub ops: Vec<Op>,
+    pub transactions: usize,
+    pub rows_per_tx: Vec<usize>,
+    pub record_bytes: usize,
+    pub threads: Vec<usize>,
+    pub image_bytes: u64,
+    pub seed: u64,
+}

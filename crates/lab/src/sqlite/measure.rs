@@ -1,17 +1,14 @@
-//! One SQLite run on a fixture, traced; and the matrix of runs with its report.
+//! One SQLite run on a fixture, traced, and the block writes it caused, split by kind.
 
-use crate::report::say;
-use std::path::Path;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use super::SqliteConfig;
 use super::config::{JournalMode, Op, SyncCall, Synchronous};
 use super::vfs::SyncCounts;
 use super::workload::{self, DbConfig, LatencyUs, StreamSpec};
 use crate::LabError;
 use crate::devstat::DevStat;
-use crate::fixture::{self, Fixture};
+use crate::fixture::Fixture;
 use crate::trace::{Kind, Request, Summary, Tracer, WriteCount, parse_rwbs};
 
 /// One point of the matrix.
@@ -200,13 +197,7 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
             seed: spec.seed.wrapping_add(t as u64 * 7919),
         })
         .collect();
-    let mut conns = Vec::with_capacity(spec.threads);
-    for (t, s) in streams.iter().enumerate() {
-        let conn =
-            workload::open(&fx.mount_dir().join(format!("t{t}.db")), db_config).map_err(werr)?;
-        workload::fill(&conn, s.rows_needed(), s.record_bytes, s.seed).map_err(werr)?;
-        conns.push(conn);
-    }
+    let mut conns = open_filled(fx, db_config, &streams).map_err(werr)?;
     fx.quiesce()?;
 
     let dev_before = DevStat::read(fx.device_name())?;
@@ -214,30 +205,7 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
     let tracer = Tracer::start(fx)?;
     let barrier = Barrier::new(spec.threads);
     let started = Instant::now();
-    let results: Vec<Result<Vec<Duration>, workload::WorkloadError>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = conns
-                .iter_mut()
-                .zip(&streams)
-                .map(|(conn, s)| {
-                    let barrier = &barrier;
-                    scope.spawn(move || {
-                        barrier.wait();
-                        workload::run_stream(conn, s)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(workload::WorkloadError::Invalid(
-                            "worker thread panicked".into(),
-                        ))
-                    })
-                })
-                .collect()
-        });
+    let results = run_streams(&mut conns, &streams, &barrier);
     let elapsed = started.elapsed();
     let end_ns = monotonic_ns();
     let sync_calls = SyncCounts::read().delta(&sync_before);
@@ -292,287 +260,50 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
     })
 }
 
-/// Every combination of the configuration, on every file system; writes results.json and
-/// report.html into `out` and prints a table.
-pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
-    fixture::require_root()?;
-    std::fs::create_dir_all(out).map_err(|e| LabError::io(out, e))?;
-    let mut specs = Vec::new();
-    for &journal_mode in &config.journal_modes {
-        for &synchronous in &config.synchronous {
-            for &sync_call in &config.sync_calls {
-                for &op in &config.ops {
-                    for &rows_per_tx in &config.rows_per_tx {
-                        for &threads in &config.threads {
-                            specs.push(RunSpec {
-                                journal_mode,
-                                synchronous,
-                                sync_call,
-                                op,
-                                transactions: config.transactions,
-                                rows_per_tx,
-                                record_bytes: config.record_bytes,
-                                threads,
-                                seed: config.seed,
-                            });
-                        }
-                    }
-                }
-            }
-        }
+/// One database per stream, created on the fixture and filled with the rows the stream needs.
+fn open_filled(
+    fx: &Fixture,
+    db_config: DbConfig,
+    streams: &[StreamSpec],
+) -> Result<Vec<rusqlite::Connection>, workload::WorkloadError> {
+    let mut conns = Vec::with_capacity(streams.len());
+    for (t, s) in streams.iter().enumerate() {
+        let conn = workload::open(&fx.mount_dir().join(format!("t{t}.db")), db_config)?;
+        workload::fill(&conn, s.rows_needed(), s.record_bytes, s.seed)?;
+        conns.push(conn);
     }
-    let started = Instant::now();
-    let bar = indicatif::ProgressBar::new((specs.len() * config.fs.len()) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let mut results = Vec::new();
-    let mut fixtures = Vec::new();
-    for &fs in &config.fs {
-        bar.set_message(format!("{fs}: mkfs"));
-        let fx = match Fixture::create(fs, config.image_bytes) {
-            Ok(fx) => fx,
-            Err(e) => {
-                say(&bar, format!("{fs}: skipped: {e}"));
-                bar.inc(specs.len() as u64);
-                continue;
-            }
-        };
-        fixtures.push(serde_json::json!({
-            "fs": fs.name(), "mkfs": fx.mkfs_command(), "mount_options": fx.mount_options(), "image_bytes": fx.image_bytes(),
-        }));
-        for spec in &specs {
-            if fixture::interrupted() {
-                return Err(LabError::Interrupted);
-            }
-            bar.set_message(format!(
-                "{fs} {} sync={} {} {} x{}",
-                spec.journal_mode, spec.synchronous, spec.sync_call, spec.op, spec.rows_per_tx
-            ));
-            let r = run_one(&fx, spec)?;
-            if bar.is_hidden() {
-                eprintln!(
-                    "{fs} {} sync={} {} {} x{}: {:.0} tx/s, {:.2} block writes/tx",
-                    spec.journal_mode,
-                    spec.synchronous,
-                    spec.sync_call,
-                    spec.op,
-                    spec.rows_per_tx,
-                    r.tx_per_sec,
-                    r.block_writes_per_tx
-                );
-            }
-            results.push(r);
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    super::measure::print_table(&results);
-    let header = crate::report::MachineHeader::collect();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let value = serde_json::json!({
-        "tool": "roamkv lab sqlite",
-        "command": command,
-        "machine": header,
-        "config": config,
-        "fixtures": fixtures,
-        "sqlite_version": rusqlite::version(),
-        "elapsed_s": started.elapsed().as_secs_f64(),
-        "runs": results,
-        "paper_004": {
-            "ext4_block_writes_per_insert": { "delete": 9, "persist": 12 },
-            "fdatasync_gain_ext4": { "insert": 0.17, "update": 0.50 },
-            "note": "Galaxy S3, eMMC, Android 4.0.4 SQLite calling fsync; one 100-byte insert traced",
-        },
-    });
-    let json = crate::report::write_json(out, "results", &value)?;
-    let html = out.join("report.html");
-    write_html(&html, &header, &command, &results)?;
-    eprintln!("wrote {} and {}", json.display(), html.display());
-    Ok(())
+    Ok(conns)
 }
 
-const COLUMNS: [&str; 14] = [
-    "fs",
-    "journal",
-    "sync",
-    "call",
-    "op",
-    "rows/tx",
-    "threads",
-    "tx/s",
-    "p50 us",
-    "p99 us",
-    "writes/tx",
-    "KiB/tx",
-    "flushes/tx",
-    "writes/tx +syncfs",
-];
-
-fn rows(results: &[RunResult]) -> Vec<Vec<String>> {
-    results
-        .iter()
-        .map(|r| {
-            vec![
-                r.fs.clone(),
-                r.journal_mode.to_string(),
-                r.synchronous.to_string(),
-                r.sync_call.to_string(),
-                r.op.to_string(),
-                r.rows_per_tx.to_string(),
-                r.threads.to_string(),
-                format!("{:.0}", r.tx_per_sec),
-                format!("{:.0}", r.latency_us.p50),
-                format!("{:.0}", r.latency_us.p99),
-                format!("{:.2}", r.block_writes_per_tx),
-                format!("{:.1}", r.block_bytes_per_tx / 1024.0),
-                format!("{:.2}", r.flushes_per_tx),
-                format!("{:.2}", r.block_writes_per_tx_after_syncfs),
-            ]
-        })
-        .collect()
-}
-
-pub fn print_table(results: &[RunResult]) {
-    let mut t = comfy_table::Table::new();
-    t.set_header(COLUMNS.to_vec());
-    for row in rows(results) {
-        t.add_row(row);
-    }
-    println!("{t}");
-}
-
-fn write_html(
-    path: &Path,
-    header: &crate::report::MachineHeader,
-    command: &str,
-    results: &[RunResult],
-) -> Result<(), LabError> {
-    use crate::report::{Html, bar_chart_svg};
-    let mut html = Html::new(
-        "roamkv lab sqlite — SQLite journaling on file systems (paper 004)",
-        header,
-    );
-    html.paragraph(&format!(
-        "Command: {command}. SQLite {}. Each run: fresh database file per thread, pre-filled for update/delete, \
-         caches synced, then the transactions traced at the block layer; 'writes/tx' counts data + file-system \
-         journal + metadata writes while the transactions ran, '+syncfs' adds the deferred write-back forced \
-         afterwards. Paper 004 (EXT4, Galaxy S3): 9 block writes per insert in DELETE mode, 12 in PERSIST; \
-         fdatasync instead of fsync +17 % inserts/s, +50 % updates/s.",
-        rusqlite::version()
-    ));
-    // One chart per (op, synchronous, rows/tx): categories = journal modes, series = fs/sync call.
-    let mut groups: Vec<(Op, Synchronous, usize, usize)> = Vec::new();
-    for r in results {
-        let g = (r.op, r.synchronous, r.rows_per_tx, r.threads);
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    for (op, sync, rows_per_tx, threads) in groups {
-        let sel: Vec<&RunResult> = results
-            .iter()
-            .filter(|r| {
-                r.op == op
-                    && r.synchronous == sync
-                    && r.rows_per_tx == rows_per_tx
-                    && r.threads == threads
+/// Runs every stream on its own thread, all released at once by `barrier`; each returns its
+/// transaction latencies.
+fn run_streams(
+    conns: &mut [rusqlite::Connection],
+    streams: &[StreamSpec],
+    barrier: &Barrier,
+) -> Vec<Result<Vec<Duration>, workload::WorkloadError>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = conns
+            .iter_mut()
+            .zip(streams)
+            .map(|(conn, s)| {
+                scope.spawn(move || {
+                    barrier.wait();
+                    workload::run_stream(conn, s)
+                })
             })
             .collect();
-        let mut modes: Vec<String> = Vec::new();
-        let mut series_names: Vec<String> = Vec::new();
-        for r in &sel {
-            let m = r.journal_mode.to_string();
-            if !modes.contains(&m) {
-                modes.push(m);
-            }
-            let s = format!("{}/{}", r.fs, r.sync_call);
-            if !series_names.contains(&s) {
-                series_names.push(s);
-            }
-        }
-        let series = |f: &dyn Fn(&RunResult) -> f64| -> Vec<(String, Vec<f64>)> {
-            series_names
-                .iter()
-                .map(|s| {
-                    let v = modes
-                        .iter()
-                        .map(|m| {
-                            sel.iter()
-                                .find(|r| {
-                                    &format!("{}/{}", r.fs, r.sync_call) == s
-                                        && &r.journal_mode.to_string() == m
-                                })
-                                .map(|r| f(r))
-                                .unwrap_or(0.0)
-                        })
-                        .collect();
-                    (s.clone(), v)
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(workload::WorkloadError::Invalid(
+                        "worker thread panicked".into(),
+                    ))
                 })
-                .collect()
-        };
-        let what =
-            format!("{op}, synchronous={sync}, {rows_per_tx} row(s)/tx, {threads} thread(s)");
-        html.heading(&what);
-        html.svg(&bar_chart_svg(
-            &format!("{op}: transactions/s"),
-            "tx/s",
-            &modes,
-            &series(&|r| r.tx_per_sec),
-        ));
-        html.svg(&bar_chart_svg(
-            &format!("{op}: block writes per transaction"),
-            "writes/tx",
-            &modes,
-            &series(&|r| r.block_writes_per_tx),
-        ));
-    }
-    html.heading("All runs");
-    html.table(&COLUMNS, &rows(results));
-    html.heading("Block writes per transaction by kind (while running; see results.json for bytes and +syncfs)");
-    let split_rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            let d = r.transactions.max(1) as f64;
-            let s = &r.immediate;
-            vec![
-                r.fs.clone(),
-                r.journal_mode.to_string(),
-                r.synchronous.to_string(),
-                r.sync_call.to_string(),
-                r.op.to_string(),
-                format!("{:.2}", s.db.writes as f64 / d),
-                format!("{:.2}", s.journal.writes as f64 / d),
-                format!("{:.2}", s.other_data.writes as f64 / d),
-                format!("{:.2}", s.fs_journal.writes as f64 / d),
-                format!("{:.2}", s.metadata.writes as f64 / d),
-                format!("{:.2}", s.flushes as f64 / d),
-                format!(
-                    "{}+{}",
-                    r.sync_calls.fsync_calls, r.sync_calls.delegated_syncs
-                ),
-            ]
-        })
-        .collect();
-    html.table(
-        &[
-            "fs",
-            "journal",
-            "sync",
-            "call",
-            "op",
-            "db",
-            "journal/WAL",
-            "other data",
-            "fs journal",
-            "metadata",
-            "flushes",
-            "fsync+delegated calls",
-        ],
-        &split_rows,
-    );
-    html.write(path)
+            })
+            .collect()
+    })
 }
 
 fn monotonic_ns() -> u64 {

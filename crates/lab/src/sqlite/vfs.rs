@@ -74,6 +74,7 @@ struct Base(*mut ffi::sqlite3_vfs);
 // SAFETY: the pointer refers to SQLite's static, never-freed unix VFS object; SQLite's VFS
 // methods are thread-safe (the library is built threadsafe by rusqlite's bundled build).
 unsafe impl Send for Base {}
+// SAFETY: as for Send: the object is never written after SQLite set it up.
 unsafe impl Sync for Base {}
 
 static BASE: OnceLock<Base> = OnceLock::new();
@@ -142,6 +143,7 @@ fn register_once() -> Result<(), VfsError> {
         let mut vfs: ffi::sqlite3_vfs = unsafe { *base };
         vfs.pNext = std::ptr::null_mut();
         vfs.zName = cname.as_ptr();
+        // SAFETY: `base` is SQLite's live unix VFS (checked non-null when it was found).
         vfs.szOsFile = (real_offset() as c_int) + unsafe { (*base).szOsFile };
         vfs.xOpen = Some(open);
         vfs.xDelete = Some(if name == "roamkv-fsync" {

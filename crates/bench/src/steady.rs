@@ -1,0 +1,649 @@
+//! `roamkv bench steady`: the long run. Each engine ingests the mobility workload for a warm-up
+//! and a measured phase far longer than its memory lasts, on its own loop file system sized so
+//! that a correct engine fits and a leaking one runs out of disk; every second the run records
+//! throughput, device writes, bytes on disk against the bytes still live, the engine's own view
+//! of itself, and memory. What counts is the curve, not the average: space must go flat.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use roamkv_lab::devstat::DevStat;
+use roamkv_lab::fixture::{Fixture, FsSpec};
+use roamkv_lab::report::{Html, MachineHeader, line_chart_svg};
+
+use crate::engines::{self, Durability, EngineKind};
+use crate::report::write_amplification;
+use crate::runner::{self, RunningWorker};
+use crate::worker::{Tick, WorkerSpec};
+use crate::workload::WorkloadConfig;
+
+#[derive(Args, Debug)]
+pub struct SteadyArgs {
+    /// Output directory for results.json, timeseries.csv and report.html.
+    #[arg(long, default_value = "out/steady")]
+    pub out: PathBuf,
+    /// Engines, comma-separated (default: roamkv, rocksdb, leveldb).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub engines: Option<Vec<EngineKind>>,
+    /// Measured seconds per engine (TPCx-IoT asks for at least 1800).
+    #[arg(long, default_value_t = 600)]
+    pub seconds: u64,
+    /// Unmeasured warm-up per engine, in seconds (same workload, continued).
+    #[arg(long, default_value_t = 120)]
+    pub warmup_seconds: u64,
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    #[arg(long, value_enum, default_value = "none")]
+    pub durability: Durability,
+    /// File system made for each engine on a loop device.
+    #[arg(long, default_value = "ext4")]
+    pub fs: String,
+    /// Size of that file system, in GiB: data far beyond memory, but a leak fills it.
+    #[arg(long, default_value_t = 16)]
+    pub disk_gib: u64,
+    /// Memory budget per engine, page cache included (a memory cgroup), in MiB.
+    #[arg(long, default_value_t = 512)]
+    pub memory_mib: u64,
+    #[arg(long, default_value_t = 1000)]
+    pub value_bytes: usize,
+    /// Management time of the two-level engines, and the time scale of device lifetimes, in ms.
+    #[arg(long, default_value_t = 4000)]
+    pub management_time_ms: u64,
+    #[arg(long, default_value_t = 2022)]
+    pub seed: u64,
+}
+
+/// One second of one engine's run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Point {
+    pub engine: String,
+    pub t_s: f64,
+    pub phase: String,
+    pub ops_per_sec: f64,
+    pub device_write_bytes_per_sec: f64,
+    /// Bytes the file system has allocated beyond what it held right after mkfs.
+    pub space_bytes: u64,
+    pub live_user_bytes: u64,
+    /// roamkv: bytes of upper-tier records, the lower tier's size, the log's files and budget,
+    /// the migration backlog. RocksDB: live SST bytes as `lower_bytes`, pending compaction
+    /// bytes as the backlog.
+    pub upper_bytes: u64,
+    pub lower_bytes: u64,
+    pub log_bytes: u64,
+    pub log_bytes_max: u64,
+    pub backlog_bytes: u64,
+    pub rss_bytes: u64,
+    pub cgroup_bytes: u64,
+}
+
+/// One engine's long run, as results.json lists it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SteadyRun {
+    pub engine: String,
+    pub durability: String,
+    pub threads: usize,
+    pub completed: bool,
+    pub failure: Option<String>,
+    /// Readings + queries per second over the measured phase.
+    pub ops_per_sec: f64,
+    pub write_amplification: f64,
+    pub space_bytes_end: u64,
+    pub space_bytes_max: u64,
+    pub live_user_bytes_end: u64,
+    pub log_budget_bytes: Option<u64>,
+    /// roamkv: seconds in which bytes on disk exceeded 1.3 x live user bytes + the log budget.
+    pub space_bound_violations: Option<u64>,
+    /// Least-squares slope of bytes on disk over the second half of the measured phase: ~0 when
+    /// space is flat.
+    pub space_trend_bytes_per_min: f64,
+    pub memory_bytes_max: u64,
+    pub memory_limit_bytes: u64,
+    pub put_p99_us: u64,
+    pub query_p50_us: u64,
+    pub query_p99_us: u64,
+    pub queries: u64,
+    pub user_bytes: u64,
+    pub device_bytes_written: u64,
+    pub read_checks: u64,
+    pub read_check_failures: u64,
+    pub config: String,
+}
+
+pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
+    roamkv_lab::fixture::require_root().map_err(|e| e.to_string())?;
+    let fs: FsSpec = args
+        .fs
+        .parse()
+        .map_err(|e: roamkv_lab::LabError| e.to_string())?;
+    if args.threads == 0 || args.seconds == 0 {
+        return Err("--threads and --seconds must be at least 1".into());
+    }
+    let engines_list = args
+        .engines
+        .clone()
+        .unwrap_or_else(|| vec![EngineKind::Roamkv, EngineKind::Rocksdb, EngineKind::Leveldb]);
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let header = MachineHeader::collect();
+    let memory_bytes = args.memory_mib << 20;
+    println!(
+        "roamkv bench steady: {} s warm-up + {} s measured per engine, {} threads, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, seed {}",
+        args.warmup_seconds,
+        args.seconds,
+        args.threads,
+        args.durability.name(),
+        args.disk_gib,
+        fs.name(),
+        args.memory_mib,
+        args.value_bytes,
+        args.management_time_ms,
+        args.seed
+    );
+    let mut runs = Vec::new();
+    let mut points = Vec::new();
+    for kind in &engines_list {
+        let (run, series) = run_engine(args, fs, *kind)?;
+        println!("{}", describe_run(&run));
+        runs.push(run);
+        points.extend(series);
+    }
+    println!("{}", terminal_table(&runs));
+    let json = serde_json::json!({
+        "machine": header,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "config": {
+            "fs": fs.name(), "disk_bytes": args.disk_gib << 30, "seconds": args.seconds,
+            "warmup_seconds": args.warmup_seconds, "threads": args.threads,
+            "durability": args.durability.name(), "memory_budget_bytes": memory_bytes,
+            "value_bytes": args.value_bytes, "management_time_ms": args.management_time_ms,
+            "seed": args.seed,
+        },
+        "runs": runs,
+    });
+    roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    write_timeseries(&args.out.join("timeseries.csv"), &points)?;
+    write_report(&args.out.join("report.html"), &header, args, &runs, &points)?;
+    println!(
+        "wrote {0}/results.json, {0}/timeseries.csv, {0}/report.html",
+        args.out.display()
+    );
+    // Another engine's failure is a result; roamkv's own is a failure of this command.
+    let roamkv_failed = runs
+        .iter()
+        .any(|r| r.engine.starts_with("roamkv") && (!r.completed || r.read_check_failures > 0));
+    Ok(if roamkv_failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Runs one engine on a fresh file system; returns its record and its time series.
+fn run_engine(
+    args: &SteadyArgs,
+    fs: FsSpec,
+    kind: EngineKind,
+) -> Result<(SteadyRun, Vec<Point>), String> {
+    let memory_bytes = args.memory_mib << 20;
+    // As in `bench mobility`: the engine's own caches get a quarter of the budget.
+    let config = runner::engine_config(
+        kind,
+        args.durability,
+        memory_bytes / 4,
+        args.management_time_ms,
+    );
+    let fixture = Fixture::create(fs, args.disk_gib << 30).map_err(|e| e.to_string())?;
+    let spec = WorkerSpec {
+        engine: config.clone(),
+        workload: WorkloadConfig {
+            value_bytes: args.value_bytes,
+            management_time_ms: args.management_time_ms,
+            seed: args.seed,
+            // TPCx-IoT's query pair at its own sizes: the last 30 s, and a 30 s window in the
+            // 1800 s before.
+            query_window_ms: 30_000,
+            query_history_ms: 1_800_000,
+            ..WorkloadConfig::default()
+        },
+        threads: args.threads,
+        warmup_ms: args.warmup_seconds * 1000,
+        duration_ms: args.seconds * 1000,
+        dir: fixture.mount_dir().join("db"),
+        device_name: Some(fixture.device_name().to_string()),
+        tick_ms: Some(1000),
+    };
+    fixture.quiesce().map_err(|e| e.to_string())?;
+    let base_used = used_bytes(fixture.mount_dir());
+    let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    let total_s = args.warmup_seconds + args.seconds;
+    let bar = progress_bar(kind.name(), total_s)?;
+
+    let worker = RunningWorker::start(&spec, memory_bytes)?;
+    let mut points: Vec<Point> = Vec::new();
+    let mut previous: Option<(Tick, DevStat, Instant)> = None;
+    let cgroup_reader = CgroupReader::new(&worker);
+    let (result, cgroup) = worker.finish(|line| {
+        let Ok(tick) = serde_json::from_str::<Tick>(line) else {
+            return;
+        };
+        let now = Instant::now();
+        let device = DevStat::read(fixture.device_name()).unwrap_or(before);
+        let point = to_point(
+            kind,
+            &tick,
+            previous.as_ref(),
+            &device,
+            used_bytes(fixture.mount_dir()).saturating_sub(base_used),
+            cgroup_reader.usage_bytes(),
+        );
+        bar.set_position(tick.t_s as u64);
+        bar.set_message(format!(
+            "{}: {:.0} ops/s, disk {:.2} GB (live {:.2} GB), mem {:.0} MiB",
+            tick.phase,
+            point.ops_per_sec,
+            point.space_bytes as f64 / 1e9,
+            point.live_user_bytes as f64 / 1e9,
+            point.cgroup_bytes as f64 / 1048576.0
+        ));
+        points.push(point);
+        previous = Some((tick, device, now));
+    });
+    bar.finish_and_clear();
+    fixture.quiesce().map_err(|e| e.to_string())?;
+    let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    let mut run = SteadyRun {
+        engine: kind.name().into(),
+        durability: args.durability.name().into(),
+        threads: args.threads,
+        memory_bytes_max: cgroup.as_ref().map_or(0, |c| c.max_usage_bytes()),
+        memory_limit_bytes: memory_bytes,
+        space_bytes_end: used_bytes(fixture.mount_dir()).saturating_sub(base_used),
+        config: engines::describe(&config),
+        ..SteadyRun::default()
+    };
+    drop(cgroup);
+    summarize_points(&mut run, &points);
+    match result {
+        Ok(w) => {
+            let start = w
+                .device_at_measure_start
+                .map_or(before, |(writes, sectors, flushes)| DevStat {
+                    writes,
+                    sectors_written: sectors,
+                    flushes,
+                    ..before
+                });
+            let device_bytes = after.delta(&start).bytes_written();
+            run.completed = true;
+            run.ops_per_sec = (w.puts + w.queries) as f64 / w.elapsed_s.max(1e-9);
+            run.write_amplification = write_amplification(device_bytes, w.user_bytes);
+            run.put_p99_us = w.put_p99_us;
+            run.query_p50_us = w.query_p50_us;
+            run.query_p99_us = w.query_p99_us;
+            run.queries = w.queries;
+            run.user_bytes = w.user_bytes;
+            run.device_bytes_written = device_bytes;
+            run.read_checks = w.read_checks;
+            run.read_check_failures = w.read_check_failures;
+        }
+        Err(e) => {
+            let at = points.last().map_or(0.0, |p| p.t_s);
+            run.failure = Some(format!("after {at:.0} s: {e}"));
+        }
+    }
+    Ok((run, points))
+}
+
+/// Reads the worker's cgroup usage while `finish` owns the worker.
+struct CgroupReader {
+    usage_file: Option<PathBuf>,
+}
+
+impl CgroupReader {
+    fn new(worker: &RunningWorker) -> CgroupReader {
+        CgroupReader {
+            usage_file: worker.cgroup_usage_path(),
+        }
+    }
+
+    fn usage_bytes(&self) -> u64 {
+        self.usage_file
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn progress_bar(engine: &str, total_s: u64) -> Result<indicatif::ProgressBar, String> {
+    let bar = indicatif::ProgressBar::new(total_s);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{engine:>14} {{bar:30}} {{pos}}/{{len}} s  {{msg}}"
+        ))
+        .map_err(|e| e.to_string())?,
+    );
+    Ok(bar)
+}
+
+fn to_point(
+    kind: EngineKind,
+    tick: &Tick,
+    previous: Option<&(Tick, DevStat, Instant)>,
+    device: &DevStat,
+    space_bytes: u64,
+    cgroup_bytes: u64,
+) -> Point {
+    let (ops_per_sec, device_write_bytes_per_sec) = match previous {
+        Some((p, d, _)) => {
+            let dt = (tick.t_s - p.t_s).max(1e-3);
+            (
+                (tick.puts + tick.queries).saturating_sub(p.puts + p.queries) as f64 / dt,
+                device.delta(d).bytes_written() as f64 / dt,
+            )
+        }
+        None => (0.0, 0.0),
+    };
+    let field = |name: &str| tick.engine.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    let (lower_bytes, backlog_bytes) = match kind {
+        EngineKind::Rocksdb => (field("live_sst_bytes"), field("pending_compaction_bytes")),
+        _ => (field("lower_bytes"), field("migration_backlog_bytes")),
+    };
+    Point {
+        engine: kind.name().into(),
+        t_s: tick.t_s,
+        phase: tick.phase.clone(),
+        ops_per_sec,
+        device_write_bytes_per_sec,
+        space_bytes,
+        live_user_bytes: tick.live_user_bytes,
+        upper_bytes: field("upper_bytes"),
+        lower_bytes,
+        log_bytes: field("log_bytes"),
+        log_bytes_max: field("log_bytes_max"),
+        backlog_bytes,
+        rss_bytes: tick.rss_bytes,
+        cgroup_bytes,
+    }
+}
+
+/// Space figures from the time series: maximum, the roamkv bound, the trend.
+fn summarize_points(run: &mut SteadyRun, points: &[Point]) {
+    run.space_bytes_max = points.iter().map(|p| p.space_bytes).max().unwrap_or(0);
+    run.live_user_bytes_end = points.last().map_or(0, |p| p.live_user_bytes);
+    if let Some(budget) = points
+        .iter()
+        .map(|p| p.log_bytes_max)
+        .max()
+        .filter(|b| *b > 0)
+    {
+        run.log_budget_bytes = Some(budget);
+        run.space_bound_violations = Some(
+            points
+                .iter()
+                .filter(|p| p.space_bytes as f64 > 1.3 * p.live_user_bytes as f64 + budget as f64)
+                .count() as u64,
+        );
+    }
+    let measured: Vec<&Point> = points.iter().filter(|p| p.phase == "measure").collect();
+    let half = &measured[measured.len() / 2..];
+    run.space_trend_bytes_per_min =
+        slope(half.iter().map(|p| (p.t_s, p.space_bytes as f64))) * 60.0;
+}
+
+/// Least-squares slope of y over x.
+fn slope(points: impl Iterator<Item = (f64, f64)>) -> f64 {
+    let points: Vec<(f64, f64)> = points.collect();
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    if sxx == 0.0 { 0.0 } else { sxy / sxx }
+}
+
+/// Bytes used on the file system holding `dir` (statvfs: blocks - free blocks).
+fn used_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs(3) with a valid C string and a zeroed struct we own.
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
+        return 0;
+    }
+    (vfs.f_blocks - vfs.f_bfree) as u64 * vfs.f_frsize as u64
+}
+
+fn describe_run(run: &SteadyRun) -> String {
+    let gb = |b: u64| b as f64 / 1e9;
+    match &run.failure {
+        None => format!(
+            "{}: completed, {:.0} ops/s, WA {:.2}, disk end {:.2} GB / max {:.2} GB (live {:.2} GB, trend {:+.1} MB/min), memory max {:.0} of {:.0} MiB, query p50/p99 {}/{} µs",
+            run.engine,
+            run.ops_per_sec,
+            run.write_amplification,
+            gb(run.space_bytes_end),
+            gb(run.space_bytes_max),
+            gb(run.live_user_bytes_end),
+            run.space_trend_bytes_per_min / 1e6,
+            run.memory_bytes_max as f64 / 1048576.0,
+            run.memory_limit_bytes as f64 / 1048576.0,
+            run.query_p50_us,
+            run.query_p99_us
+        ),
+        Some(why) => format!(
+            "{}: DID NOT COMPLETE ({why}); disk max {:.2} GB, memory max {:.0} MiB",
+            run.engine,
+            gb(run.space_bytes_max),
+            run.memory_bytes_max as f64 / 1048576.0
+        ),
+    }
+}
+
+fn terminal_table(runs: &[SteadyRun]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.set_header(vec![
+        "engine",
+        "completed",
+        "ops/s",
+        "WA",
+        "disk end GB",
+        "disk max GB",
+        "live end GB",
+        "trend MB/min",
+        "log budget GB",
+        "mem max MiB",
+        "query p50/p99 µs",
+    ]);
+    let best_baseline = runs
+        .iter()
+        .filter(|r| !r.engine.starts_with("roamkv") && r.completed)
+        .map(|r| r.ops_per_sec)
+        .fold(0.0, f64::max);
+    for r in runs {
+        table.add_row(vec![
+            r.engine.clone(),
+            if r.completed {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+            format!("{:.0}", r.ops_per_sec),
+            format!("{:.2}", r.write_amplification),
+            format!("{:.2}", r.space_bytes_end as f64 / 1e9),
+            format!("{:.2}", r.space_bytes_max as f64 / 1e9),
+            format!("{:.2}", r.live_user_bytes_end as f64 / 1e9),
+            format!("{:+.1}", r.space_trend_bytes_per_min / 1e6),
+            r.log_budget_bytes
+                .map_or("-".into(), |b| format!("{:.2}", b as f64 / 1e9)),
+            format!("{:.0}", r.memory_bytes_max as f64 / 1048576.0),
+            format!("{}/{}", r.query_p50_us, r.query_p99_us),
+        ]);
+    }
+    let mut text = table.to_string();
+    for r in runs
+        .iter()
+        .filter(|r| r.engine.starts_with("roamkv") && r.completed)
+    {
+        for other in runs
+            .iter()
+            .filter(|o| !o.engine.starts_with("roamkv") && o.completed)
+        {
+            text.push_str(&format!(
+                "\n{} / {}: {:.2}x ops/s",
+                r.engine,
+                other.engine,
+                r.ops_per_sec / other.ops_per_sec.max(1e-9)
+            ));
+        }
+        if best_baseline > 0.0 {
+            text.push_str(&format!(
+                "\n{}: space bound (1.3 x live + log budget) exceeded in {} second(s)",
+                r.engine,
+                r.space_bound_violations.unwrap_or(0)
+            ));
+        }
+    }
+    text
+}
+
+fn write_timeseries(path: &Path, points: &[Point]) -> Result<(), String> {
+    let mut writer = csv::Writer::from_path(path).map_err(|e| e.to_string())?;
+    for p in points {
+        writer.serialize(p).map_err(|e| e.to_string())?;
+    }
+    writer.flush().map_err(|e| e.to_string())
+}
+
+fn write_report(
+    path: &Path,
+    header: &MachineHeader,
+    args: &SteadyArgs,
+    runs: &[SteadyRun],
+    points: &[Point],
+) -> Result<(), String> {
+    let mut html = Html::new("roamkv bench steady: the long run", header);
+    html.heading("Runs");
+    for run in runs {
+        html.paragraph(&describe_run(run));
+    }
+    let per_engine = |y: &dyn Fn(&Point) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        runs.iter()
+            .map(|r| {
+                let series = points
+                    .iter()
+                    .filter(|p| p.engine == r.engine)
+                    .map(|p| (p.t_s, y(p)))
+                    .collect();
+                (r.engine.clone(), series)
+            })
+            .collect()
+    };
+    let chart = |title: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]| {
+        line_chart_svg(
+            title,
+            "seconds since start (warm-up first)",
+            y_label,
+            series,
+        )
+    };
+    html.heading("Over time");
+    html.svg(&chart(
+        "Throughput",
+        "operations/s",
+        &per_engine(&|p| p.ops_per_sec),
+    ));
+    html.svg(&chart(
+        "Bytes on disk",
+        "GB",
+        &per_engine(&|p| p.space_bytes as f64 / 1e9),
+    ));
+    html.svg(&chart(
+        "Device writes",
+        "MB/s",
+        &per_engine(&|p| p.device_write_bytes_per_sec / 1e6),
+    ));
+    html.svg(&chart(
+        "Memory (cgroup: heap + page cache)",
+        "MiB",
+        &per_engine(&|p| p.cgroup_bytes as f64 / 1048576.0),
+    ));
+    html.svg(&chart(
+        "Maintenance debt (roamkv: migration backlog; RocksDB: pending compaction)",
+        "MB",
+        &per_engine(&|p| p.backlog_bytes as f64 / 1e6),
+    ));
+    for run in runs.iter().filter(|r| r.engine.starts_with("roamkv")) {
+        let mine: Vec<&Point> = points.iter().filter(|p| p.engine == run.engine).collect();
+        let line = |name: &str, y: &dyn Fn(&Point) -> f64| {
+            (
+                name.to_string(),
+                mine.iter().map(|p| (p.t_s, y(p))).collect::<Vec<_>>(),
+            )
+        };
+        html.svg(&chart(
+            &format!("{}: bytes on disk against what must be kept", run.engine),
+            "GB",
+            &[
+                line("on disk", &|p| p.space_bytes as f64 / 1e9),
+                line("live user bytes", &|p| p.live_user_bytes as f64 / 1e9),
+                line("bound: 1.3 x live + log budget", &|p| {
+                    (1.3 * p.live_user_bytes as f64 + p.log_bytes_max as f64) / 1e9
+                }),
+                line("log files", &|p| p.log_bytes as f64 / 1e9),
+                line("lower tier", &|p| p.lower_bytes as f64 / 1e9),
+            ],
+        ));
+    }
+    html.heading("Configuration and method");
+    html.paragraph(&format!(
+        "Each engine: a fresh {} GiB {} file system on a direct-I/O loop device, the engine in a child process inside a {} MiB memory cgroup (heap and page cache), {} writer threads, {} s warm-up then {} s measured, durability {}. Every second: ops/s and device write bandwidth (the loop device's counters), bytes on disk (statvfs, minus what the empty file system used), live user bytes (key + value bytes of readings of devices that have not departed), the engine's own figures, the cgroup's usage. Throughput and write amplification cover the measured phase (device bytes after a syncfs at its start, through the final sync). Queries: TPCx-IoT's pair at 0.005 % of operations: the last 30 s of one sensor, and a random 30 s window in the 1800 s before.",
+        args.disk_gib,
+        args.fs,
+        args.memory_mib,
+        args.threads,
+        args.warmup_seconds,
+        args.seconds,
+        args.durability.name()
+    ));
+    for run in runs {
+        html.paragraph(&format!("{}: {}", run.engine, run.config));
+    }
+    html.write(path).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slope_of_a_flat_series_is_zero_and_of_a_ramp_its_rate() {
+        assert_eq!(slope([(0.0, 5.0), (1.0, 5.0), (2.0, 5.0)].into_iter()), 0.0);
+        let ramp = (0..10).map(|t| (t as f64, 3.0 * t as f64 + 1.0));
+        assert!((slope(ramp) - 3.0).abs() < 1e-9);
+        assert_eq!(slope(std::iter::once((1.0, 1.0))), 0.0);
+    }
+
+    #[test]
+    fn the_space_bound_counts_seconds_over_it() {
+        let point = |space, live| Point {
+            engine: "roamkv".into(),
+            phase: "measure".into(),
+            space_bytes: space,
+            live_user_bytes: live,
+            log_bytes_max: 100,
+            ..Point::default()
+        };
+        let mut run = SteadyRun::default();
+        summarize_points(&mut run, &[point(100, 10), point(200, 10), point(113, 10)]);
+        assert_eq!(run.log_budget_bytes, Some(100));
+        assert_eq!(run.space_bound_violations, Some(1));
+        assert_eq!(run.space_bytes_max, 200);
+    }
+}

@@ -1,0 +1,321 @@
+//! docs/ARCHITECTURE.md matches the tree, and modules do not import each other in circles.
+//!
+//! - Every `crates/<crate>/src/...` path the page names exists.
+//! - Every top-level module of the engine, bench, lab and cli crates (`src/<name>.rs` or
+//!   `src/<name>/mod.rs`) is named on the page: a new module gets its line there.
+//! - No module of the lab, bench or cli crates depends on a module that depends back on it,
+//!   directly or through others. A module depends on another when its code (tests excluded)
+//!   names it through a `crate::`, `super::` or `self::` path, or names a child module it
+//!   declares (`mod child;` ... `child::item`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn architecture_md() -> String {
+    let path = workspace_root().join("docs/ARCHITECTURE.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Every `crates/<crate>/src/...` path on the page.
+fn paths_named(doc: &str) -> BTreeSet<String> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '/' | '.' | '-');
+    let mut out = BTreeSet::new();
+    let mut rest = doc;
+    while let Some(at) = rest.find("crates/") {
+        let tail = &rest[at..];
+        let end = tail.find(|c| !is_path_char(c)).unwrap_or(tail.len());
+        let path = tail[..end].trim_end_matches('.');
+        if path.contains("/src/") {
+            out.insert(path.to_string());
+        }
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn every_path_the_page_names_exists() {
+    let named = paths_named(&architecture_md());
+    assert!(named.len() > 20, "the page names only {named:?}");
+    let missing: Vec<&String> = named
+        .iter()
+        .filter(|p| !workspace_root().join(p).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md names files that do not exist: {missing:?}"
+    );
+}
+
+/// Top-level module files of a crate: `src/<name>.rs` and `src/<name>/mod.rs`.
+fn top_level_modules(krate: &str) -> Vec<String> {
+    let src = workspace_root().join("crates").join(krate).join("src");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("ls src").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if path.is_dir() && path.join("mod.rs").exists() {
+            out.push(format!("crates/{krate}/src/{name}/mod.rs"));
+        } else if name.ends_with(".rs") {
+            out.push(format!("crates/{krate}/src/{name}"));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_top_level_module_is_on_the_page() {
+    let named = paths_named(&architecture_md());
+    let unnamed: Vec<String> = ["engine", "bench", "lab", "cli"]
+        .into_iter()
+        .flat_map(top_level_modules)
+        .filter(|m| !named.contains(m))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "modules missing from docs/ARCHITECTURE.md (give each a line): {unnamed:?}"
+    );
+}
+
+/// Module path ("" for the crate root, "trace::events", ...) -> its file, for every module file
+/// under `src`.
+fn module_files(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("ls").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let Some(relative) = path
+                .strip_prefix(src)
+                .ok()
+                .and_then(|p| p.to_str())
+                .and_then(|p| p.strip_suffix(".rs"))
+            else {
+                continue;
+            };
+            let mut parts: Vec<&str> = relative.split('/').collect();
+            if matches!(parts.last(), Some(&"mod" | &"lib" | &"main")) {
+                parts.pop();
+            }
+            out.insert(parts.join("::"), path);
+        }
+    }
+    out
+}
+
+fn is_ident_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// The paths that follow `at` in `text` (just after a `crate::`-like head): `a::b::c`, or a
+/// group `{a, b::{c, d}}` giving one path per leaf.
+fn paths_at(text: &[u8], mut at: usize) -> Vec<Vec<String>> {
+    let mut prefix: Vec<String> = Vec::new();
+    loop {
+        if text.get(at) == Some(&b'{') {
+            let mut out = Vec::new();
+            let mut depth = 0;
+            let mut item_start = at + 1;
+            let mut i = at;
+            while i < text.len() {
+                match text[i] {
+                    b'{' => depth += 1,
+                    b'}' | b',' if depth == 1 => {
+                        let item = std::str::from_utf8(&text[item_start..i]).unwrap_or("");
+                        let trimmed = item.trim_start();
+                        let offset = item_start + (item.len() - trimmed.len());
+                        for path in paths_at(text, offset) {
+                            out.push(prefix.iter().cloned().chain(path).collect());
+                        }
+                        item_start = i + 1;
+                        if text[i] == b'}' {
+                            return out;
+                        }
+                    }
+                    b'}' => depth -= 1,
+                    _ => {}
+                }
+                i += 1;
+            }
+            return out;
+        }
+        let start = at;
+        while at < text.len() && is_ident_char(text[at]) {
+            at += 1;
+        }
+        if at == start {
+            return vec![prefix];
+        }
+        prefix.push(String::from_utf8_lossy(&text[start..at]).into_owned());
+        if text[at..].starts_with(b"::") {
+            at += 2;
+        } else {
+            return vec![prefix];
+        }
+    }
+}
+
+/// The modules `module` (in `file`) depends on, among `modules`.
+fn dependencies(
+    module: &str,
+    file: &Path,
+    modules: &BTreeMap<String, PathBuf>,
+) -> BTreeSet<String> {
+    let full_text = std::fs::read_to_string(file).expect("read module");
+    // Unit tests sit at the end of a file, after `#[cfg(test)]`: they may use anything.
+    let text = full_text.split("#[cfg(test)]").next().unwrap_or("");
+    let bytes = text.as_bytes();
+    let parts: Vec<String> = if module.is_empty() {
+        Vec::new()
+    } else {
+        module.split("::").map(str::to_string).collect()
+    };
+    let resolve = |full: Vec<String>| -> Option<String> {
+        (0..=full.len())
+            .rev()
+            .map(|k| full[..k].join("::"))
+            .find(|candidate| modules.contains_key(candidate))
+    };
+    let mut out = BTreeSet::new();
+    let mut add = |target: Option<String>| {
+        if let Some(target) = target.filter(|t| t != module) {
+            out.insert(target);
+        }
+    };
+    // Paths through crate::, super:: (any number) and self::.
+    for (at, _) in text.match_indices("::") {
+        let head_start = bytes[..at]
+            .iter()
+            .rposition(|c| !is_ident_char(*c))
+            .map_or(0, |p| p + 1);
+        if head_start > 0 && bytes[head_start - 1] == b':' {
+            continue; // the middle of a path: its head was handled
+        }
+        let mut base: Vec<String> = match &text[head_start..at] {
+            "crate" => Vec::new(),
+            "self" => parts.clone(),
+            "super" => parts[..parts.len().saturating_sub(1)].to_vec(),
+            _ => continue,
+        };
+        let mut after = at + 2;
+        while text[after..].starts_with("super::") {
+            base.pop();
+            after += "super::".len();
+        }
+        for path in paths_at(bytes, after) {
+            add(resolve(base.iter().cloned().chain(path).collect()));
+        }
+    }
+    // Child modules named by their bare name.
+    for line in text.lines() {
+        let line = line.trim();
+        let declaration = line
+            .strip_prefix("pub mod ")
+            .or_else(|| line.strip_prefix("mod "))
+            .or_else(|| line.strip_prefix("pub(crate) mod "));
+        let Some(child) = declaration.and_then(|d| d.strip_suffix(';')) else {
+            continue;
+        };
+        let needle = format!("{child}::");
+        let named = text
+            .match_indices(&needle)
+            .any(|(at, _)| at == 0 || !(is_ident_char(bytes[at - 1]) || bytes[at - 1] == b':'));
+        if named {
+            add(resolve(
+                parts.iter().cloned().chain([child.to_string()]).collect(),
+            ));
+        }
+    }
+    out
+}
+
+/// Groups of modules that depend on each other in a circle (strongly connected components of
+/// more than one module), each as a sorted list.
+fn import_cycles(krate: &str) -> Vec<Vec<String>> {
+    let src = workspace_root().join("crates").join(krate).join("src");
+    let modules = module_files(&src);
+    let graph: BTreeMap<String, BTreeSet<String>> = modules
+        .iter()
+        .map(|(m, file)| (m.clone(), dependencies(m, file, &modules)))
+        .collect();
+    // Two modules are in one circle when each reaches the other.
+    let reach = |from: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_string()];
+        while let Some(m) = stack.pop() {
+            for next in graph.get(&m).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&String, BTreeSet<String>> =
+        graph.keys().map(|m| (m, reach(m))).collect();
+    let mut cycles: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (m, from_m) in &reachable {
+        let circle: Vec<String> = from_m
+            .iter()
+            .filter(|other| reachable[other].contains(*m))
+            .map(|other| {
+                if other.is_empty() {
+                    "(crate root)".into()
+                } else {
+                    other.clone()
+                }
+            })
+            .collect();
+        if circle.len() > 1 {
+            cycles.insert(circle);
+        }
+    }
+    cycles.into_iter().collect()
+}
+
+#[test]
+fn no_module_of_the_lab_bench_or_cli_imports_a_module_that_imports_it_back() {
+    for krate in ["lab", "bench", "cli"] {
+        let cycles = import_cycles(krate);
+        assert!(
+            cycles.is_empty(),
+            "crates/{krate}: modules that import each other: {cycles:?}"
+        );
+    }
+}
+
+/// The engine's `engine` and `spares` import each other; its rewrite removes that.
+#[test]
+#[ignore = "the engine's internals are being reorganised; enable once engine <-> spares is gone"]
+fn no_module_of_the_engine_imports_a_module_that_imports_it_back() {
+    let cycles = import_cycles("engine");
+    assert!(cycles.is_empty(), "crates/engine: {cycles:?}");
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle_when_there_is_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\nmod c;\n").expect("write");
+    std::fs::write(src.join("a.rs"), "use crate::b::Thing;\n").expect("write");
+    std::fs::write(src.join("b.rs"), "use crate::{c::{self, Other}};\n").expect("write");
+    std::fs::write(
+        src.join("c.rs"),
+        "fn f() { super::a::g() }\n#[cfg(test)]\nmod tests { use crate::b; }\n",
+    )
+    .expect("write");
+    let modules = module_files(src);
+    let deps = |m: &str| dependencies(m, &modules[m], &modules);
+    assert_eq!(deps("a"), BTreeSet::from(["b".to_string()]));
+    assert_eq!(deps("b"), BTreeSet::from(["c".to_string()]));
+    assert_eq!(deps("c"), BTreeSet::from(["a".to_string()]));
+}

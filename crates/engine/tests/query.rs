@@ -1,0 +1,184 @@
+//! The read-side queries (device listing, latest readings, paged scans, device-granular
+//! retention) give the same answers as `scan` in both tiers and on both lower-tier engines.
+
+mod common;
+
+use common::*;
+use roamkv_engine::{DeviceTier, Engine, LowerTierKind, Reading, ScanCursor};
+
+const SENSORS: [&str; 3] = ["alt", "speed", "temp"];
+
+/// car-1 gets 3 sensors x 50 readings (ts 0, 2, 4, ...); car-2 one sensor, ts 1000..1010.
+fn fill(engine: &Engine) {
+    for sensor in SENSORS {
+        for i in 0..50i64 {
+            let ts = i * 2;
+            engine
+                .put("car-1", sensor, ts, &value("car-1", sensor, ts, 40))
+                .expect("put");
+        }
+    }
+    for ts in 1000..1010 {
+        engine
+            .put("car-2", "speed", ts, &value("car-2", "speed", ts, 40))
+            .expect("put");
+    }
+}
+
+/// Pages through a window with `limit` readings per page, following the cursors.
+fn all_pages(
+    engine: &Engine,
+    device: &str,
+    sensor: Option<&str>,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> Vec<Reading> {
+    let mut out = Vec::new();
+    let mut after: Option<ScanCursor> = None;
+    loop {
+        let page = engine
+            .scan_page(device, sensor, from_ms, to_ms, after.as_ref(), limit)
+            .expect("scan_page");
+        assert!(page.readings.len() <= limit);
+        out.extend(page.readings);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+}
+
+fn check_queries(engine: &Engine) {
+    for (sensor, from, to) in [
+        (None, i64::MIN, i64::MAX),
+        (Some("speed"), i64::MIN, i64::MAX),
+        (None, 10, 41),
+        (Some("alt"), 7, 8),
+        (Some("nope"), i64::MIN, i64::MAX),
+    ] {
+        let expected = engine.scan("car-1", sensor, from, to).expect("scan");
+        for limit in [1, 7, 50, 1000] {
+            assert_eq!(
+                all_pages(engine, "car-1", sensor, from, to, limit),
+                expected,
+                "sensor {sensor:?} window {from}..{to} limit {limit}"
+            );
+        }
+    }
+
+    let latest = engine.latest("car-1", None).expect("latest");
+    let latest: Vec<(String, i64)> = latest.into_iter().map(|r| (r.sensor, r.ts_ms)).collect();
+    let expected: Vec<(String, i64)> = SENSORS.iter().map(|s| (s.to_string(), 98)).collect();
+    assert_eq!(latest, expected);
+    let one = engine.latest("car-2", Some("speed")).expect("latest");
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].ts_ms, 1009);
+    assert_eq!(one[0].value, value("car-2", "speed", 1009, 40));
+    assert!(
+        engine
+            .latest("car-2", Some("alt"))
+            .expect("latest")
+            .is_empty()
+    );
+    assert!(engine.latest("ghost", None).expect("latest").is_empty());
+}
+
+#[test]
+fn queries_match_scan_in_the_upper_tier() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = open(dir.path(), &clock);
+    fill(&engine);
+    let devices = engine.devices();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[0].name, "car-1");
+    assert_eq!(devices[0].tier, DeviceTier::Upper);
+    assert_eq!(devices[0].upper_records, Some(150));
+    assert_eq!(devices[0].registered_at_ms, START_MS);
+    assert_eq!(devices[1].upper_records, Some(10));
+    check_queries(&engine);
+}
+
+#[test]
+fn queries_match_scan_in_the_lower_tier_on_both_engines() {
+    for lower in [LowerTierKind::RocksDb, LowerTierKind::LevelDb] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = clock();
+        let engine = open_with(dir.path(), &clock, lower);
+        fill(&engine);
+        clock.advance_ms(MANAGEMENT_MS * 2);
+        engine.maintain().expect("maintain");
+        let devices = engine.devices();
+        assert!(
+            devices
+                .iter()
+                .all(|d| d.tier == DeviceTier::Lower && d.upper_records.is_none()),
+            "{lower:?}: {devices:?}"
+        );
+        check_queries(&engine);
+        // And after a restart (the mapping table is rebuilt from the lower tier).
+        drop(engine);
+        let engine = open_with(dir.path(), &clock, lower);
+        assert_eq!(engine.devices().len(), 2);
+        check_queries(&engine);
+    }
+}
+
+#[test]
+fn retention_departs_only_devices_whose_every_reading_is_older() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = open(dir.path(), &clock);
+    fill(&engine);
+    // car-1's newest reading is at 98, car-2's at 1009.
+    assert!(!engine.depart_if_older_than("car-1", 98).expect("age"));
+    assert!(engine.depart_if_older_than("car-1", 99).expect("age"));
+    assert!(!engine.depart_if_older_than("car-2", 99).expect("age"));
+    assert!(!engine.depart_if_older_than("ghost", 99).expect("age"));
+    let names: Vec<String> = engine.devices().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, vec!["car-2".to_string()]);
+    assert!(
+        engine
+            .scan("car-1", None, i64::MIN, i64::MAX)
+            .expect("scan")
+            .is_empty()
+    );
+    // Durable: the departure is in the log.
+    drop(engine);
+    let engine = open(dir.path(), &clock);
+    let names: Vec<String> = engine.devices().into_iter().map(|d| d.name).collect();
+    assert_eq!(names, vec!["car-2".to_string()]);
+}
+
+#[test]
+fn bad_page_arguments_are_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = open(dir.path(), &clock);
+    fill(&engine);
+    assert!(engine.scan_page("car-1", None, 0, 10, None, 0).is_err());
+    assert!(
+        engine
+            .scan_page(
+                "car-1",
+                None,
+                0,
+                10,
+                None,
+                roamkv_engine::SCAN_PAGE_READINGS_MAX + 1
+            )
+            .is_err()
+    );
+    assert!(engine.scan_page("", None, 0, 10, None, 5).is_err());
+    assert!(engine.latest("car\0", None).is_err());
+    // A cursor past the window's end gives an empty last page.
+    let cursor = ScanCursor {
+        sensor: "zzz".into(),
+        ts_ms: 0,
+    };
+    let page = engine
+        .scan_page("car-1", None, i64::MIN, i64::MAX, Some(&cursor), 5)
+        .expect("page");
+    assert!(page.readings.is_empty() && page.next.is_none());
+}

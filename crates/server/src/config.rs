@@ -1,0 +1,377 @@
+//! The server's settings: command-line flags, an optional TOML file with the same names, and
+//! the defaults. A flag given on the command line wins over the file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use roamkv_engine::Durability;
+use serde::Deserialize;
+
+/// Default EdgeX message-bus topic filter for events (EdgeX publishes on
+/// edgex/events/device/{service}/{profile}/{device}/{source}).
+pub const MQTT_TOPIC_DEFAULT: &str = "edgex/events/device/#";
+
+/// `roamkv serve` flags. Every one of them may also be set in the `--config` file (TOML, same
+/// names with `_` for `-`), e.g. `listen = "127.0.0.1:59880"`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// TOML file with any of the settings below; flags given here win over it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Data directory of the engine (created if missing).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:59880, EdgeX core-data's port].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// When a write is acknowledged: sync, periodic[:MS] or none [default: sync].
+    #[arg(long)]
+    pub durability: Option<String>,
+    /// How long a new device stays in the upper tier before it settles, in ms [default: 60000].
+    #[arg(long)]
+    pub management_time_ms: Option<u64>,
+    /// File holding the bearer token every route but /health and /api/v3/ping requires.
+    #[arg(long)]
+    pub auth_token_file: Option<PathBuf>,
+    /// Allow listening on a non-loopback address without an auth token.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Largest request body accepted, in bytes [default: 4194304]; larger ones get 413.
+    #[arg(long)]
+    pub body_bytes_max: Option<usize>,
+    /// Most readings in one event or one native batch [default: 10000]; more get 413.
+    #[arg(long)]
+    pub batch_readings_max: Option<usize>,
+    /// Requests served at once; more get 429 at once rather than queueing [default: 256].
+    #[arg(long)]
+    pub concurrent_requests_max: Option<usize>,
+    /// Most readings one query may read before answering 416 [default: 200000].
+    #[arg(long)]
+    pub query_readings_max: Option<usize>,
+    /// EdgeX's MaxResultCount: the largest `limit` of a query [default: 1024].
+    #[arg(long)]
+    pub max_result_count: Option<usize>,
+    /// MQTT broker to take EdgeX events from, host:port (none: no MQTT ingest).
+    #[arg(long)]
+    pub mqtt_broker: Option<String>,
+    /// MQTT topic filter to subscribe to [default: edgex/events/device/#].
+    #[arg(long)]
+    pub mqtt_topic: Option<String>,
+    /// MQTT client id [default: roamkv-core-data].
+    #[arg(long)]
+    pub mqtt_client_id: Option<String>,
+    /// Seconds a client may take to send its request headers (slow clients are cut off) [default: 10].
+    #[arg(long)]
+    pub header_timeout_s: Option<u64>,
+    /// Seconds a client may take to send its request body; slower ones get 408 [default: 30].
+    #[arg(long)]
+    pub body_timeout_s: Option<u64>,
+    /// Seconds shutdown waits for in-flight requests before closing the engine [default: 30].
+    #[arg(long)]
+    pub drain_timeout_s: Option<u64>,
+}
+
+/// The same settings as they may appear in the `--config` file.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    durability: Option<String>,
+    management_time_ms: Option<u64>,
+    auth_token_file: Option<PathBuf>,
+    insecure: Option<bool>,
+    body_bytes_max: Option<usize>,
+    batch_readings_max: Option<usize>,
+    concurrent_requests_max: Option<usize>,
+    query_readings_max: Option<usize>,
+    max_result_count: Option<usize>,
+    mqtt_broker: Option<String>,
+    mqtt_topic: Option<String>,
+    mqtt_client_id: Option<String>,
+    header_timeout_s: Option<u64>,
+    body_timeout_s: Option<u64>,
+    drain_timeout_s: Option<u64>,
+}
+
+/// Resolved settings, every default applied and every value checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data: PathBuf,
+    pub listen: SocketAddr,
+    pub durability: Durability,
+    pub durability_text: String,
+    pub management_time_ms: u64,
+    /// The bearer token, if auth is on.
+    pub auth_token: Option<Vec<u8>>,
+    pub insecure: bool,
+    pub body_bytes_max: usize,
+    pub batch_readings_max: usize,
+    pub concurrent_requests_max: usize,
+    pub query_readings_max: usize,
+    pub max_result_count: usize,
+    pub mqtt: Option<MqttConfig>,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub drain_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct MqttConfig {
+    pub host: String,
+    pub port: u16,
+    pub topic: String,
+    pub client_id: String,
+}
+
+impl Config {
+    /// Merges flags over the file over the defaults, and checks the result.
+    pub fn resolve(args: &ServeArgs) -> Result<Config, String> {
+        let file = match &args.config {
+            Some(path) => read_file_config(path)?,
+            None => FileConfig::default(),
+        };
+        let data = args
+            .data
+            .clone()
+            .or(file.data)
+            .ok_or("no data directory: give --data DIR (or `data` in the config file)")?;
+        let listen = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 59880)));
+        let durability_text = args
+            .durability
+            .clone()
+            .or(file.durability)
+            .unwrap_or_else(|| "sync".into());
+        let durability = Durability::parse(&durability_text).ok_or_else(|| {
+            format!(
+                "unknown durability {durability_text:?}; valid: sync, periodic, periodic:MS, none"
+            )
+        })?;
+        let auth_token = match args.auth_token_file.clone().or(file.auth_token_file) {
+            Some(path) => Some(read_token(&path)?),
+            None => None,
+        };
+        let insecure = args.insecure || file.insecure.unwrap_or(false);
+        if auth_token.is_none() && !listen.ip().is_loopback() && !insecure {
+            return Err(format!(
+                "refusing to listen on {listen} without an auth token: give --auth-token-file FILE, \
+                 listen on a loopback address, or pass --insecure"
+            ));
+        }
+        let positive =
+            |name: &str, value: Option<usize>, default: usize| -> Result<usize, String> {
+                match value.unwrap_or(default) {
+                    0 => Err(format!("{name} must be at least 1")),
+                    n => Ok(n),
+                }
+            };
+        let seconds = |name: &str, value: Option<u64>, default: u64| -> Result<Duration, String> {
+            match value.unwrap_or(default) {
+                0 => Err(format!("{name} must be at least 1 second")),
+                n => Ok(Duration::from_secs(n)),
+            }
+        };
+        let mqtt = match args.mqtt_broker.clone().or(file.mqtt_broker) {
+            Some(broker) => Some(parse_broker(
+                &broker,
+                args.mqtt_topic
+                    .clone()
+                    .or(file.mqtt_topic)
+                    .unwrap_or_else(|| MQTT_TOPIC_DEFAULT.into()),
+                args.mqtt_client_id
+                    .clone()
+                    .or(file.mqtt_client_id)
+                    .unwrap_or_else(|| "roamkv-core-data".into()),
+            )?),
+            None => None,
+        };
+        Ok(Config {
+            data,
+            listen,
+            durability,
+            durability_text,
+            management_time_ms: args
+                .management_time_ms
+                .or(file.management_time_ms)
+                .unwrap_or(60_000),
+            auth_token,
+            insecure,
+            body_bytes_max: positive(
+                "body_bytes_max",
+                args.body_bytes_max.or(file.body_bytes_max),
+                4 << 20,
+            )?,
+            batch_readings_max: positive(
+                "batch_readings_max",
+                args.batch_readings_max.or(file.batch_readings_max),
+                10_000,
+            )?
+            .min(roamkv_engine::limits::BATCH_RECORDS_MAX),
+            concurrent_requests_max: positive(
+                "concurrent_requests_max",
+                args.concurrent_requests_max
+                    .or(file.concurrent_requests_max),
+                256,
+            )?,
+            query_readings_max: positive(
+                "query_readings_max",
+                args.query_readings_max.or(file.query_readings_max),
+                200_000,
+            )?,
+            max_result_count: positive(
+                "max_result_count",
+                args.max_result_count.or(file.max_result_count),
+                1024,
+            )?,
+            mqtt,
+            header_timeout: seconds(
+                "header_timeout_s",
+                args.header_timeout_s.or(file.header_timeout_s),
+                10,
+            )?,
+            body_timeout: seconds(
+                "body_timeout_s",
+                args.body_timeout_s.or(file.body_timeout_s),
+                30,
+            )?,
+            drain_timeout: seconds(
+                "drain_timeout_s",
+                args.drain_timeout_s.or(file.drain_timeout_s),
+                30,
+            )?,
+        })
+    }
+
+    /// The settings as /api/v3/config shows them (never the token itself).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "data": self.data.display().to_string(),
+            "listen": self.listen.to_string(),
+            "durability": self.durability_text,
+            "managementTimeMs": self.management_time_ms,
+            "authEnabled": self.auth_token.is_some(),
+            "insecure": self.insecure,
+            "bodyBytesMax": self.body_bytes_max,
+            "batchReadingsMax": self.batch_readings_max,
+            "concurrentRequestsMax": self.concurrent_requests_max,
+            "queryReadingsMax": self.query_readings_max,
+            "maxResultCount": self.max_result_count,
+            "mqtt": self.mqtt.as_ref().map(|m| serde_json::json!({
+                "broker": format!("{}:{}", m.host, m.port),
+                "topic": m.topic,
+                "clientId": m.client_id,
+            })),
+            "headerTimeoutS": self.header_timeout.as_secs(),
+            "bodyTimeoutS": self.body_timeout.as_secs(),
+            "drainTimeoutS": self.drain_timeout.as_secs(),
+        })
+    }
+}
+
+fn read_file_config(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading config file {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+}
+
+fn read_token(path: &Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading auth token file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.len() < 16 {
+        return Err(format!(
+            "auth token in {} is {} characters; use at least 16",
+            path.display(),
+            token.len()
+        ));
+    }
+    Ok(token.as_bytes().to_vec())
+}
+
+fn parse_broker(broker: &str, topic: String, client_id: String) -> Result<MqttConfig, String> {
+    let (host, port) = broker
+        .rsplit_once(':')
+        .ok_or_else(|| format!("MQTT broker {broker:?} is not host:port"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("MQTT broker {broker:?}: port {port:?} is not a number"))?;
+    if host.is_empty() || topic.is_empty() || client_id.is_empty() {
+        return Err("MQTT broker host, topic and client id must not be empty".into());
+    }
+    Ok(MqttConfig {
+        host: host.trim_start_matches('[').trim_end_matches(']').into(),
+        port,
+        topic,
+        client_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(data: &str) -> ServeArgs {
+        ServeArgs {
+            data: Some(data.into()),
+            ..ServeArgs::default()
+        }
+    }
+
+    #[test]
+    fn defaults_listen_on_loopback_with_sync_durability() {
+        let config = Config::resolve(&args("/tmp/x")).expect("resolve");
+        assert!(config.listen.ip().is_loopback());
+        assert_eq!(config.durability, Durability::Sync);
+        assert!(config.auth_token.is_none());
+    }
+
+    #[test]
+    fn non_loopback_without_token_is_refused_unless_insecure() {
+        let mut a = args("/tmp/x");
+        a.listen = Some("0.0.0.0:59880".parse().expect("addr"));
+        let error = Config::resolve(&a).expect_err("must refuse");
+        assert!(error.contains("--insecure"), "{error}");
+        a.insecure = true;
+        assert!(Config::resolve(&a).is_ok());
+    }
+
+    #[test]
+    fn file_settings_apply_and_flags_win() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("serve.toml");
+        std::fs::write(
+            &path,
+            "data = \"/from/file\"\ndurability = \"none\"\nmax_result_count = 7\n",
+        )
+        .expect("write");
+        let mut a = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        a.max_result_count = Some(9);
+        let config = Config::resolve(&a).expect("resolve");
+        assert_eq!(config.data, PathBuf::from("/from/file"));
+        assert_eq!(config.durability, Durability::None);
+        assert_eq!(config.max_result_count, 9);
+        std::fs::write(&path, "colour = \"blue\"\n").expect("write");
+        let error = Config::resolve(&a).expect_err("unknown key");
+        assert!(error.contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn short_tokens_and_bad_brokers_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = dir.path().join("token");
+        std::fs::write(&token, "short\n").expect("write");
+        let mut a = args("/tmp/x");
+        a.auth_token_file = Some(token);
+        assert!(Config::resolve(&a).is_err());
+        let mut b = args("/tmp/x");
+        b.mqtt_broker = Some("localhost".into());
+        assert!(Config::resolve(&b).is_err());
+    }
+}

@@ -1,0 +1,69 @@
+//! Errors as EdgeX answers them: an HTTP status and an ErrorResponse body
+//! `{"apiVersion":"v3","statusCode":N,"message":"..."}` whose message names the problem.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::edgex::API_VERSION;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn too_large(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
+    /// Maps an engine error: the caller's input is a 400 (413 for size limits), the rest 500.
+    pub fn from_engine(error: roamkv_engine::Error) -> ApiError {
+        use roamkv_engine::Error as E;
+        match error {
+            E::ValueTooLarge { .. } | E::BatchTooLarge { .. } => {
+                ApiError::too_large(error.to_string())
+            }
+            e if e.is_invalid_input() => ApiError::bad_request(e.to_string()),
+            e => ApiError::internal(format!("storage engine: {e}")),
+        }
+    }
+}
+
+pub fn error_body(status: StatusCode, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": API_VERSION,
+        "statusCode": status.as_u16(),
+        "message": message,
+    })
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(status = self.status.as_u16(), message = %self.message, "request failed");
+        } else {
+            tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");
+        }
+        (self.status, Json(error_body(self.status, &self.message))).into_response()
+    }
+}
+
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(e: tokio::task::JoinError) -> ApiError {
+        ApiError::internal(format!("engine task failed: {e}"))
+    }
+}

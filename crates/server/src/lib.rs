@@ -1,0 +1,252 @@
+//! `roamkv serve`: the edge server around the engine. It speaks EdgeX core-data v3 over HTTP
+//! and takes events from EdgeX's MQTT bus, adds a native API for what EdgeX lacks (paged scans,
+//! latest readings, device listing, explicit departure), and is run like a service: Prometheus
+//! metrics, health and readiness, a status page, bearer auth, request limits, graceful shutdown.
+//! docs/SERVER.md has the API, the mapping of events onto the engine's keys, and a curl session.
+//!
+//! It is a thin layer (DESIGN.md, "The server"): each query is engine calls, no second copy of
+//! the data and no second journal.
+#![deny(clippy::unwrap_used)]
+
+mod body;
+pub mod config;
+pub mod edgex;
+mod error;
+pub mod metrics;
+pub mod mqtt;
+mod native;
+mod router;
+mod state;
+pub mod status;
+mod v3;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use roamkv_engine::{Engine, Options};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+pub use config::{Config, ServeArgs};
+use state::{AppState, Shared, now_ms};
+use status::Sample;
+
+/// How often the status page's history is sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A server that is up: its address, and the handle to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<(), String>>,
+}
+
+impl Running {
+    /// Begins a graceful shutdown: stop accepting, finish in-flight requests (up to the drain
+    /// timeout), stop MQTT, close the engine. `wait` tells when it is done.
+    pub fn shutdown(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    pub async fn wait(self) -> Result<(), String> {
+        self.task
+            .await
+            .map_err(|e| format!("server task failed: {e}"))?
+    }
+}
+
+/// Opens the engine, binds the listener, starts MQTT ingest and the status sampler.
+pub async fn start(config: Config) -> Result<Running, String> {
+    let options = Options {
+        durability: config.durability,
+        management_time_ms: config.management_time_ms,
+        ..Options::default()
+    };
+    let data = config.data.clone();
+    let engine = tokio::task::spawn_blocking(move || Engine::open(&data, options))
+        .await
+        .map_err(|e| format!("opening the engine: {e}"))?
+        .map_err(|e| format!("opening {}: {e}", config.data.display()))?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    let state: Shared = Arc::new(AppState {
+        engine: Arc::new(engine),
+        in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
+        config,
+        metrics: metrics::Metrics::new(),
+        history: parking_lot::Mutex::new(status::History::default()),
+        ready: AtomicBool::new(true),
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(serve(state, listener, stop_rx));
+    tracing::info!(%addr, "roamkv serve listening");
+    Ok(Running { addr, stop, task })
+}
+
+/// The accept loop, then the shutdown sequence. Connections are served by hyper directly (not
+/// axum::serve) for its header-read timeout, which cuts off clients that trickle headers.
+async fn serve(
+    state: Shared,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let mqtt = state
+        .config
+        .mqtt
+        .clone()
+        .map(|m| mqtt::spawn(Arc::clone(&state), m, stop.clone()));
+    let sampler = tokio::spawn(sample_history(Arc::clone(&state), stop.clone()));
+    let app = router::build(Arc::clone(&state));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(state.config.header_timeout);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a little instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    // The router holds the shared state (and with it the engine): drop it so that the engine
+    // can be closed once the connections are done.
+    drop(app);
+    state.ready.store(false, Ordering::Relaxed);
+    tracing::info!("shutting down: no new connections; finishing in-flight requests");
+    let drain = state.config.drain_timeout;
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            seconds = drain.as_secs(),
+            "requests still running after the drain timeout"
+        );
+    }
+    tracing::info!("requests finished");
+    if let Some(mqtt) = mqtt {
+        let _ = tokio::time::timeout(drain, mqtt).await;
+    }
+    let _ = sampler.await;
+    close_engine(state).await?;
+    tracing::info!("engine closed");
+    Ok(())
+}
+
+/// Closes the engine once nothing else holds it (requests cut off by the drain timeout may
+/// still hold it briefly; then the last holder's drop closes it).
+async fn close_engine(state: Shared) -> Result<(), String> {
+    let engine = Arc::clone(&state.engine);
+    drop(state);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut engine = engine;
+    loop {
+        match Arc::try_unwrap(engine) {
+            Ok(engine) => {
+                return tokio::task::spawn_blocking(move || engine.close())
+                    .await
+                    .map_err(|e| format!("closing the engine: {e}"))?
+                    .map_err(|e| format!("closing the engine: {e}"));
+            }
+            Err(shared) if tokio::time::Instant::now() < deadline => {
+                engine = shared;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(_) => {
+                tracing::warn!("engine still in use at exit; it closes when its last user ends");
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn sample_history(state: Shared, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let s = Arc::clone(&state);
+        let data_dir_bytes =
+            tokio::task::spawn_blocking(move || metrics::dir_bytes(s.engine.path()))
+                .await
+                .unwrap_or(0);
+        let sample = Sample {
+            at_ms: now_ms(),
+            readings_total: state.metrics.readings_total(),
+            data_dir_bytes,
+        };
+        state.history.lock().push_sample(sample);
+    }
+}
+
+/// `roamkv serve`: runs until SIGINT or SIGTERM, then shuts down gracefully; a second signal
+/// exits at once (the engine's recovery covers what was in flight).
+pub fn run(args: &ServeArgs) -> Result<(), String> {
+    let config = Config::resolve(args)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let running = start(config).await?;
+        eprintln!("roamkv serve: listening on http://{}", running.addr);
+        wait_for_signal().await?;
+        tracing::info!("signal received: shutting down (a second signal exits at once)");
+        running.shutdown();
+        tokio::spawn(async {
+            if wait_for_signal().await.is_ok() {
+                eprintln!("roamkv serve: second signal, exiting now");
+                std::process::exit(130);
+            }
+        });
+        running.wait().await
+    })
+}
+
+async fn wait_for_signal() -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| format!("installing SIGTERM handler: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("installing SIGINT handler: {e}"))?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! The native API, for what EdgeX lacks (under /api/roamkv/v1):
+//! - `POST /readings`: a batch of readings as JSON lines, one engine batch (atomic);
+//! - `GET /devices`: every device with its tier and age;
+//! - `GET /devices/{device}/latest[?sensor=S]`: the newest reading of each sensor;
+//! - `GET /devices/{device}/readings?sensor=&from=&to=&limit=&after=`: a paged scan whose
+//!   `next` token resumes it (each page is one engine call that reads only that page);
+//! - `DELETE /devices/{device}`: the device departs.
+//!
+//! Timestamps here are the engine's: milliseconds since the epoch.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use roamkv_engine::{Reading, ScanCursor};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::body::read_body;
+use crate::edgex::KeyedReading;
+use crate::error::ApiError;
+use crate::state::{Shared, now_ms};
+
+/// Default and largest page of a native scan.
+const PAGE_READINGS_DEFAULT: usize = 1000;
+const PAGE_READINGS_MAX: usize = 10_000;
+
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/readings", post(post_readings))
+        .route("/devices", get(list_devices))
+        .route("/devices/{device}", axum::routing::delete(depart_device))
+        .route("/devices/{device}/latest", get(latest))
+        .route("/devices/{device}/readings", get(scan))
+}
+
+/// One line of a batch. `value` is text; `value_b64` carries binary values.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    device: String,
+    sensor: String,
+    ts: i64,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    value_b64: Option<String>,
+}
+
+fn parse_lines(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ApiError::bad_request(format!("body is not UTF-8: {e}")))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if out.len() == max {
+            return Err(ApiError::too_large(format!(
+                "batch has more than {max} readings (the limit)"
+            )));
+        }
+        let at = |msg: String| ApiError::bad_request(format!("line {}: {msg}", i + 1));
+        let line: Line = serde_json::from_str(line).map_err(|e| at(e.to_string()))?;
+        let value = match (line.value, line.value_b64) {
+            (Some(v), None) => v.into_bytes(),
+            (None, Some(b)) => STANDARD
+                .decode(b)
+                .map_err(|e| at(format!("value_b64 is not base64: {e}")))?,
+            _ => return Err(at("give exactly one of value and value_b64".into())),
+        };
+        let record = roamkv_engine::Record {
+            device: &line.device,
+            sensor: &line.sensor,
+            ts_ms: line.ts,
+            value: &value,
+        };
+        roamkv_engine::validate_record(&record).map_err(|e| at(e.to_string()))?;
+        out.push(KeyedReading {
+            device: line.device,
+            sensor: line.sensor,
+            ts_ms: line.ts,
+            value,
+        });
+    }
+    if out.is_empty() {
+        return Err(ApiError::bad_request("the batch has no readings"));
+    }
+    Ok(out)
+}
+
+async fn post_readings(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let result = async {
+        let bytes = read_body(&state, &headers, body).await?;
+        let readings = parse_lines(&bytes, state.config.batch_readings_max)?;
+        let n = readings.len();
+        state.write(readings, "native", bytes.len()).await?;
+        Ok(n)
+    }
+    .await;
+    match result {
+        Ok(n) => Ok((StatusCode::CREATED, Json(json!({"written": n}))).into_response()),
+        Err(e) => {
+            state.reject("native", &e);
+            Err(e)
+        }
+    }
+}
+
+fn reading_json(r: Reading) -> Value {
+    let mut out = json!({"device": r.device, "sensor": r.sensor, "ts": r.ts_ms});
+    match String::from_utf8(r.value) {
+        Ok(text) => out["value"] = Value::String(text),
+        Err(e) => out["value_b64"] = Value::String(STANDARD.encode(e.into_bytes())),
+    }
+    out
+}
+
+async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let devices = state.blocking(|s| Ok(s.engine.devices())).await?;
+    let now = now_ms();
+    let devices: Vec<Value> = devices
+        .into_iter()
+        .map(|d| {
+            json!({
+                "device": d.name,
+                "tier": d.tier.name(),
+                "registered_at_ms": d.registered_at_ms,
+                "age_ms": now.saturating_sub(d.registered_at_ms),
+                "upper_records": d.upper_records,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "devices": devices })).into_response())
+}
+
+async fn latest(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let readings = state
+        .blocking(move |s| {
+            s.engine
+                .latest(&device, query.get("sensor").map(String::as_str))
+                .map_err(ApiError::from_engine)
+        })
+        .await?;
+    let readings: Vec<Value> = readings.into_iter().map(reading_json).collect();
+    Ok(Json(json!({ "readings": readings })).into_response())
+}
+
+/// The continuation token: base64url of "sensor NUL ts" (ids hold no NUL).
+fn encode_token(cursor: &ScanCursor) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}\0{}", cursor.sensor, cursor.ts_ms))
+}
+
+fn decode_token(token: &str) -> Result<ScanCursor, ApiError> {
+    let bad = || {
+        ApiError::bad_request(format!(
+            "after token {token:?} is not one this server gave out"
+        ))
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let text = String::from_utf8(bytes).map_err(|_| bad())?;
+    let (sensor, ts) = text.split_once('\0').ok_or_else(bad)?;
+    Ok(ScanCursor {
+        sensor: sensor.to_string(),
+        ts_ms: ts.parse().map_err(|_| bad())?,
+    })
+}
+
+fn parse_i64(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64, ApiError> {
+    match query.get(name) {
+        Some(text) => text
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("{name} {text:?} is not an integer (ms)"))),
+        None => Ok(default),
+    }
+}
+
+async fn scan(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let from = parse_i64(&query, "from", i64::MIN)?;
+    let to = parse_i64(&query, "to", i64::MAX)?;
+    let limit = match query.get("limit") {
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=PAGE_READINGS_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("limit {text:?} is not in 1..={PAGE_READINGS_MAX}"))
+            })?,
+        None => PAGE_READINGS_DEFAULT,
+    };
+    let after = query.get("after").map(|t| decode_token(t)).transpose()?;
+    let sensor = query.get("sensor").cloned();
+    let page = state
+        .blocking(move |s| {
+            s.engine
+                .scan_page(&device, sensor.as_deref(), from, to, after.as_ref(), limit)
+                .map_err(ApiError::from_engine)
+        })
+        .await?;
+    let next = page.next.as_ref().map(encode_token);
+    let readings: Vec<Value> = page.readings.into_iter().map(reading_json).collect();
+    Ok(Json(json!({ "readings": readings, "next": next })).into_response())
+}
+
+async fn depart_device(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+) -> Result<Response, ApiError> {
+    state
+        .blocking(move |s| {
+            roamkv_engine::validate_record(&roamkv_engine::Record {
+                device: &device,
+                sensor: "s",
+                ts_ms: 0,
+                value: b"",
+            })
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            if s.engine.devices().iter().any(|d| d.name == device) {
+                s.depart(&device, "native")?;
+                Ok(())
+            } else {
+                Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("device {device:?} is not here"),
+                ))
+            }
+        })
+        .await?;
+    Ok((StatusCode::OK, Json(json!({"departed": true}))).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_foreign_ones_are_refused() {
+        let cursor = ScanCursor {
+            sensor: "speed".into(),
+            ts_ms: -42,
+        };
+        assert_eq!(decode_token(&encode_token(&cursor)).expect("token"), cursor);
+        assert!(decode_token("!!").is_err());
+        assert!(decode_token(&URL_SAFE_NO_PAD.encode("no-separator")).is_err());
+    }
+
+    #[test]
+    fn batches_name_their_bad_line() {
+        let body =
+            b"{\"device\":\"a\",\"sensor\":\"s\",\"ts\":1,\"value\":\"x\"}\n{\"device\":\"a\"}\n";
+        let error = parse_lines(body, 10).expect_err("bad line");
+        assert!(error.message.starts_with("line 2"), "{}", error.message);
+        let ok = parse_lines(
+            &body[..body.iter().position(|b| *b == b'\n').unwrap_or(0)],
+            10,
+        )
+        .expect("one line");
+        assert_eq!(ok.len(), 1);
+        let two = b"{\"device\":\"a\",\"sensor\":\"s\",\"ts\":1,\"value\":\"x\"}\n{\"device\":\"a\",\"sensor\":\"s\",\"ts\":2,\"value\":\"x\"}\n";
+        assert_eq!(
+            parse_lines(two, 1).err().map(|e| e.status),
+            Some(StatusCode::PAYLOAD_TOO_LARGE)
+        );
+        assert!(parse_lines(b"\n\n", 10).is_err());
+    }
+}

@@ -1,0 +1,235 @@
+//! The route table and the layers every request passes: metrics (latency by route), bearer
+//! auth (constant-time compare), and the concurrency limit (429 rather than an unbounded queue).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::metrics::{RequestLabels, RouteLabels};
+use crate::state::{Shared, now_ms};
+use crate::{native, status, v3};
+
+/// Routes that answer without a token: liveness checks must work before credentials exist.
+const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];
+
+pub fn build(state: Shared) -> Router {
+    let v3_routes = Router::new()
+        .route(
+            "/event/{service_name}/{profile_name}/{device_name}/{source_name}",
+            post(v3::add_event),
+        )
+        .route("/event/all", get(v3::all_events))
+        .route("/event/count", get(v3::event_count))
+        .route(
+            "/event/count/device/name/{name}",
+            get(v3::event_count_by_device),
+        )
+        .route(
+            "/event/device/name/{name}",
+            get(v3::events_by_device).delete(v3::delete_device),
+        )
+        .route("/event/start/{start}/end/{end}", get(v3::events_by_time))
+        .route("/event/age/{age}", delete(v3::delete_by_age))
+        .route(
+            "/event/id/{id}",
+            get(v3::by_id_not_supported).delete(v3::by_id_not_supported),
+        )
+        .route("/reading/all", get(v3::all_readings))
+        .route("/reading/count", get(v3::reading_count))
+        .route(
+            "/reading/count/device/name/{name}",
+            get(v3::reading_count_by_device),
+        )
+        .route("/reading/device/name/{name}", get(v3::readings_by_device))
+        .route(
+            "/reading/resourceName/{resource_name}",
+            get(v3::readings_by_resource),
+        )
+        .route(
+            "/reading/device/name/{name}/resourceName/{resource_name}",
+            get(v3::readings_by_device_and_resource),
+        )
+        .route(
+            "/reading/device/name/{name}/resourceName/{resource_name}/start/{start}/end/{end}",
+            get(v3::readings_by_device_resource_time),
+        )
+        .route(
+            "/reading/start/{start}/end/{end}",
+            get(v3::readings_by_time),
+        )
+        .route("/reading/id/{id}", get(v3::by_id_not_supported))
+        .route("/ping", get(v3::ping))
+        .route("/version", get(v3::version))
+        .route("/config", get(v3::config));
+    Router::new()
+        .nest("/api/v3", v3_routes)
+        .nest("/api/roamkv/v1", native::routes())
+        .route("/", get(status_page))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            limit_in_flight,
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), measure))
+        .with_state(state)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}
+
+/// Liveness: the process answers.
+async fn health() -> Response {
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"status": "ok"})),
+    )
+        .into_response()
+}
+
+/// Readiness: the engine is open and the server is not shutting down.
+async fn ready(State(state): State<Shared>) -> Response {
+    if state.is_ready() {
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "ready"})),
+        )
+            .into_response()
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    }
+}
+
+async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let text = state
+        .blocking(|s| {
+            Ok(s.metrics
+                .render(&s.engine, s.config.management_time_ms, now_ms()))
+        })
+        .await?;
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiError> {
+    state
+        .blocking(|s| {
+            let stats = s.engine.stats();
+            let devices = s.engine.devices();
+            let history = s.history.lock();
+            Ok(Html(status::render(&status::PageInput {
+                stats: &stats,
+                devices: &devices,
+                history: &history,
+                now_ms: now_ms(),
+                management_time_ms: s.config.management_time_ms,
+                version: env!("CARGO_PKG_VERSION"),
+            })))
+        })
+        .await
+}
+
+/// Bearer auth on every route but OPEN_ROUTES, when a token is configured.
+async fn authenticate(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.config.auth_token else {
+        return next.run(request).await;
+    };
+    if OPEN_ROUTES.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    // ct_eq compares in time independent of where the bytes differ (lengths may still differ).
+    let valid = presented.is_some_and(|p| bool::from(p.ct_eq(token.as_slice())));
+    if valid {
+        return next.run(request).await;
+    }
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        if presented.is_some() {
+            "the bearer token is not valid"
+        } else {
+            "this route needs an Authorization: Bearer <token> header"
+        },
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Serves at most `concurrent_requests_max` requests at once; beyond that 429 at once, so a
+/// burst cannot queue without bound. /health is exempt.
+async fn limit_in_flight(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    if request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    match Arc::clone(&state.in_flight).try_acquire_owned() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => {
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "the server is already serving {} requests (its limit); retry shortly",
+                    state.config.concurrent_requests_max
+                ),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+    }
+}
+
+/// Counts every request by route and status, and its latency by route.
+async fn measure(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    state
+        .metrics
+        .request_seconds
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(elapsed.as_secs_f64());
+    state
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}

@@ -1,0 +1,187 @@
+//! What every request handler and the MQTT task share, and the operations they have in common:
+//! ingesting an event, reading a bounded set of readings, departing a device.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use roamkv_engine::{Engine, Record, ScanCursor};
+use tokio::sync::Semaphore;
+
+use crate::config::Config;
+use crate::edgex::{self, AddEventRequest, Decoded, KeyedReading, PathNames};
+use crate::error::ApiError;
+use crate::metrics::{Metrics, RejectLabels, SourceLabels};
+use crate::status::{Departure, History};
+
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub config: Config,
+    pub metrics: Metrics,
+    pub history: parking_lot::Mutex<History>,
+    /// Requests served at once (429 beyond).
+    pub in_flight: Arc<Semaphore>,
+    /// False once shutdown began: /ready answers 503.
+    pub ready: AtomicBool,
+}
+
+pub type Shared = Arc<AppState>;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Readings read per engine call while collecting a query's answer.
+const QUERY_PAGE_READINGS: usize = 10_000;
+
+impl AppState {
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn reject(&self, source: &'static str, error: &ApiError) {
+        self.metrics
+            .rejected
+            .get_or_create(&RejectLabels {
+                source,
+                status: error.status.as_u16(),
+            })
+            .inc();
+    }
+
+    /// Checks and writes one EdgeX event (one engine batch: all its readings or none).
+    /// Returns the event id.
+    pub async fn ingest_event(
+        self: &Arc<Self>,
+        request: AddEventRequest,
+        path: Option<PathNames<'_>>,
+        source: &'static str,
+        bytes: usize,
+    ) -> Result<String, ApiError> {
+        let id = request.event.id.clone();
+        let result = match edgex::event_to_readings(request, path, self.config.batch_readings_max) {
+            Ok(readings) => self.write(readings, source, bytes).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                self.reject(source, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes readings as one engine batch, off the async threads (the group commit blocks).
+    pub async fn write(
+        self: &Arc<Self>,
+        readings: Vec<KeyedReading>,
+        source: &'static str,
+        bytes: usize,
+    ) -> Result<(), ApiError> {
+        let n = readings.len() as u64;
+        let engine = Arc::clone(&self.engine);
+        tokio::task::spawn_blocking(move || {
+            let records: Vec<Record<'_>> = readings
+                .iter()
+                .map(|r| Record {
+                    device: &r.device,
+                    sensor: &r.sensor,
+                    ts_ms: r.ts_ms,
+                    value: &r.value,
+                })
+                .collect();
+            engine.put_batch(&records)
+        })
+        .await?
+        .map_err(ApiError::from_engine)?;
+        let labels = SourceLabels { source };
+        self.metrics
+            .ingested_readings
+            .get_or_create(&labels)
+            .inc_by(n);
+        self.metrics.ingested_events.get_or_create(&labels).inc();
+        self.metrics
+            .ingested_bytes
+            .get_or_create(&labels)
+            .inc_by(bytes as u64);
+        Ok(())
+    }
+
+    /// Runs a blocking engine call on the blocking pool.
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&AppState) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let state = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&state)).await?
+    }
+
+    /// Every reading of the given devices (all devices if `None`) in the window, decoded; at
+    /// most `query_readings_max` of them, else 416 (the query is too broad to answer).
+    pub fn collect(
+        &self,
+        device: Option<&str>,
+        resource: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<Decoded>, ApiError> {
+        let devices: Vec<String> = match device {
+            Some(d) => vec![d.to_string()],
+            None => self.engine.devices().into_iter().map(|d| d.name).collect(),
+        };
+        let budget = self.config.query_readings_max;
+        let mut out = Vec::new();
+        for device in &devices {
+            let mut after: Option<ScanCursor> = None;
+            loop {
+                let page = self
+                    .engine
+                    .scan_page(
+                        device,
+                        resource,
+                        from_ms,
+                        to_ms,
+                        after.as_ref(),
+                        QUERY_PAGE_READINGS,
+                    )
+                    .map_err(ApiError::from_engine)?;
+                if out.len() + page.readings.len() > budget {
+                    return Err(ApiError::new(
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        format!(
+                            "the query would read more than {budget} readings; narrow it by \
+                             device, resource or time range (or raise --query-readings-max)"
+                        ),
+                    ));
+                }
+                out.extend(page.readings.into_iter().map(edgex::decode));
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One departure: the device's data goes (upper tier: dropped; lower tier: a range delete).
+    pub fn depart(&self, device: &str, how: &'static str) -> Result<(), ApiError> {
+        self.engine.depart(device).map_err(ApiError::from_engine)?;
+        self.history.lock().push_departure(Departure {
+            at_ms: now_ms(),
+            device: device.to_string(),
+            how,
+        });
+        Ok(())
+    }
+}

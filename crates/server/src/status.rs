@@ -1,0 +1,278 @@
+//! The status page at `/`: devices per tier, ingest rate and space over the last minutes, and
+//! recent departures. One self-contained HTML page (inline SVG, no scripts) that refreshes
+//! itself, so it works in any browser and in headless Chromium.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+
+use roamkv_engine::{DeviceInfo, DeviceTier, Stats};
+
+/// One sample per second for five minutes.
+pub const HISTORY_SAMPLES_MAX: usize = 300;
+/// Departures kept for the page.
+pub const DEPARTURES_MAX: usize = 20;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub readings_total: u64,
+    pub data_dir_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Departure {
+    pub at_ms: u64,
+    pub device: String,
+    /// What asked for it: "DELETE device", "age", "native".
+    pub how: &'static str,
+}
+
+/// What the page shows over time; bounded (HISTORY_SAMPLES_MAX, DEPARTURES_MAX).
+#[derive(Debug, Default)]
+pub struct History {
+    pub samples: VecDeque<Sample>,
+    pub departures: VecDeque<Departure>,
+}
+
+impl History {
+    pub fn push_sample(&mut self, sample: Sample) {
+        if self.samples.len() == HISTORY_SAMPLES_MAX {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+    }
+
+    pub fn push_departure(&mut self, departure: Departure) {
+        if self.departures.len() == DEPARTURES_MAX {
+            self.departures.pop_front();
+        }
+        self.departures.push_back(departure);
+    }
+
+    /// Readings per second between consecutive samples: (seconds before now, rate).
+    fn ingest_rates(&self) -> Vec<(f64, f64)> {
+        let Some(last) = self.samples.back() else {
+            return Vec::new();
+        };
+        self.samples
+            .iter()
+            .zip(self.samples.iter().skip(1))
+            .filter(|(a, b)| b.at_ms > a.at_ms)
+            .map(|(a, b)| {
+                let seconds = (b.at_ms - a.at_ms) as f64 / 1000.0;
+                (
+                    (last.at_ms as f64 - b.at_ms as f64) / 1000.0,
+                    b.readings_total.saturating_sub(a.readings_total) as f64 / seconds,
+                )
+            })
+            .collect()
+    }
+
+    fn space(&self) -> Vec<(f64, f64)> {
+        let Some(last) = self.samples.back() else {
+            return Vec::new();
+        };
+        self.samples
+            .iter()
+            .map(|s| {
+                (
+                    (last.at_ms as f64 - s.at_ms as f64) / 1000.0,
+                    s.data_dir_bytes as f64 / (1024.0 * 1024.0),
+                )
+            })
+            .collect()
+    }
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A line chart of (seconds ago, value) points, newest on the right.
+fn line_chart(title: &str, unit: &str, points: &[(f64, f64)]) -> String {
+    const WIDTH: f64 = 520.0;
+    const HEIGHT: f64 = 160.0;
+    const LEFT: f64 = 60.0;
+    const BOTTOM: f64 = 24.0;
+    let span_s = points.iter().map(|p| p.0).fold(60.0_f64, f64::max).ceil();
+    let max = points.iter().map(|p| p.1).fold(0.0_f64, f64::max);
+    let top = if max > 0.0 { max * 1.1 } else { 1.0 };
+    let x = |ago: f64| LEFT + (WIDTH - LEFT - 10.0) * (1.0 - ago / span_s);
+    let y = |v: f64| (HEIGHT - BOTTOM) - (HEIGHT - BOTTOM - 10.0) * (v / top);
+    let path: Vec<String> = points
+        .iter()
+        .map(|&(ago, v)| format!("{:.1},{:.1}", x(ago), y(v)))
+        .collect();
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r##"<figure><figcaption>{title}</figcaption><svg width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{title}">
+<rect x="{LEFT}" y="10" width="{w:.0}" height="{h:.0}" fill="#f7f9fb" stroke="#ccd"/>
+<text x="{tx}" y="20" font-size="11" text-anchor="end">{top:.1} {unit}</text>
+<text x="{tx}" y="{by:.0}" font-size="11" text-anchor="end">0</text>
+<text x="{LEFT}" y="{ly:.0}" font-size="11">-{span_s:.0} s</text>
+<text x="{rx:.0}" y="{ly:.0}" font-size="11" text-anchor="end">now</text>
+<polyline fill="none" stroke="#1f6feb" stroke-width="2" points="{points}"/>
+</svg></figure>"##,
+        w = WIDTH - LEFT - 10.0,
+        h = HEIGHT - BOTTOM - 10.0,
+        tx = LEFT - 4.0,
+        by = HEIGHT - BOTTOM,
+        ly = HEIGHT - 6.0,
+        rx = WIDTH - 10.0,
+        points = path.join(" "),
+    );
+    svg
+}
+
+pub struct PageInput<'a> {
+    pub stats: &'a Stats,
+    pub devices: &'a [DeviceInfo],
+    pub history: &'a History,
+    pub now_ms: u64,
+    pub management_time_ms: u64,
+    pub version: &'a str,
+}
+
+/// Devices listed on the page at most (the counts cover all of them).
+const DEVICES_LISTED_MAX: usize = 50;
+
+pub fn render(input: &PageInput<'_>) -> String {
+    let PageInput {
+        stats,
+        devices,
+        history,
+        now_ms,
+        management_time_ms,
+        version,
+    } = input;
+    let count = |tier: DeviceTier| devices.iter().filter(|d| d.tier == tier).count();
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="5"><title>roamkv serve</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:24px;color:#1b1f24;background:#fff}}
+h1{{font-size:22px;margin:0 0 4px}} .sub{{color:#57606a;margin-bottom:16px}}
+.tiles{{display:flex;gap:12px;margin-bottom:16px}}
+.tile{{border:1px solid #d0d7de;border-radius:6px;padding:10px 16px;min-width:120px}}
+.tile b{{display:block;font-size:24px}}
+.charts{{display:flex;gap:16px;flex-wrap:wrap}} figure{{margin:0}} figcaption{{font-weight:600;margin-bottom:4px}}
+table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid #d0d7de;padding:3px 10px;text-align:left;font-size:13px}}
+</style></head><body>
+<h1>roamkv serve</h1><div class="sub">version {version} · management time {mt} s · {durability_note}</div>
+<div class="tiles">
+<div class="tile" id="upper">upper tier<b>{upper}</b>devices</div>
+<div class="tile" id="migrating">migrating<b>{migrating}</b>devices</div>
+<div class="tile" id="lower">lower tier<b>{lower}</b>devices</div>
+<div class="tile">readings ingested<b>{readings}</b>since start</div>
+<div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
+</div>
+<div class="charts">{rate_chart}{space_chart}</div>
+"#,
+        version = escape(version),
+        mt = management_time_ms / 1000,
+        durability_note = format_args!("{} live log segments", stats.live_segments),
+        upper = count(DeviceTier::Upper),
+        migrating = count(DeviceTier::Migrating),
+        lower = count(DeviceTier::Lower),
+        readings = history.samples.back().map_or(0, |s| s.readings_total),
+        wa = stats.write_amplification(),
+        rate_chart = line_chart("Ingest (readings/s)", "/s", &history.ingest_rates()),
+        space_chart = line_chart("Data directory (MiB)", "MiB", &history.space()),
+    );
+    html.push_str("<h2>Devices</h2><table><tr><th>device</th><th>tier</th><th>age</th><th>upper-tier readings</th></tr>");
+    let mut newest: Vec<&DeviceInfo> = devices.iter().collect();
+    newest.sort_by_key(|d| std::cmp::Reverse(d.registered_at_ms));
+    for d in newest.iter().take(DEVICES_LISTED_MAX) {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{} s</td><td>{}</td></tr>",
+            escape(&d.name),
+            d.tier.name(),
+            now_ms.saturating_sub(d.registered_at_ms) / 1000,
+            d.upper_records
+                .map_or("settled".to_string(), |n| n.to_string()),
+        );
+    }
+    if devices.len() > DEVICES_LISTED_MAX {
+        let _ = write!(
+            html,
+            "<tr><td colspan=4>… and {} more</td></tr>",
+            devices.len() - DEVICES_LISTED_MAX
+        );
+    }
+    html.push_str("</table><h2>Recent departures</h2><table><tr><th>device</th><th>how</th><th>when</th></tr>");
+    for d in history.departures.iter().rev() {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{} s ago</td></tr>",
+            escape(&d.device),
+            d.how,
+            now_ms.saturating_sub(d.at_ms) / 1000
+        );
+    }
+    if history.departures.is_empty() {
+        html.push_str("<tr><td colspan=3>none yet</td></tr>");
+    }
+    html.push_str("</table></body></html>\n");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_escapes_names_and_bounds_history() {
+        let mut history = History::default();
+        for i in 0..(HISTORY_SAMPLES_MAX as u64 + 10) {
+            history.push_sample(Sample {
+                at_ms: i * 1000,
+                readings_total: i * 50,
+                data_dir_bytes: 1 << 20,
+            });
+        }
+        assert_eq!(history.samples.len(), HISTORY_SAMPLES_MAX);
+        assert!(
+            history
+                .ingest_rates()
+                .iter()
+                .all(|(_, r)| (*r - 50.0).abs() < 1e-9)
+        );
+        history.push_departure(Departure {
+            at_ms: 0,
+            device: "<script>".into(),
+            how: "age",
+        });
+        let devices = vec![DeviceInfo {
+            name: "car&1".into(),
+            tier: DeviceTier::Upper,
+            registered_at_ms: 0,
+            upper_records: Some(3),
+        }];
+        let html = render(&PageInput {
+            stats: &Stats::default(),
+            devices: &devices,
+            history: &history,
+            now_ms: 5000,
+            management_time_ms: 60_000,
+            version: "0.1.0",
+        });
+        assert!(html.contains("car&amp;1"));
+        assert!(html.contains("&lt;script&gt;"));
+        assert!(!html.contains("<script>"));
+    }
+}

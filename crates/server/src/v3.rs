@@ -1,0 +1,449 @@
+//! The EdgeX core-data v3 routes (paths, shapes and status codes as in EdgeX's v3 OpenAPI).
+//! Every handler is a thin layer: one engine call (or one bounded series of paged scans).
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::body::read_body;
+use crate::edgex::{self, API_VERSION, Decoded, PathNames};
+use crate::error::ApiError;
+use crate::state::{Shared, now_ns};
+
+pub const SERVICE_NAME: &str = "core-data";
+
+/// `offset` and `limit` as EdgeX takes them (limit -1 = all, up to MaxResultCount).
+struct Paging {
+    offset: usize,
+    limit: usize,
+}
+
+fn paging(query: &HashMap<String, String>, max_result_count: usize) -> Result<Paging, ApiError> {
+    let offset = match query.get("offset") {
+        Some(text) => text.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!("offset {text:?} is not a non-negative integer"))
+        })?,
+        None => 0,
+    };
+    let limit = match query.get("limit").map(|t| (t, t.parse::<i64>())) {
+        None => 20,
+        Some((_, Ok(-1))) => max_result_count,
+        Some((_, Ok(n))) if n >= 0 => (n as usize).min(max_result_count),
+        Some((text, _)) => {
+            return Err(ApiError::bad_request(format!(
+                "limit {text:?} is not an integer >= -1"
+            )));
+        }
+    };
+    Ok(Paging { offset, limit })
+}
+
+/// Applies offset/limit; an offset at or past a non-empty total is 416, as EdgeX answers it.
+fn apply_paging<T>(items: Vec<T>, paging: &Paging) -> Result<(Vec<T>, usize), ApiError> {
+    let total = items.len();
+    if total > 0 && paging.offset >= total {
+        return Err(ApiError::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            format!("offset {} is past the {total} items", paging.offset),
+        ));
+    }
+    let page = items
+        .into_iter()
+        .skip(paging.offset)
+        .take(paging.limit)
+        .collect();
+    Ok((page, total))
+}
+
+fn ok(body: Value) -> Response {
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+fn parse_ns(what: &str, text: &str) -> Result<i64, ApiError> {
+    text.parse::<i64>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "{what} {text:?} is not a Unix time in nanoseconds (a signed 64-bit integer)"
+        ))
+    })
+}
+
+fn check_device(name: &str) -> Result<(), ApiError> {
+    roamkv_engine::validate_record(&roamkv_engine::Record {
+        device: name,
+        sensor: "s",
+        ts_ms: 0,
+        value: b"",
+    })
+    .map_err(|e| ApiError::bad_request(format!("device name: {e}")))
+}
+
+fn check_resource(name: &str) -> Result<(), ApiError> {
+    roamkv_engine::validate_record(&roamkv_engine::Record {
+        device: "d",
+        sensor: name,
+        ts_ms: 0,
+        value: b"",
+    })
+    .map_err(|e| ApiError::bad_request(format!("resource name: {e}")))
+}
+
+pub async fn add_event(
+    State(state): State<Shared>,
+    Path((_service, profile, device, source)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = match read_body(&state, &headers, body).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            state.reject("http", &e);
+            return Err(e);
+        }
+    };
+    let cbor = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/cbor"));
+    let request = match edgex::parse_add_event(&bytes, cbor) {
+        Ok(r) => r,
+        Err(e) => {
+            state.reject("http", &e);
+            return Err(e);
+        }
+    };
+    let path = PathNames {
+        profile_name: &profile,
+        device_name: &device,
+        source_name: &source,
+    };
+    let id = state
+        .ingest_event(request, Some(path), "http", bytes.len())
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"apiVersion": API_VERSION, "statusCode": 201, "id": id})),
+    )
+        .into_response())
+}
+
+/// Newest first, as EdgeX sorts (by origin, descending); ties in a stable key order.
+fn newest_first_readings(readings: &mut [Decoded]) {
+    readings.sort_by(|a, b| {
+        b.stored
+            .origin
+            .cmp(&a.stored.origin)
+            .then_with(|| a.device.cmp(&b.device))
+            .then_with(|| a.resource_name.cmp(&b.resource_name))
+    });
+}
+
+async fn events_response(
+    state: Shared,
+    query: HashMap<String, String>,
+    device: Option<String>,
+    window_ns: Option<(i64, i64)>,
+) -> Result<Response, ApiError> {
+    let paging = paging(&query, state.config.max_result_count)?;
+    let events = state
+        .blocking(move |s| {
+            let (from_ms, to_ms) = match window_ns {
+                Some((start, end)) => edgex::ns_range_to_ms(start, end),
+                None => (i64::MIN, i64::MAX),
+            };
+            let readings = s.collect(device.as_deref(), None, from_ms, to_ms)?;
+            let mut events = edgex::group_events(&readings);
+            if let Some((start, end)) = window_ns {
+                events.retain(|e| (start..=end).contains(&e.origin));
+            }
+            events.sort_by(|a, b| {
+                b.origin
+                    .cmp(&a.origin)
+                    .then_with(|| a.device_name.cmp(&b.device_name))
+                    .then_with(|| a.id.cmp(&b.id))
+            });
+            Ok(events)
+        })
+        .await?;
+    let (page, total) = apply_paging(events, &paging)?;
+    Ok(ok(json!({
+        "apiVersion": API_VERSION, "statusCode": 200, "totalCount": total, "events": page,
+    })))
+}
+
+async fn readings_response(
+    state: Shared,
+    query: HashMap<String, String>,
+    device: Option<String>,
+    resource: Option<String>,
+    window_ns: Option<(i64, i64)>,
+) -> Result<Response, ApiError> {
+    let paging = paging(&query, state.config.max_result_count)?;
+    let readings = state
+        .blocking(move |s| {
+            let (from_ms, to_ms) = match window_ns {
+                Some((start, end)) => edgex::ns_range_to_ms(start, end),
+                None => (i64::MIN, i64::MAX),
+            };
+            let mut readings = s.collect(device.as_deref(), resource.as_deref(), from_ms, to_ms)?;
+            if let Some((start, end)) = window_ns {
+                readings.retain(|r| (start..=end).contains(&r.stored.origin));
+            }
+            newest_first_readings(&mut readings);
+            Ok(readings)
+        })
+        .await?;
+    let (page, total) = apply_paging(readings, &paging)?;
+    let page: Vec<edgex::Reading> = page.iter().map(Decoded::to_reading).collect();
+    Ok(ok(json!({
+        "apiVersion": API_VERSION, "statusCode": 200, "totalCount": total, "readings": page,
+    })))
+}
+
+fn window(start: &str, end: &str) -> Result<(i64, i64), ApiError> {
+    let (start, end) = (parse_ns("start", start)?, parse_ns("end", end)?);
+    if end < start {
+        return Err(ApiError::bad_request(format!(
+            "end {end} is before start {start}"
+        )));
+    }
+    Ok((start, end))
+}
+
+pub async fn all_events(
+    State(state): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    events_response(state, query, None, None).await
+}
+
+pub async fn events_by_device(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    events_response(state, query, Some(name), None).await
+}
+
+pub async fn events_by_time(
+    State(state): State<Shared>,
+    Path((start, end)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let window = window(&start, &end)?;
+    events_response(state, query, None, Some(window)).await
+}
+
+async fn count_response(
+    state: Shared,
+    device: Option<String>,
+    events: bool,
+) -> Result<Response, ApiError> {
+    let count = state
+        .blocking(move |s| {
+            let readings = s.collect(device.as_deref(), None, i64::MIN, i64::MAX)?;
+            Ok(if events {
+                edgex::group_events(&readings).len()
+            } else {
+                readings.len()
+            })
+        })
+        .await?;
+    Ok(ok(
+        json!({"apiVersion": API_VERSION, "statusCode": 200, "count": count}),
+    ))
+}
+
+pub async fn event_count(State(state): State<Shared>) -> Result<Response, ApiError> {
+    count_response(state, None, true).await
+}
+
+pub async fn event_count_by_device(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    count_response(state, Some(name), true).await
+}
+
+pub async fn reading_count(State(state): State<Shared>) -> Result<Response, ApiError> {
+    count_response(state, None, false).await
+}
+
+pub async fn reading_count_by_device(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    count_response(state, Some(name), false).await
+}
+
+pub async fn all_readings(
+    State(state): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    readings_response(state, query, None, None, None).await
+}
+
+pub async fn readings_by_device(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    readings_response(state, query, Some(name), None, None).await
+}
+
+pub async fn readings_by_resource(
+    State(state): State<Shared>,
+    Path(resource): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    check_resource(&resource)?;
+    readings_response(state, query, None, Some(resource), None).await
+}
+
+pub async fn readings_by_device_and_resource(
+    State(state): State<Shared>,
+    Path((name, resource)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    check_resource(&resource)?;
+    readings_response(state, query, Some(name), Some(resource), None).await
+}
+
+pub async fn readings_by_device_resource_time(
+    State(state): State<Shared>,
+    Path((name, resource, start, end)): Path<(String, String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    check_resource(&resource)?;
+    let window = window(&start, &end)?;
+    readings_response(state, query, Some(name), Some(resource), Some(window)).await
+}
+
+pub async fn readings_by_time(
+    State(state): State<Shared>,
+    Path((start, end)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let window = window(&start, &end)?;
+    readings_response(state, query, None, None, Some(window)).await
+}
+
+/// DELETE event/device/name/{name}: one departure (EdgeX deletes row by row here).
+pub async fn delete_device(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    check_device(&name)?;
+    state
+        .blocking(move |s| {
+            let present = s.engine.devices().iter().any(|d| d.name == name);
+            if present {
+                s.depart(&name, "DELETE device")?;
+            }
+            Ok(())
+        })
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"apiVersion": API_VERSION, "statusCode": 202})),
+    )
+        .into_response())
+}
+
+/// DELETE event/age/{age}: retention, per device (docs/SERVER.md): every device whose newest
+/// reading is older than now - age departs; devices with newer readings keep all of theirs.
+pub async fn delete_by_age(
+    State(state): State<Shared>,
+    Path(age): Path<String>,
+) -> Result<Response, ApiError> {
+    let age_ns = age.parse::<i64>().ok().filter(|a| *a >= 0).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "age {age:?} is not a non-negative number of nanoseconds"
+        ))
+    })?;
+    let cutoff_ns = now_ns().saturating_sub(age_ns);
+    // A device departs only if its newest reading's millisecond ends before the cutoff, so no
+    // reading at or after the cutoff is ever removed.
+    let cutoff_ms = cutoff_ns.div_euclid(1_000_000);
+    let (departed, kept) = state
+        .blocking(move |s| {
+            let mut departed = 0usize;
+            let mut kept = 0usize;
+            for device in s.engine.devices() {
+                if s.engine
+                    .depart_if_older_than(&device.name, cutoff_ms)
+                    .map_err(ApiError::from_engine)?
+                {
+                    departed += 1;
+                    s.history.lock().push_departure(crate::status::Departure {
+                        at_ms: crate::state::now_ms(),
+                        device: device.name,
+                        how: "age",
+                    });
+                } else {
+                    kept += 1;
+                }
+            }
+            Ok((departed, kept))
+        })
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "apiVersion": API_VERSION,
+            "statusCode": 202,
+            "message": format!(
+                "{departed} devices whose every reading was older than the cutoff were removed; \
+                 {kept} devices with newer readings were kept whole (age deletion here works per \
+                 device: older readings of a device that still reports stay)"
+            ),
+        })),
+    )
+        .into_response())
+}
+
+/// event/id/{id} and reading/id/{id}: the engine's keys are (device, resource, time); an id
+/// is only inside the stored value, so finding one means reading everything. Not offered.
+pub async fn by_id_not_supported(Path(id): Path<String>) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "lookup by id ({id}) is not supported: roamkv keys readings by device, resource and \
+             time, so an id lookup would read the whole store; query by device and time instead"
+        ),
+    )
+}
+
+pub async fn ping() -> Response {
+    ok(json!({
+        "apiVersion": API_VERSION,
+        "timestamp": httpdate::fmt_http_date(std::time::SystemTime::now()),
+        "serviceName": SERVICE_NAME,
+    }))
+}
+
+pub async fn version() -> Response {
+    ok(json!({
+        "apiVersion": API_VERSION,
+        "version": env!("CARGO_PKG_VERSION"),
+        "serviceName": SERVICE_NAME,
+    }))
+}
+
+pub async fn config(State(state): State<Shared>) -> Response {
+    ok(json!({
+        "apiVersion": API_VERSION,
+        "serviceName": SERVICE_NAME,
+        "config": state.config.to_json(),
+    }))
+}

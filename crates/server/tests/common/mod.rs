@@ -1,0 +1,254 @@
+//! Shared set-up: an in-process server on a loopback port, a real mosquitto broker, helpers.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use roamkv_server::{Config, Running, ServeArgs};
+use serde_json::{Value, json};
+
+pub struct Server {
+    pub running: Option<Running>,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub async fn start(adjust: impl FnOnce(&mut ServeArgs)) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args = ServeArgs {
+            data: Some(dir.path().join("data")),
+            listen: Some("127.0.0.1:0".parse().expect("addr")),
+            durability: Some("sync".into()),
+            ..ServeArgs::default()
+        };
+        adjust(&mut args);
+        let config = Config::resolve(&args).expect("config");
+        let running = roamkv_server::start(config).await.expect("server starts");
+        let base = format!("http://{}", running.addr);
+        Server {
+            running: Some(running),
+            base,
+            client: reqwest::Client::new(),
+            dir,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.running.as_ref().expect("running").addr
+    }
+
+    /// Sends a request; returns the status and the body (as JSON when it is JSON).
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let (status, text) = self.send_text(request).await;
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn send_text(&self, request: reqwest::RequestBuilder) -> (u16, String) {
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        self.send_text(self.client.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.delete(format!("{}{path}", self.base)))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, content_type: &str, body: Vec<u8>) -> (u16, Value) {
+        let request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", content_type)
+            .body(body);
+        self.send(request).await
+    }
+
+    /// Posts an event to the route EdgeX device services use.
+    pub async fn post_event(&self, request: &Value) -> (u16, Value) {
+        let e = &request["event"];
+        let path = format!(
+            "/api/v3/event/device-virtual/{}/{}/{}",
+            e["profileName"].as_str().expect("profile"),
+            e["deviceName"].as_str().expect("device"),
+            e["sourceName"].as_str().expect("source")
+        );
+        self.post(&path, "application/json", request.to_string().into_bytes())
+            .await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(running) = self.running.take() {
+            running.shutdown();
+            running.wait().await.expect("clean shutdown");
+        }
+    }
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64
+}
+
+/// An AddEventRequest with one Float64 reading per resource, all at `origin`.
+pub fn event(device: &str, origin: i64, resources: &[(&str, &str)]) -> Value {
+    let readings: Vec<Value> = resources
+        .iter()
+        .map(|(resource, value)| {
+            json!({
+                "id": uuid(),
+                "origin": origin,
+                "deviceName": device,
+                "resourceName": resource,
+                "profileName": "thermo-profile",
+                "valueType": "Float64",
+                "units": "C",
+                "value": value,
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "v3",
+        "event": {
+            "apiVersion": "v3",
+            "id": uuid(),
+            "deviceName": device,
+            "profileName": "thermo-profile",
+            "sourceName": "readings",
+            "origin": origin,
+            "readings": readings,
+            "tags": {"site": "test-bench"},
+        }
+    })
+}
+
+pub fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Whether a test that needs an external tool must fail (CI, or by default) or may skip
+/// (the developer set ROAMKV_ALLOW_SKIP=1).
+pub fn require_tool(tool: &str, why: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+        || Path::new(&format!("/usr/sbin/{tool}")).exists();
+    if found {
+        return true;
+    }
+    let allow_skip = std::env::var("ROAMKV_ALLOW_SKIP").as_deref() == Ok("1")
+        && std::env::var("CI").as_deref() != Ok("true");
+    if allow_skip {
+        eprintln!("SKIPPED: {tool} is not installed ({why}); scripts/install-deps installs it");
+        return false;
+    }
+    panic!(
+        "{tool} is not installed ({why}); run scripts/install-deps (or set ROAMKV_ALLOW_SKIP=1 to skip)"
+    );
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// A real mosquitto broker on a loopback port, killed on drop.
+pub struct Mosquitto {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Mosquitto {
+    pub fn start() -> Mosquitto {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let conf = dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"),
+        )
+        .expect("write conf");
+        let binary = if Path::new("/usr/sbin/mosquitto").exists() {
+            "/usr/sbin/mosquitto"
+        } else {
+            "mosquitto"
+        };
+        let child = Command::new(binary)
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mosquitto");
+        let broker = Mosquitto {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        broker
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns true or `seconds` pass.
+pub async fn eventually<F, Fut>(seconds: u64, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The value of one sample line of a Prometheus text exposition (`name{labels} value`).
+pub fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,374 @@
+//! The whole path a gateway uses: EdgeX events in over HTTP (JSON and CBOR) and over a real
+//! mosquitto broker (v3 and v4 envelopes), back out through the v3 query routes, a device
+//! deleted, retention by age, and the metrics that count it all.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::*;
+use rumqttc::{AsyncClient, MqttOptions, QoS};
+use serde_json::{Value, json};
+
+const MS: i64 = 1_000_000;
+
+async fn publish(port: u16, messages: Vec<(String, Vec<u8>)>) {
+    let mut options = MqttOptions::new("edgex-device-service", "127.0.0.1", port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (client, mut events) = AsyncClient::new(options, 16);
+    let n = messages.len();
+    for (topic, payload) in messages {
+        client
+            .publish(topic, QoS::AtLeastOnce, false, payload)
+            .await
+            .expect("publish");
+    }
+    // Drive the event loop until every publish is acknowledged by the broker.
+    let mut acked = 0;
+    while acked < n {
+        match tokio::time::timeout(Duration::from_secs(10), events.poll()).await {
+            Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("MQTT publisher: {e}"),
+            Err(_) => panic!("MQTT publisher: no PUBACK within 10 s"),
+        }
+    }
+    let _ = client.disconnect().await;
+}
+
+fn topic(device: &str) -> String {
+    format!("edgex/events/device/device-virtual/thermo-profile/{device}/readings")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
+    if !require_tool("mosquitto", "the MQTT ingest test runs a real broker") {
+        return;
+    }
+    let broker = Mosquitto::start();
+    let server = Server::start(|a| {
+        a.mqtt_broker = Some(format!("127.0.0.1:{}", broker.port));
+    })
+    .await;
+    let subscribed = eventually(10, || async {
+        metric(
+            &server.get_text("/metrics").await.1,
+            "roamkv_mqtt_connected",
+        ) == Some(1.0)
+    })
+    .await;
+    assert!(subscribed, "the server did not subscribe to the broker");
+    let now = now_ns();
+
+    // HTTP, JSON: three events of thermo-1, one second apart.
+    let mut thermo_ids = Vec::new();
+    for i in 0..3 {
+        let request = event(
+            "thermo-1",
+            now - (3 - i) * 1000 * MS,
+            &[("temperature", &format!("2{i}.5")), ("humidity", "40")],
+        );
+        let (status, body) = server.post_event(&request).await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(body["statusCode"], 201);
+        assert_eq!(body["apiVersion"], "v3");
+        assert_eq!(body["id"], request["event"]["id"]);
+        thermo_ids.push(body["id"].as_str().expect("id").to_string());
+    }
+
+    // HTTP, CBOR: a camera's binary reading.
+    let camera_event_id = uuid();
+    let camera = json!({
+        "apiVersion": "v3",
+        "event": {
+            "id": camera_event_id, "deviceName": "camera-1", "profileName": "cam",
+            "sourceName": "snapshot", "origin": now,
+            "readings": [{
+                "origin": now, "deviceName": "camera-1", "resourceName": "image",
+                "profileName": "cam", "valueType": "Binary", "mediaType": "image/jpeg",
+                "binaryValue": base64::engine::general_purpose::STANDARD.encode([0xffu8, 0xd8, 0xff, 0x00]),
+            }]
+        }
+    });
+    let mut cbor = Vec::new();
+    ciborium::into_writer(&camera, &mut cbor).expect("cbor");
+    let (status, body) = server
+        .post(
+            "/api/v3/event/device-camera/cam/camera-1/snapshot",
+            "application/cbor",
+            cbor,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+
+    // MQTT: car-7's events, one in a v3 envelope (base64 payload), one in a v4 one (object),
+    // and one message that is not an event at all.
+    let first = event("car-7", now - 2000 * MS, &[("speed", "88.5")]);
+    let second = event("car-7", now - 1000 * MS, &[("speed", "90.0")]);
+    let v3_envelope = json!({
+        "apiVersion": "v3", "contentType": "application/json", "correlationID": uuid(),
+        "payload": base64::engine::general_purpose::STANDARD.encode(first.to_string()),
+    });
+    let v4_envelope = json!({
+        "apiVersion": "v3", "contentType": "application/json", "correlationID": uuid(),
+        "payload": second,
+    });
+    publish(
+        broker.port,
+        vec![
+            (topic("car-7"), v3_envelope.to_string().into_bytes()),
+            (topic("car-7"), v4_envelope.to_string().into_bytes()),
+            (topic("car-7"), b"this is not an event".to_vec()),
+        ],
+    )
+    .await;
+    let arrived = eventually(10, || async {
+        server.get("/api/v3/event/count/device/name/car-7").await.1["count"] == 2
+    })
+    .await;
+    assert!(arrived, "the MQTT events did not arrive");
+
+    // Counts.
+    let (status, body) = server.get("/api/v3/event/count").await;
+    assert_eq!((status, body["count"].as_u64()), (200, Some(6)), "{body}");
+    let (_, body) = server.get("/api/v3/reading/count").await;
+    assert_eq!(body["count"], 9, "{body}");
+    let (_, body) = server
+        .get("/api/v3/reading/count/device/name/thermo-1")
+        .await;
+    assert_eq!(body["count"], 6, "{body}");
+
+    // event/all: newest first, paged.
+    let (status, body) = server.get("/api/v3/event/all?limit=2").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["totalCount"], 6);
+    let events = body["events"].as_array().expect("events");
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["id"], camera_event_id);
+    assert!(events[0]["origin"].as_i64() >= events[1]["origin"].as_i64());
+    let (_, rest) = server.get("/api/v3/event/all?offset=2&limit=-1").await;
+    assert_eq!(rest["events"].as_array().map(Vec::len), Some(4));
+    let (status, _) = server.get("/api/v3/event/all?offset=6").await;
+    assert_eq!(status, 416);
+
+    // event/device/name: the event comes back as it went in.
+    let (_, body) = server.get("/api/v3/event/device/name/thermo-1").await;
+    assert_eq!(body["totalCount"], 3);
+    let newest = &body["events"][0];
+    assert_eq!(newest["id"], thermo_ids[2].as_str());
+    assert_eq!(newest["tags"], json!({"site": "test-bench"}));
+    assert_eq!(newest["sourceName"], "readings");
+    let temperature = newest["readings"]
+        .as_array()
+        .expect("readings")
+        .iter()
+        .find(|r| r["resourceName"] == "temperature")
+        .expect("temperature");
+    assert_eq!(temperature["value"], "22.5");
+    assert_eq!(temperature["units"], "C");
+    assert_eq!(temperature["valueType"], "Float64");
+    assert_eq!(temperature["origin"], now - 1000 * MS);
+
+    // event/start/end selects by origin (ns, inclusive).
+    let (_, body) = server
+        .get(&format!(
+            "/api/v3/event/start/{}/end/{}",
+            now - 2000 * MS,
+            now - 1000 * MS
+        ))
+        .await;
+    assert_eq!(body["totalCount"], 4, "{body}"); // thermo-1 x2, car-7 x2
+
+    // Readings routes.
+    let (_, body) = server.get("/api/v3/reading/resourceName/speed").await;
+    let speeds: Vec<&str> = body["readings"]
+        .as_array()
+        .expect("readings")
+        .iter()
+        .map(|r| r["value"].as_str().expect("value"))
+        .collect();
+    assert_eq!(speeds, vec!["90.0", "88.5"]);
+    let (_, body) = server.get("/api/v3/reading/device/name/camera-1").await;
+    let image = &body["readings"][0];
+    assert_eq!(image["mediaType"], "image/jpeg");
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(image["binaryValue"].as_str().expect("binaryValue"))
+            .expect("base64"),
+        vec![0xff, 0xd8, 0xff, 0x00]
+    );
+    let (_, body) = server
+        .get(&format!(
+            "/api/v3/reading/device/name/thermo-1/resourceName/humidity/start/{}/end/{}",
+            now - 3000 * MS,
+            now - 2000 * MS
+        ))
+        .await;
+    assert_eq!(body["totalCount"], 2, "{body}");
+    let (_, body) = server.get("/api/v3/reading/all?limit=1").await;
+    assert_eq!(body["totalCount"], 9);
+    assert_eq!(body["readings"].as_array().map(Vec::len), Some(1));
+
+    // Delete a device: one departure.
+    let (status, body) = server.delete("/api/v3/event/device/name/car-7").await;
+    assert_eq!((status, body["statusCode"].as_u64()), (202, Some(202)));
+    let (_, body) = server.get("/api/v3/event/count/device/name/car-7").await;
+    assert_eq!(body["count"], 0);
+
+    // Retention by age: an old device goes whole; devices with recent readings stay.
+    let old = event("old-1", now - 7200 * 1000 * MS, &[("temperature", "1.0")]);
+    assert_eq!(server.post_event(&old).await.0, 201);
+    let (status, body) = server
+        .delete(&format!("/api/v3/event/age/{}", 3600 * 1000 * MS))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .expect("message")
+            .starts_with("1 devices"),
+        "{body}"
+    );
+    let (_, body) = server.get("/api/v3/event/count").await;
+    assert_eq!(body["count"], 4, "{body}"); // thermo-1 x3 + camera-1
+
+    // Metrics count what happened.
+    let (status, text) = server.get_text("/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        metric(&text, r#"roamkv_ingested_readings_total{source="mqtt"}"#),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"roamkv_ingested_readings_total{source="http"}"#),
+        Some(8.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"roamkv_rejected_total{source="mqtt",status="400"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"roamkv_devices{tier="upper"}"#),
+        Some(2.0),
+        "{text}"
+    );
+    assert!(
+        metric(&text, "roamkv_departures").is_some_and(|d| d >= 2.0),
+        "{text}"
+    );
+    assert_eq!(metric(&text, "roamkv_mqtt_connected"), Some(1.0), "{text}");
+    assert!(
+        text.contains(r#"roamkv_http_request_duration_seconds_count{route="/api/v3/event/{service_name}/{profile_name}/{device_name}/{source_name}"} 5"#),
+        "{text}"
+    );
+
+    // Ping, version, config.
+    let (status, body) = server.get("/api/v3/ping").await;
+    assert_eq!(
+        (status, body["serviceName"].as_str()),
+        (200, Some("core-data"))
+    );
+    assert!(
+        body["timestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("GMT"))
+    );
+    let (_, body) = server.get("/api/v3/version").await;
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    let (_, body) = server.get("/api/v3/config").await;
+    assert_eq!(body["config"]["durability"], "sync");
+    assert_eq!(body["config"]["authEnabled"], false);
+
+    // Lookup by id is refused honestly.
+    let (status, body) = server
+        .get(&format!("/api/v3/event/id/{}", thermo_ids[0]))
+        .await;
+    assert_eq!(status, 501, "{body}");
+
+    server.stop().await;
+    drop(broker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_survives_a_graceful_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let now = now_ns();
+    {
+        let d = data.clone();
+        let server = Server::start(move |a| a.data = Some(d)).await;
+        let (status, _) = server
+            .post_event(&event("drone-3", now, &[("altitude", "120")]))
+            .await;
+        assert_eq!(status, 201);
+        server.stop().await;
+    }
+    let d = data.clone();
+    let server = Server::start(move |a| a.data = Some(d)).await;
+    let (_, body) = server.get("/api/v3/reading/device/name/drone-3").await;
+    assert_eq!(body["readings"][0]["value"], Value::from("120"), "{body}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
+    let server = Server::start(|a| a.management_time_ms = Some(300)).await;
+    let now = now_ns();
+    for i in 0..2 {
+        let request = event(
+            "bus-1",
+            now - i * 1000 * MS,
+            &[("speed", &format!("4{i}")), ("doors", "closed")],
+        );
+        assert_eq!(server.post_event(&request).await.0, 201);
+    }
+    let settled = eventually(15, || async {
+        server.get("/api/roamkv/v1/devices").await.1["devices"][0]["tier"] == "lower"
+    })
+    .await;
+    assert!(settled, "bus-1 did not settle in the lower tier");
+
+    let (_, body) = server.get("/api/v3/event/device/name/bus-1").await;
+    assert_eq!(body["totalCount"], 2, "{body}");
+    assert_eq!(
+        body["events"][0]["readings"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let (_, body) = server
+        .get("/api/v3/reading/device/name/bus-1/resourceName/speed")
+        .await;
+    let speeds: Vec<&str> = body["readings"]
+        .as_array()
+        .expect("readings")
+        .iter()
+        .map(|r| r["value"].as_str().expect("value"))
+        .collect();
+    assert_eq!(speeds, vec!["40", "41"]);
+    let (_, body) = server
+        .get("/api/roamkv/v1/devices/bus-1/latest?sensor=speed")
+        .await;
+    assert_eq!(body["readings"][0]["ts"], now.div_euclid(MS), "{body}");
+
+    let (status, _) = server.delete("/api/v3/event/device/name/bus-1").await;
+    assert_eq!(status, 202);
+    let (_, body) = server.get("/api/v3/event/count/device/name/bus-1").await;
+    assert_eq!(body["count"], 0);
+    let (_, text) = server.get_text("/metrics").await;
+    assert_eq!(
+        metric(&text, r#"roamkv_devices{tier="lower"}"#),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        metric(&text, "roamkv_migrations").is_some_and(|m| m >= 1.0),
+        "{text}"
+    );
+    server.stop().await;
+}
