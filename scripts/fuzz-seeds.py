@@ -34,11 +34,12 @@ def depart(seq, device):
     return record(3, struct.pack("<H", len(d)) + d, seq, True)
 
 def segment(seq, size, records):
+    """The first bytes of a segment file of `size` bytes: the fuzz target (and the corpus test)
+    extend the file with zeros to the size its header claims, so seeds stay small."""
     fields = b"RKVLOG01" + struct.pack("<IIQQ", 1, 0, seq, size)
     header = fields + struct.pack("<I", crc32c(fields))
     header += b"\0" * (4096 - len(header))
-    body = header + records
-    return body + b"\0" * (size - len(body))
+    return header + records
 
 def reading_key(lower_id, sensor, ts):
     return b"\x01" + struct.pack(">Q", lower_id) + sensor.encode() + b"\0" + struct.pack(">Q", (ts & (2**64 - 1)) ^ (1 << 63))
@@ -54,9 +55,9 @@ write("engine", "record_decode", "put", put(9, "car-17", "speed", 1700000000000,
 write("engine", "record_decode", "register", register(9, "car-17", 42))
 write("engine", "record_decode", "depart", depart(9, "car-17"))
 write("engine", "record_decode", "batch", batch)
-write("engine", "segment_open", "segment-with-a-batch", segment(5, 8192, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v")))
-write("engine", "segment_open", "empty-segment", segment(5, 4096, b""))
-write("engine", "segment_open", "torn-tail", segment(5, 8192, put(5, "car-1", "speed", 1, b"v", end=False)))
+write("engine", "segment_open", "segment-with-a-batch", segment(5, 1 << 20, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v")))
+write("engine", "segment_open", "empty-segment", segment(5, 1 << 20, b""))
+write("engine", "segment_open", "torn-tail", segment(5, 1 << 20, put(5, "car-1", "speed", 1, b"v", end=False)))
 write("engine", "key_decode", "reading-key", reading_key(42, "speed", -42))
 write("engine", "key_decode", "device-key", b"\x02" + struct.pack(">Q", 9))
 write("engine", "key_decode", "device-value", struct.pack("<Q", 77) + b"car-1")

@@ -91,3 +91,33 @@ fn a_vanished_earlier_round_is_reported_lost() {
         second.lost_examples
     );
 }
+
+/// The command: a short soak prints its table, writes results.json with the promised fields and
+/// exits 0 when nothing was lost; its data directory is removed after a passing run.
+#[test]
+fn bench_crash_writes_its_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let run = std::process::Command::new(ROAMKV)
+        .args(["bench", "crash", "--rounds", "3", "--seed", "1", "--out"])
+        .arg(&out)
+        .output()
+        .expect("roamkv bench crash");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("lost (must be 0)"), "{stdout}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let results: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(results["rounds"], 3);
+    assert_eq!(results["lost"], 0);
+    assert_eq!(results["corrupt"], 0);
+    for field in ["acked_checked", "torn_tails_cut"] {
+        assert!(results[field].is_u64(), "{field} missing: {text}");
+    }
+    assert!(out.join("report.html").exists());
+    assert!(!out.join("data").exists());
+}

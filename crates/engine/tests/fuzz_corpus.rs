@@ -39,7 +39,16 @@ fn segment_seeds_open_and_scan() {
         ("torn-tail", 0, true),
     ] {
         let path: PathBuf = segment::segment_path(dir.path(), 5);
-        std::fs::write(&path, seed("segment_open", name)).expect("write");
+        // Seeds are the start of a segment; the rest of the file is zeros up to the size the
+        // header claims (as the fuzz target does).
+        let bytes = seed("segment_open", name);
+        let claimed = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+        std::fs::write(&path, &bytes).expect("write");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(claimed))
+            .expect("extend");
         let seg = Segment::open(&path, 5).unwrap_or_else(|e| panic!("seed {name}: {e}"));
         let data = seg.read_all().expect("read");
         let mut seen = 0;

@@ -20,11 +20,32 @@ fn dir() -> &'static PathBuf {
     })
 }
 
+/// Segments are at least 1 MiB: an input is the start of a file, and when its header claims a
+/// larger size (up to CLAIMED_BYTES_MAX) the file is extended with zeros (sparse) to that size,
+/// so that small inputs can be whole, valid segments. Returns the file's length.
+fn extend_to_claimed_size(path: &std::path::Path, data: &[u8]) -> u64 {
+    const CLAIMED_BYTES_MAX: u64 = 4 << 20;
+    let claimed = data
+        .get(24..32)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    if claimed > data.len() as u64 && claimed <= CLAIMED_BYTES_MAX {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("reopen");
+        file.set_len(claimed).expect("extending the fuzz input");
+        return claimed;
+    }
+    data.len() as u64
+}
+
 fuzz_target!(|data: &[u8]| {
     let path = segment::segment_path(dir(), SEQ);
     std::fs::write(&path, data).expect("writing the fuzz input");
+    let file_bytes = extend_to_claimed_size(&path, data);
     if let Ok(seg) = Segment::open(&path, SEQ) {
-        assert_eq!(seg.bytes, data.len() as u64);
+        assert_eq!(seg.bytes, file_bytes);
         let all = seg.read_all().expect("reading an opened segment");
         if let Ok(end) = segment::scan(&all, seg.seq_low(), |_, _| Ok(())) {
             assert!(end.data_end <= seg.bytes);
