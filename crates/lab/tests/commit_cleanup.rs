@@ -140,7 +140,15 @@ fn postmaster_pid(data_dir: &Path) -> Option<i32> {
         .ok()
 }
 
+/// Whether the process runs. A zombie is not running: the postmaster is a daemon whose parent
+/// is init, and an init that reaps slowly (as in this VM) leaves it a zombie for a while.
 fn alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised command name.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned))
+        });
+    matches!(state.as_deref(), Some(s) if s != "Z" && s != "X")
 }
