@@ -127,27 +127,8 @@ impl Inner {
 
         let mut map = MappingTable::default();
         let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
-
-        let mut segments: Vec<Arc<Segment>> = Vec::new();
-        let listed = list_segments(&log_dir, true)?;
-        if let Some(error) = missing_segment(&log_dir, &listed) {
-            return Err(error);
-        }
-        for (seq, path) in listed {
-            segments.push(Arc::new(Segment::open(&path, seq)?));
-        }
-        if segments.is_empty() {
-            let (segment, written) = Segment::create(
-                &log_dir,
-                1,
-                options.segment_bytes,
-                zero_fill_segments(&options),
-            )?;
-            Counters::add(&counters.log_preallocated_bytes, written);
-            segments.push(Arc::new(segment));
-        }
+        let mut segments = open_segments(&log_dir, &options, &counters)?;
         let next_seq = segments.last().map_or(1, |s| s.seq + 1);
-
         let mut st = State {
             map,
             log: LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
@@ -157,87 +138,9 @@ impl Inner {
             last_maintenance_error: None,
             lower_persisted_at_ms: options.clock.now_ms(),
         };
-
-        // Replay every segment in order.
-        let mut ends = Vec::with_capacity(segments.len());
-        let mut lower_ops: Vec<LowerOp> = Vec::new();
-        let mut records = 0u64;
-        let mut buffer_bytes_max = 0u64;
-        for segment in &segments {
-            let data = segment.read_all()?;
-            buffer_bytes_max = buffer_bytes_max.max(data.len() as u64);
-            let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
-                let position = LogPosition {
-                    segment_seq: segment.seq,
-                    offset,
-                };
-                let lower_ops_before = lower_ops.len();
-                replay(
-                    &counters,
-                    &mut st,
-                    &mut catalog,
-                    &mut lower_ops,
-                    &decoded.body,
-                    position,
-                    decoded.len as u32,
-                );
-                records += 1;
-                if lower_ops.len() > lower_ops_before {
-                    st.log.mark_lower_write(segment.seq);
-                }
-                if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
-                    lower.write(&lower_ops)?;
-                    lower_ops.clear();
-                    st.lower_dirty = true;
-                }
-                Ok(())
-            })?;
-            ends.push(end);
-        }
-        if !lower_ops.is_empty() {
-            lower.write(&lower_ops)?;
-            st.lower_dirty = true;
-        }
-
-        let last = last_written(&ends);
-        for (i, (segment, end)) in segments.iter().zip(&ends).enumerate() {
-            if let Some(error) = mid_log_damage(segment, end, i == last) {
-                return Err(error);
-            }
-        }
-        let active = Arc::clone(&segments[last]);
-        let data_end = ends[last].data_end;
-        let cut = match &ends[last].damage {
-            Some((offset, reason)) => {
-                // Zero the torn bytes, so that records written after this point can never be
-                // followed by leftovers of the torn batch that happen to decode.
-                let zeros = vec![0u8; (active.bytes - data_end) as usize];
-                active.write_at(&zeros, data_end)?;
-                active.sync_data()?;
-                Some(format!(
-                    "{}@{} ({reason} at offset {offset})",
-                    active.path.display(),
-                    data_end
-                ))
-            }
-            None => None,
-        };
-        st.log.active = Arc::clone(&active);
-        st.log.tail = data_end;
-        st.log.applied_end = LogPosition {
-            segment_seq: active.seq,
-            offset: data_end,
-        };
-
-        // Empty segments after the end of the log were made ahead of need: they are the spares.
-        let mut ready = VecDeque::new();
-        for segment in segments.drain(last + 1..) {
-            st.log.segments.remove(&segment.seq);
-            let segment = Arc::try_unwrap(segment).map_err(|_| {
-                Error::Lower("internal: a spare segment is still referenced after recovery".into())
-            })?;
-            ready.push_back(segment);
-        }
+        let replayed = replay_log(&segments, &mut st, &mut catalog, lower.as_ref(), &counters)?;
+        let (last, cut) = cut_torn_tail(&segments, &replayed.ends, &mut st)?;
+        let ready = take_spares(&mut segments, last, &mut st)?;
 
         // Replayed departures freed space in an earlier session, not this one.
         counters
@@ -245,8 +148,8 @@ impl Inner {
             .store(0, std::sync::atomic::Ordering::Relaxed);
         let recovery = Recovery {
             ms: started.elapsed().as_millis() as u64,
-            records,
-            buffer_bytes_max,
+            records: replayed.records,
+            buffer_bytes_max: replayed.buffer_bytes_max,
             cut,
         };
         let budget_bytes = options.log_budget_bytes(free_bytes(&log_dir)?);
@@ -277,6 +180,150 @@ impl Inner {
             recovery,
         })
     }
+}
+
+/// The live segments in order (refusing a log with a gap), or a first one for a new log.
+fn open_segments(
+    log_dir: &Path,
+    options: &Options,
+    counters: &Counters,
+) -> Result<Vec<Arc<Segment>>> {
+    let listed = list_segments(log_dir, true)?;
+    if let Some(error) = missing_segment(log_dir, &listed) {
+        return Err(error);
+    }
+    let mut segments = Vec::with_capacity(listed.len().max(1));
+    for (seq, path) in listed {
+        segments.push(Arc::new(Segment::open(&path, seq)?));
+    }
+    if segments.is_empty() {
+        let (segment, written) = Segment::create(
+            log_dir,
+            1,
+            options.segment_bytes,
+            zero_fill_segments(options),
+        )?;
+        Counters::add(&counters.log_preallocated_bytes, written);
+        segments.push(Arc::new(segment));
+    }
+    Ok(segments)
+}
+
+/// What replaying the log found.
+struct Replayed {
+    /// How each segment's scan ended.
+    ends: Vec<ScanEnd>,
+    records: u64,
+    buffer_bytes_max: u64,
+}
+
+/// Replays every segment in order (one segment in memory at a time) into the state, writing
+/// settled devices' logged records to the lower tier in batches.
+fn replay_log(
+    segments: &[Arc<Segment>],
+    st: &mut State,
+    catalog: &mut Catalog,
+    lower: &dyn LowerTier,
+    counters: &Counters,
+) -> Result<Replayed> {
+    let mut replayed = Replayed {
+        ends: Vec::with_capacity(segments.len()),
+        records: 0,
+        buffer_bytes_max: 0,
+    };
+    let mut lower_ops: Vec<LowerOp> = Vec::new();
+    for segment in segments {
+        let data = segment.read_all()?;
+        replayed.buffer_bytes_max = replayed.buffer_bytes_max.max(data.len() as u64);
+        let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
+            let position = LogPosition {
+                segment_seq: segment.seq,
+                offset,
+            };
+            let lower_ops_before = lower_ops.len();
+            replay(
+                counters,
+                st,
+                catalog,
+                &mut lower_ops,
+                &decoded.body,
+                position,
+                decoded.len as u32,
+            );
+            replayed.records += 1;
+            if lower_ops.len() > lower_ops_before {
+                st.log.mark_lower_write(segment.seq);
+            }
+            if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
+                lower.write(&lower_ops)?;
+                lower_ops.clear();
+                st.lower_dirty = true;
+            }
+            Ok(())
+        })?;
+        replayed.ends.push(end);
+    }
+    if !lower_ops.is_empty() {
+        lower.write(&lower_ops)?;
+        st.lower_dirty = true;
+    }
+    Ok(replayed)
+}
+
+/// Refuses damage in the middle of the log; cuts (and zeroes) a torn tail; makes the segment
+/// that holds the end of the log the active one. Returns its index and where it was cut.
+fn cut_torn_tail(
+    segments: &[Arc<Segment>],
+    ends: &[ScanEnd],
+    st: &mut State,
+) -> Result<(usize, Option<String>)> {
+    let last = last_written(ends);
+    for (i, (segment, end)) in segments.iter().zip(ends).enumerate() {
+        if let Some(error) = mid_log_damage(segment, end, i == last) {
+            return Err(error);
+        }
+    }
+    let active = Arc::clone(&segments[last]);
+    let data_end = ends[last].data_end;
+    let cut = match &ends[last].damage {
+        Some((offset, reason)) => {
+            // Zero the torn bytes, so that records written after this point can never be
+            // followed by leftovers of the torn batch that happen to decode.
+            let zeros = vec![0u8; (active.bytes - data_end) as usize];
+            active.write_at(&zeros, data_end)?;
+            active.sync_data()?;
+            Some(format!(
+                "{}@{} ({reason} at offset {offset})",
+                active.path.display(),
+                data_end
+            ))
+        }
+        None => None,
+    };
+    st.log.applied_end = LogPosition {
+        segment_seq: active.seq,
+        offset: data_end,
+    };
+    st.log.active = active;
+    st.log.tail = data_end;
+    Ok((last, cut))
+}
+
+/// Empty segments after the end of the log were made ahead of need: they become the spares.
+fn take_spares(
+    segments: &mut Vec<Arc<Segment>>,
+    last: usize,
+    st: &mut State,
+) -> Result<VecDeque<Segment>> {
+    let mut ready = VecDeque::new();
+    for segment in segments.drain(last + 1..) {
+        st.log.segments.remove(&segment.seq);
+        let segment = Arc::try_unwrap(segment).map_err(|_| {
+            Error::Lower("internal: a spare segment is still referenced after recovery".into())
+        })?;
+        ready.push_back(segment);
+    }
+    Ok(ready)
 }
 
 /// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
