@@ -135,71 +135,139 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// A sweep's settings, from the arguments and the quick/full defaults.
+struct Sweep {
+    fs: FsSpec,
+    quick: bool,
+    engines: Vec<EngineKind>,
+    threads: Vec<usize>,
+    durabilities: Vec<Durability>,
+    scenarios: Vec<Scenario>,
+    seconds: u64,
+    warmup_ms: u64,
+    memory_bytes: u64,
+    /// The engine's own caches get a quarter of the budget; the rest is heap and page cache.
+    engine_memory_bytes: u64,
+    image_bytes: u64,
+}
+
+impl Sweep {
+    fn from_args(args: &MobilityArgs) -> Result<Sweep, String> {
+        let fs: FsSpec = args
+            .fs
+            .parse()
+            .map_err(|e: roamkv_lab::LabError| e.to_string())?;
+        let quick = args.quick;
+        let scenario_names = args.scenarios.clone().unwrap_or_else(|| {
+            if quick {
+                vec!["mobility".into()]
+            } else {
+                vec!["mobility".into(), "stay".into()]
+            }
+        });
+        let memory_bytes = args.memory_mib.unwrap_or(if quick { 256 } else { 512 }) << 20;
+        let sweep = Sweep {
+            fs,
+            quick,
+            engines: args
+                .engines
+                .clone()
+                .unwrap_or_else(|| EngineKind::all().to_vec()),
+            threads: args
+                .threads
+                .clone()
+                .unwrap_or_else(|| if quick { vec![1, 4] } else { vec![1, 2, 4, 8] }),
+            durabilities: args
+                .durability
+                .clone()
+                .unwrap_or_else(|| vec![Durability::None, Durability::Sync]),
+            scenarios: scenario_names
+                .iter()
+                .map(|s| scenario(s))
+                .collect::<Result<Vec<_>, _>>()?,
+            seconds: args.seconds.unwrap_or(if quick { 3 } else { 6 }),
+            warmup_ms: args
+                .warmup_ms
+                .unwrap_or(if quick { 1000 } else { args.management_time_ms }),
+            memory_bytes,
+            engine_memory_bytes: memory_bytes / 4,
+            image_bytes: 16 << 30,
+        };
+        if sweep.threads.is_empty() || sweep.threads.contains(&0) || args.repeat == 0 {
+            return Err("--threads needs values >= 1 and --repeat >= 1".into());
+        }
+        Ok(sweep)
+    }
+}
+
 fn mobility(args: &MobilityArgs) -> Result<(), String> {
     roamkv_lab::fixture::require_root().map_err(|e| e.to_string())?;
-    let fs: FsSpec = args
-        .fs
-        .parse()
-        .map_err(|e: roamkv_lab::LabError| e.to_string())?;
-    let quick = args.quick;
-    let engines_list = args
-        .engines
-        .clone()
-        .unwrap_or_else(|| EngineKind::all().to_vec());
-    let threads_list = args
-        .threads
-        .clone()
-        .unwrap_or_else(|| if quick { vec![1, 4] } else { vec![1, 2, 4, 8] });
-    let durabilities = args
-        .durability
-        .clone()
-        .unwrap_or_else(|| vec![Durability::None, Durability::Sync]);
-    let scenario_names = args.scenarios.clone().unwrap_or_else(|| {
-        if quick {
-            vec!["mobility".into()]
-        } else {
-            vec!["mobility".into(), "stay".into()]
-        }
-    });
-    let scenarios = scenario_names
-        .iter()
-        .map(|s| scenario(s))
-        .collect::<Result<Vec<_>, _>>()?;
-    let seconds = args.seconds.unwrap_or(if quick { 3 } else { 6 });
-    let warmup_ms = args
-        .warmup_ms
-        .unwrap_or(if quick { 1000 } else { args.management_time_ms });
-    let memory_bytes = args.memory_mib.unwrap_or(if quick { 256 } else { 512 }) << 20;
-    // The engine's own caches get a quarter of the budget; the rest is heap and page cache.
-    let engine_memory_bytes = memory_bytes / 4;
-    let image_bytes: u64 = 16 << 30;
-    if threads_list.is_empty() || threads_list.contains(&0) || args.repeat == 0 {
-        return Err("--threads needs values >= 1 and --repeat >= 1".into());
-    }
+    let sweep = Sweep::from_args(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let header = MachineHeader::collect();
     println!(
         "roamkv bench mobility: seed {}, {} s per run, {} repeat(s), memory budget {} MiB (cgroup), fs {}, values {} B, management time {} ms",
         args.seed,
-        seconds,
+        sweep.seconds,
         args.repeat,
-        memory_bytes >> 20,
-        fs.name(),
+        sweep.memory_bytes >> 20,
+        sweep.fs.name(),
         args.value_bytes,
         args.management_time_ms
     );
+    let (raw, cache_check) = physical_limits(&sweep)?;
+    let (runs, failures) = run_sweep(args, &sweep, raw)?;
 
-    // The physical limit, and the proof that the memory cgroup caps the page cache.
-    let raw_bytes = if quick { 512 << 20 } else { 2 << 30 };
-    let raw = runner::raw_sequential_write(fs, image_bytes, raw_bytes)?;
+    // The db_bench cross-check of the plain-RocksDB configuration.
+    let db_bench = runner::db_bench_crosscheck(
+        sweep.fs,
+        sweep.image_bytes,
+        if sweep.quick { 100_000 } else { 1_000_000 },
+        args.value_bytes,
+        sweep.engine_memory_bytes,
+        false,
+    );
+    println!("{}", report::terminal_table(&runs));
+    let summary = summarize(&runs, raw, &db_bench);
+    for line in &summary {
+        println!("{line}");
+    }
+    write_outputs(
+        args,
+        &sweep,
+        &header,
+        Outputs {
+            raw,
+            cache_check,
+            db_bench,
+            summary,
+            failures: &failures,
+            runs: &runs,
+        },
+    )?;
+    if failures.is_empty() && runs.iter().all(|r| r.read_check_failures == 0) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} run(s) failed or read back wrong data; see above",
+            failures.len() + runs.iter().filter(|r| r.read_check_failures > 0).count()
+        ))
+    }
+}
+
+/// The physical limit (raw sequential write bandwidth), and the proof that the memory cgroup
+/// caps the page cache.
+fn physical_limits(sweep: &Sweep) -> Result<(f64, serde_json::Value), String> {
+    let raw_bytes = if sweep.quick { 512 << 20 } else { 2 << 30 };
+    let raw = runner::raw_sequential_write(sweep.fs, sweep.image_bytes, raw_bytes)?;
     println!(
         "raw sequential write bandwidth ({} on a direct-I/O loop device, O_DIRECT 1 MiB): {:.0} MB/s",
-        fs.name(),
+        sweep.fs.name(),
         raw / 1e6
     );
     let cache_check = {
         let fixture =
-            roamkv_lab::fixture::Fixture::create(fs, 4 << 30).map_err(|e| e.to_string())?;
+            roamkv_lab::fixture::Fixture::create(sweep.fs, 4 << 30).map_err(|e| e.to_string())?;
         runner::check_cgroup_caps_page_cache(fixture.mount_dir(), 64 << 20)
             .unwrap_or_else(|e| serde_json::json!({ "caps_page_cache": false, "error": e }))
     };
@@ -207,12 +275,21 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
         "memory cgroup caps the page cache: {}",
         cache_check["caps_page_cache"]
     );
+    Ok((raw, cache_check))
+}
 
+/// Every (scenario, durability, engine, threads) configuration, repeated; returns the median
+/// run of each and the failures.
+fn run_sweep(
+    args: &MobilityArgs,
+    sweep: &Sweep,
+    raw: f64,
+) -> Result<(Vec<RunRecord>, Vec<String>), String> {
     let mut combos: Vec<(&Scenario, Durability, EngineKind, usize)> = Vec::new();
-    for s in &scenarios {
-        for d in &durabilities {
-            for e in &engines_list {
-                for t in &threads_list {
+    for s in &sweep.scenarios {
+        for d in &sweep.durabilities {
+            for e in &sweep.engines {
+                for t in &sweep.threads {
                     combos.push((s, *d, *e, *t));
                 }
             }
@@ -231,7 +308,7 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
         let config = runner::engine_config(
             kind,
             durability,
-            engine_memory_bytes,
+            sweep.engine_memory_bytes,
             args.management_time_ms,
         );
         let workload = WorkloadConfig {
@@ -241,110 +318,125 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
             seed: args.seed,
             ..WorkloadConfig::default()
         };
+        let label = format!(
+            "{} {} {} {}t",
+            s.name,
+            durability.name(),
+            kind.name(),
+            threads
+        );
         let mut outcomes = Vec::new();
         for repeat in 0..args.repeat {
-            bar.set_message(format!(
-                "{} {} {} {}t #{}",
-                s.name,
-                durability.name(),
-                kind.name(),
-                threads,
-                repeat + 1
-            ));
+            bar.set_message(format!("{label} #{}", repeat + 1));
             let measurement = runner::Measurement {
-                fs,
-                image_bytes,
+                fs: sweep.fs,
+                image_bytes: sweep.image_bytes,
                 threads,
-                warmup_ms,
-                duration_ms: seconds * 1000,
-                memory_limit_bytes: memory_bytes,
+                warmup_ms: sweep.warmup_ms,
+                duration_ms: sweep.seconds * 1000,
+                memory_limit_bytes: sweep.memory_bytes,
             };
             match runner::run_one(measurement, config.clone(), workload.clone()) {
                 Ok(o) => outcomes.push(o),
                 Err(e) => {
-                    bar.println(format!(
-                        "FAILED {} {} {} {}t: {e}",
-                        s.name,
-                        durability.name(),
-                        kind.name(),
-                        threads
-                    ));
+                    bar.println(format!("FAILED {label}: {e}"));
                     failures.push(e);
                 }
             }
             bar.inc(1);
         }
-        if outcomes.is_empty() {
-            continue;
+        if let Some(record) = median_record(&outcomes, (s, durability, kind, threads), &config, raw)
+        {
+            runs.push(record);
         }
-        let ops =
-            |o: &runner::RunOutcome| (o.worker.puts + o.worker.queries) as f64 / o.worker.elapsed_s;
-        let mut all_ops: Vec<f64> = outcomes.iter().map(ops).collect();
-        let median_ops = median(&mut all_ops.clone());
-        let chosen = outcomes
-            .iter()
-            .min_by(|a, b| {
-                (ops(a) - median_ops)
-                    .abs()
-                    .total_cmp(&(ops(b) - median_ops).abs())
-            })
-            .expect("non-empty");
-        let w = &chosen.worker;
-        let device_bytes = chosen.device.bytes_written();
-        all_ops.sort_by(|a, b| a.total_cmp(b));
-        runs.push(RunRecord {
-            engine: kind.name().into(),
-            threads,
-            durability: durability.name().into(),
-            scenario: s.name.into(),
-            ops_per_sec: ops(chosen),
-            ops_per_sec_repeats: all_ops,
-            puts: w.puts,
-            queries: w.queries,
-            departures: w.departures,
-            put_p50_us: w.put_p50_us,
-            put_p99_us: w.put_p99_us,
-            put_p999_us: w.put_p999_us,
-            query_p99_us: w.query_p99_us,
-            user_bytes: w.user_bytes,
-            device_bytes_written: device_bytes,
-            device_writes: chosen.device.writes,
-            device_flushes: chosen.device.flushes,
-            write_amplification: report::write_amplification(device_bytes, w.user_bytes),
-            user_bytes_per_sec: w.user_bytes as f64 / w.elapsed_s,
-            device_write_bytes_per_sec: device_bytes as f64 / w.elapsed_s,
-            ingest_fraction_of_raw: w.user_bytes as f64 / w.elapsed_s / raw,
-            peak_rss_bytes: w.peak_rss_bytes,
-            cgroup_peak_bytes: chosen.cgroup_peak_bytes,
-            memory_capped: chosen.memory_capped,
-            space_bytes_end: chosen.space_bytes_end,
-            read_checks: w.read_checks,
-            read_check_failures: w.read_check_failures,
-            elapsed_s: w.elapsed_s,
-            config: engines::describe(&config),
-        });
     }
     bar.finish_and_clear();
+    Ok((runs, failures))
+}
 
-    // The db_bench cross-check of the plain-RocksDB configuration.
-    let db_bench = runner::db_bench_crosscheck(
+/// The repeat closest to the median ops/s, as the sweep reports it (every repeat's ops/s listed).
+fn median_record(
+    outcomes: &[runner::RunOutcome],
+    (s, durability, kind, threads): (&Scenario, Durability, EngineKind, usize),
+    config: &engines::EngineConfig,
+    raw: f64,
+) -> Option<RunRecord> {
+    let ops =
+        |o: &runner::RunOutcome| (o.worker.puts + o.worker.queries) as f64 / o.worker.elapsed_s;
+    let mut all_ops: Vec<f64> = outcomes.iter().map(ops).collect();
+    let median_ops = median(&mut all_ops.clone());
+    let chosen = outcomes.iter().min_by(|a, b| {
+        (ops(a) - median_ops)
+            .abs()
+            .total_cmp(&(ops(b) - median_ops).abs())
+    })?;
+    let w = &chosen.worker;
+    let device_bytes = chosen.device.bytes_written();
+    all_ops.sort_by(|a, b| a.total_cmp(b));
+    Some(RunRecord {
+        engine: kind.name().into(),
+        threads,
+        durability: durability.name().into(),
+        scenario: s.name.into(),
+        ops_per_sec: ops(chosen),
+        ops_per_sec_repeats: all_ops,
+        puts: w.puts,
+        queries: w.queries,
+        departures: w.departures,
+        put_p50_us: w.put_p50_us,
+        put_p99_us: w.put_p99_us,
+        put_p999_us: w.put_p999_us,
+        query_p99_us: w.query_p99_us,
+        user_bytes: w.user_bytes,
+        device_bytes_written: device_bytes,
+        device_writes: chosen.device.writes,
+        device_flushes: chosen.device.flushes,
+        write_amplification: report::write_amplification(device_bytes, w.user_bytes),
+        user_bytes_per_sec: w.user_bytes as f64 / w.elapsed_s,
+        device_write_bytes_per_sec: device_bytes as f64 / w.elapsed_s,
+        ingest_fraction_of_raw: w.user_bytes as f64 / w.elapsed_s / raw,
+        peak_rss_bytes: w.peak_rss_bytes,
+        cgroup_peak_bytes: chosen.cgroup_peak_bytes,
+        memory_capped: chosen.memory_capped,
+        space_bytes_end: chosen.space_bytes_end,
+        read_checks: w.read_checks,
+        read_check_failures: w.read_check_failures,
+        elapsed_s: w.elapsed_s,
+        config: engines::describe(config),
+    })
+}
+
+/// What a sweep writes besides its runs.
+struct Outputs<'a> {
+    raw: f64,
+    cache_check: serde_json::Value,
+    db_bench: Result<(String, f64), String>,
+    summary: Vec<String>,
+    failures: &'a [String],
+    runs: &'a [RunRecord],
+}
+
+fn write_outputs(
+    args: &MobilityArgs,
+    sweep: &Sweep,
+    header: &MachineHeader,
+    o: Outputs<'_>,
+) -> Result<(), String> {
+    let Sweep {
         fs,
-        image_bytes,
-        if quick { 100_000 } else { 1_000_000 },
-        args.value_bytes,
+        seconds,
+        warmup_ms,
+        memory_bytes,
         engine_memory_bytes,
-        false,
-    );
-    let db_bench_json = match &db_bench {
+        ..
+    } = *sweep;
+    let engines_list = &sweep.engines;
+    let (raw, cache_check, summary, failures, runs) =
+        (o.raw, &o.cache_check, &o.summary, o.failures, o.runs);
+    let db_bench_json = match &o.db_bench {
         Ok((command, ops)) => serde_json::json!({ "command": command, "ops_per_sec": ops }),
         Err(e) => serde_json::json!({ "error": e }),
     };
-
-    println!("{}", report::terminal_table(&runs));
-    let summary = summarize(&runs, raw, &db_bench);
-    for line in &summary {
-        println!("{line}");
-    }
     let notes = vec![
         format!("Each run: a fresh {} file system on a loop device ({}, direct I/O to its backing file so writes reach the disk, not the host's page cache), one engine in a child process placed in a memory cgroup of {} MiB (heap and page cache), {} writer threads for {} s, then read checks; device bytes are the loop device's own counters (/sys/block/*/stat) after sync + syncfs.", fs.name(), "sparse image on the VM disk", memory_bytes >> 20, "N", seconds),
         format!("Page-cache cap check: {cache_check}"),
@@ -370,26 +462,13 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
         "runs": runs,
     });
     roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
-    report::write_csv(&args.out.join("results.csv"), &runs)?;
-    report::write_html(
-        &args.out.join("report.html"),
-        &header,
-        &summary,
-        &notes,
-        &runs,
-    )?;
+    report::write_csv(&args.out.join("results.csv"), runs)?;
+    report::write_html(&args.out.join("report.html"), header, summary, &notes, runs)?;
     println!(
         "wrote {0}/results.json, {0}/results.csv, {0}/report.html",
         args.out.display()
     );
-    if failures.is_empty() && runs.iter().all(|r| r.read_check_failures == 0) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} run(s) failed or read back wrong data; see above",
-            failures.len() + runs.iter().filter(|r| r.read_check_failures > 0).count()
-        ))
-    }
+    Ok(())
 }
 
 /// The comparisons the issue's targets ask for, computed from the runs (never asserted).
