@@ -652,35 +652,7 @@ impl Inner {
                 })
                 .collect()
         };
-        let mut readings = Vec::with_capacity(located.len());
-        for (sensor, entry, segment) in located {
-            let bytes = segment.read_record(entry.offset as u64, entry.len)?;
-            let error = |reason: String| Error::Corrupt {
-                file: segment.path.clone(),
-                offset: entry.offset as u64,
-                reason,
-            };
-            match at_index(&bytes, segment.seq_low(), &entry) {
-                AtIndex::Put {
-                    device: d,
-                    sensor: s,
-                    value,
-                } if d == device && s == sensor => readings.push(Reading {
-                    device: device.into(),
-                    sensor,
-                    ts_ms: entry.ts_ms,
-                    value: value.to_vec(),
-                }),
-                AtIndex::Put { .. } => {
-                    return Err(ReadError::Moved(error(
-                        "the index points at another device's record".into(),
-                    )));
-                }
-                AtIndex::Elsewhere(reason) => return Err(ReadError::Moved(error(reason))),
-                AtIndex::Corrupt(reason) => return Err(ReadError::Fatal(error(reason))),
-            }
-        }
-        Ok(readings)
+        read_upper(device, located)
     }
 
     fn read_lower(
@@ -827,6 +799,42 @@ impl Inner {
         stats.recovery_cut = self.recovery.cut.clone();
         stats
     }
+}
+
+/// Reads the chosen upper-tier records from the log (outside the state lock).
+pub(crate) fn read_upper(
+    device: &str,
+    chosen: Vec<(String, IndexEntry, Arc<Segment>)>,
+) -> Result<Vec<Reading>, ReadError> {
+    let mut readings = Vec::with_capacity(chosen.len());
+    for (sensor, entry, segment) in chosen {
+        let bytes = segment.read_record(entry.offset as u64, entry.len)?;
+        let error = |reason: String| Error::Corrupt {
+            file: segment.path.clone(),
+            offset: entry.offset as u64,
+            reason,
+        };
+        match at_index(&bytes, segment.seq_low(), &entry) {
+            AtIndex::Put {
+                device: d,
+                sensor: s,
+                value,
+            } if d == device && s == sensor => readings.push(Reading {
+                device: device.into(),
+                sensor,
+                ts_ms: entry.ts_ms,
+                value: value.to_vec(),
+            }),
+            AtIndex::Put { .. } => {
+                return Err(ReadError::Moved(error(
+                    "the index points at another device's record".into(),
+                )));
+            }
+            AtIndex::Elsewhere(reason) => return Err(ReadError::Moved(error(reason))),
+            AtIndex::Corrupt(reason) => return Err(ReadError::Fatal(error(reason))),
+        }
+    }
+    Ok(readings)
 }
 
 /// What the log holds where an index entry points.

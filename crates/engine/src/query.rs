@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{AtIndex, Engine, Inner, ReadError, Reading, at_index, validate_id};
+use crate::engine::{Engine, Inner, ReadError, Reading, read_upper, validate_id};
 use crate::error::{Error, Result};
 use crate::key;
 use crate::limits;
@@ -333,40 +333,4 @@ impl Inner {
             None => Ok(readings),
         }
     }
-}
-
-/// Reads the chosen upper-tier records from the log (outside the state lock).
-fn read_upper(
-    device: &str,
-    chosen: Vec<(String, IndexEntry, Arc<Segment>)>,
-) -> Result<Vec<Reading>, ReadError> {
-    let mut readings = Vec::with_capacity(chosen.len());
-    for (sensor, entry, segment) in chosen {
-        let bytes = segment.read_record(entry.offset as u64, entry.len)?;
-        let error = |reason: String| Error::Corrupt {
-            file: segment.path.clone(),
-            offset: entry.offset as u64,
-            reason,
-        };
-        match at_index(&bytes, segment.seq_low(), &entry) {
-            AtIndex::Put {
-                device: d,
-                sensor: s,
-                value,
-            } if d == device && s == sensor => readings.push(Reading {
-                device: device.into(),
-                sensor,
-                ts_ms: entry.ts_ms,
-                value: value.to_vec(),
-            }),
-            AtIndex::Put { .. } => {
-                return Err(ReadError::Moved(error(
-                    "the index points at another device's record".into(),
-                )));
-            }
-            AtIndex::Elsewhere(reason) => return Err(ReadError::Moved(error(reason))),
-            AtIndex::Corrupt(reason) => return Err(ReadError::Fatal(error(reason))),
-        }
-    }
-    Ok(readings)
 }
