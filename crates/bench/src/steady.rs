@@ -13,10 +13,10 @@ use roamkv_lab::devstat::DevStat;
 use roamkv_lab::fixture::{Fixture, FsSpec};
 use roamkv_lab::report::{Html, MachineHeader, line_chart_svg};
 
-use crate::engines::{self, Durability, EngineKind};
+use crate::engines::{self, Durability, EngineConfig, EngineKind};
 use crate::report::write_amplification;
 use crate::runner::{self, RunningWorker};
-use crate::worker::{Tick, WorkerSpec};
+use crate::worker::{Tick, WorkerResult, WorkerSpec};
 use crate::workload::WorkloadConfig;
 
 #[derive(Args, Debug)]
@@ -194,25 +194,7 @@ fn run_engine(
         args.management_time_ms,
     );
     let fixture = Fixture::create(fs, args.disk_gib << 30).map_err(|e| e.to_string())?;
-    let spec = WorkerSpec {
-        engine: config.clone(),
-        workload: WorkloadConfig {
-            value_bytes: args.value_bytes,
-            management_time_ms: args.management_time_ms,
-            seed: args.seed,
-            // TPCx-IoT's query pair at its own sizes: the last 30 s, and a 30 s window in the
-            // 1800 s before.
-            query_window_ms: 30_000,
-            query_history_ms: 1_800_000,
-            ..WorkloadConfig::default()
-        },
-        threads: args.threads,
-        warmup_ms: args.warmup_seconds * 1000,
-        duration_ms: args.seconds * 1000,
-        dir: fixture.mount_dir().join("db"),
-        device_name: Some(fixture.device_name().to_string()),
-        tick_ms: Some(1000),
-    };
+    let spec = worker_spec(args, config.clone(), &fixture);
     fixture.quiesce().map_err(|e| e.to_string())?;
     let base_used = used_bytes(fixture.mount_dir());
     let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
@@ -265,34 +247,60 @@ fn run_engine(
     drop(cgroup);
     summarize_points(&mut run, &points);
     match result {
-        Ok(w) => {
-            let start = w
-                .device_at_measure_start
-                .map_or(before, |(writes, sectors, flushes)| DevStat {
-                    writes,
-                    sectors_written: sectors,
-                    flushes,
-                    ..before
-                });
-            let device_bytes = after.delta(&start).bytes_written();
-            run.completed = true;
-            run.ops_per_sec = (w.puts + w.queries) as f64 / w.elapsed_s.max(1e-9);
-            run.write_amplification = write_amplification(device_bytes, w.user_bytes);
-            run.put_p99_us = w.put_p99_us;
-            run.query_p50_us = w.query_p50_us;
-            run.query_p99_us = w.query_p99_us;
-            run.queries = w.queries;
-            run.user_bytes = w.user_bytes;
-            run.device_bytes_written = device_bytes;
-            run.read_checks = w.read_checks;
-            run.read_check_failures = w.read_check_failures;
-        }
+        Ok(w) => record_result(&mut run, &w, before, after),
         Err(e) => {
             let at = points.last().map_or(0.0, |p| p.t_s);
             run.failure = Some(format!("after {at:.0} s: {e}"));
         }
     }
     Ok((run, points))
+}
+
+/// The worker's instructions: the mobility workload with TPCx-IoT's query pair at its own sizes
+/// (the last 30 s, and a 30 s window in the 1800 s before), a tick every second.
+fn worker_spec(args: &SteadyArgs, engine: EngineConfig, fixture: &Fixture) -> WorkerSpec {
+    WorkerSpec {
+        engine,
+        workload: WorkloadConfig {
+            value_bytes: args.value_bytes,
+            management_time_ms: args.management_time_ms,
+            seed: args.seed,
+            query_window_ms: 30_000,
+            query_history_ms: 1_800_000,
+            ..WorkloadConfig::default()
+        },
+        threads: args.threads,
+        warmup_ms: args.warmup_seconds * 1000,
+        duration_ms: args.seconds * 1000,
+        dir: fixture.mount_dir().join("db"),
+        device_name: Some(fixture.device_name().to_string()),
+        tick_ms: Some(1000),
+    }
+}
+
+/// A completed run's figures: throughput and latencies from the worker, write amplification from
+/// the device's counters between the start of the measured phase and the end.
+fn record_result(run: &mut SteadyRun, w: &WorkerResult, before: DevStat, after: DevStat) {
+    let start = w
+        .device_at_measure_start
+        .map_or(before, |(writes, sectors, flushes)| DevStat {
+            writes,
+            sectors_written: sectors,
+            flushes,
+            ..before
+        });
+    let device_bytes = after.delta(&start).bytes_written();
+    run.completed = true;
+    run.ops_per_sec = (w.puts + w.queries) as f64 / w.elapsed_s.max(1e-9);
+    run.write_amplification = write_amplification(device_bytes, w.user_bytes);
+    run.put_p99_us = w.put_p99_us;
+    run.query_p50_us = w.query_p50_us;
+    run.query_p99_us = w.query_p99_us;
+    run.queries = w.queries;
+    run.user_bytes = w.user_bytes;
+    run.device_bytes_written = device_bytes;
+    run.read_checks = w.read_checks;
+    run.read_check_failures = w.read_check_failures;
 }
 
 /// Reads the worker's cgroup usage while `finish` owns the worker.

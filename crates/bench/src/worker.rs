@@ -94,6 +94,20 @@ struct ThreadOutcome {
     samples: Vec<(String, u32, i64, bool)>,
 }
 
+impl Default for ThreadOutcome {
+    fn default() -> Self {
+        ThreadOutcome {
+            puts: 0,
+            queries: 0,
+            departures: 0,
+            user_bytes: 0,
+            put_latency: histogram(),
+            query_latency: histogram(),
+            samples: Vec::new(),
+        }
+    }
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
@@ -310,6 +324,9 @@ fn sync_file_system(dir: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// One writer thread: runs the generator's operations until the deadline. Longer than most
+/// functions here because its three arms (put, query, depart) share the thread's read-check
+/// samples and per-slot byte counts; the accounting lives in `count_puts`.
 fn writer(
     generator: &mut Generator,
     engine: &dyn BenchEngine,
@@ -324,15 +341,7 @@ fn writer(
     let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE)
         .map(sensor_name)
         .collect();
-    let mut out = ThreadOutcome {
-        puts: 0,
-        queries: 0,
-        departures: 0,
-        user_bytes: 0,
-        put_latency: histogram(),
-        query_latency: histogram(),
-        samples: Vec::new(),
-    };
+    let mut out = ThreadOutcome::default();
     let mut recent: std::collections::VecDeque<(usize, String, u32, i64)> = Default::default();
     let mut departed: Vec<(String, u32, i64)> = Vec::new();
     while Instant::now() < deadline {
@@ -354,23 +363,7 @@ fn writer(
                 engine.put_batch(&puts)?;
                 out.put_latency
                     .saturating_record(t.elapsed().as_micros() as u64);
-                out.puts += puts.len() as u64;
-                let mut batch_bytes = 0;
-                for (p, &(slot, _, _)) in puts.iter().zip(&batch) {
-                    let bytes = user_bytes(p.device, p.sensor, p.value.len());
-                    slot_bytes[slot] += bytes;
-                    batch_bytes += bytes;
-                }
-                out.user_bytes += batch_bytes;
-                progress
-                    .puts
-                    .fetch_add(puts.len() as u64, Ordering::Relaxed);
-                progress
-                    .user_bytes
-                    .fetch_add(batch_bytes, Ordering::Relaxed);
-                progress
-                    .live_user_bytes
-                    .fetch_add(batch_bytes as i64, Ordering::Relaxed);
+                count_puts(&mut out, progress, &mut slot_bytes, &puts, &batch);
                 if let Some(&(slot, sensor, ts)) = batch.last() {
                     recent.push_back((slot, generator.device_name(slot).to_string(), sensor, ts));
                     if recent.len() > CHECK_SAMPLE {
@@ -426,6 +419,34 @@ fn writer(
             .map(|(name, sensor, ts)| (name, sensor, ts, false)),
     );
     Ok(out)
+}
+
+/// Counts an acknowledged batch: in the thread's outcome, in the shared progress, and in the
+/// user bytes of each device slot (live until the device departs).
+fn count_puts(
+    out: &mut ThreadOutcome,
+    progress: &Progress,
+    slot_bytes: &mut [u64],
+    puts: &[Put<'_>],
+    batch: &[(usize, u32, i64)],
+) {
+    out.puts += puts.len() as u64;
+    let mut batch_bytes = 0;
+    for (p, &(slot, _, _)) in puts.iter().zip(batch) {
+        let bytes = user_bytes(p.device, p.sensor, p.value.len());
+        slot_bytes[slot] += bytes;
+        batch_bytes += bytes;
+    }
+    out.user_bytes += batch_bytes;
+    progress
+        .puts
+        .fetch_add(puts.len() as u64, Ordering::Relaxed);
+    progress
+        .user_bytes
+        .fetch_add(batch_bytes, Ordering::Relaxed);
+    progress
+        .live_user_bytes
+        .fetch_add(batch_bytes as i64, Ordering::Relaxed);
 }
 
 /// VmHWM of this process, from /proc/self/status.

@@ -162,9 +162,7 @@ impl Options {
         }
         Ok(())
     }
-}
 
-impl Options {
     /// The log budget in force for a log on a file system with `free_bytes` free (see
     /// `log_bytes_max`).
     pub(crate) fn log_budget_bytes(&self, free_bytes: u64) -> u64 {
@@ -178,5 +176,33 @@ impl Options {
                 wanted.min(free_bytes / 2).max(floor)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_log_budget_follows_management_time_and_free_space() {
+        let options = Options {
+            management_time_ms: 4_000,
+            ..Options::default()
+        };
+        let gib = 1u64 << 30;
+        // Two management times at the assumed peak rate: 8 s x 384 MiB/s = 3 GiB.
+        assert_eq!(options.log_budget_bytes(100 * gib), 3 * gib);
+        // Never more than half the free space...
+        assert_eq!(options.log_budget_bytes(4 * gib), 2 * gib);
+        // ...and never under LOG_SEGMENTS_MIN segments.
+        assert_eq!(
+            options.log_budget_bytes(0),
+            limits::LOG_SEGMENTS_MIN * options.segment_bytes
+        );
+        let set = Options {
+            log_bytes_max: Some(5 * gib),
+            ..options
+        };
+        assert_eq!(set.log_budget_bytes(0), 5 * gib);
     }
 }
