@@ -678,30 +678,8 @@ impl Inner {
                 .into_iter()
                 .collect());
         }
-        let (start, end) = key::reading_range(lower_id, sensor, from_ms, to_ms);
-        let mut readings = Vec::new();
-        let mut bad_key = None;
-        self.lower.scan(&start, &end, &mut |k, v| {
-            match key::parse_reading_key(k) {
-                Some((_, sensor, ts_ms)) if (from_ms..to_ms).contains(&ts_ms) => {
-                    readings.push(Reading {
-                        device: device.into(),
-                        sensor: sensor.into(),
-                        ts_ms,
-                        value: v.to_vec(),
-                    })
-                }
-                Some(_) => {}
-                None => bad_key = Some(k.to_vec()),
-            }
-            bad_key.is_none()
-        })?;
-        match bad_key {
-            Some(k) => Err(Error::Lower(format!(
-                "malformed key {k:?} in the lower tier"
-            ))),
-            None => Ok(readings),
-        }
+        // The range read is a page without a cursor or a bound (query.rs).
+        self.page_lower(device, lower_id, sensor, from_ms, to_ms, None, usize::MAX)
     }
 
     /// fdatasyncs every segment written since its last sync (Periodic and None modes).

@@ -289,7 +289,7 @@ impl Inner {
     }
 
     #[allow(clippy::too_many_arguments)] // the scan's window, cursor and bound, as the caller gave them
-    fn page_lower(
+    pub(crate) fn page_lower(
         &self,
         device: &str,
         lower_id: u64,
