@@ -294,15 +294,7 @@ fn ensure_guest(cache: &Path) -> Result<(PathBuf, PathBuf), String> {
     let kernel = cache.join("vmlinuz");
     let initramfs = cache.join("initramfs.img");
     let stamp = cache.join("roamkv-binary.stamp");
-    let identity = [&roamkv, &script]
-        .iter()
-        .map(|p| {
-            std::fs::metadata(p)
-                .map(|m| format!("{} {} {:?}", p.display(), m.len(), m.modified().ok()))
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let identity = roamkv_lab::vm::files_identity(&[&roamkv, &script]);
     let fresh = kernel.is_file()
         && initramfs.is_file()
         && std::fs::read_to_string(&stamp).is_ok_and(|s| s == identity);

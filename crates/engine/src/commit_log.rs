@@ -16,7 +16,7 @@ use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::mapping::DeviceId;
 use crate::segment::Segment;
 use crate::stats::Counters;
-use crate::upper::{DeviceIndex, LogPosition};
+use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
 
 /// A live log segment and what keeps it alive.
 pub(crate) struct LiveSegment {
@@ -104,6 +104,16 @@ impl LogState {
             unsynced: BTreeSet::new(),
             spare_wanted: false,
         }
+    }
+
+    /// The live segment an index entry points into (indexed records never outlive their
+    /// segment: a segment retires only when nothing holds it).
+    pub fn segment_of(&self, entry: &IndexEntry) -> &Arc<Segment> {
+        &self
+            .segments
+            .get(&entry.segment_seq)
+            .expect("indexed records live in live segments")
+            .segment
     }
 
     /// Counts one upper-tier record in `segment_seq`.

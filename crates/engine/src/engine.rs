@@ -642,12 +642,7 @@ impl Inner {
             };
             hits.into_iter()
                 .map(|(sensor, e)| {
-                    let segment = &st
-                        .log
-                        .segments
-                        .get(&e.segment_seq)
-                        .expect("indexed records live in live segments")
-                        .segment;
+                    let segment = st.log.segment_of(&e);
                     (sensor.to_owned(), e, Arc::clone(segment))
                 })
                 .collect()

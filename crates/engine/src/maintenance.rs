@@ -258,12 +258,7 @@ impl Inner {
                 .index
                 .all()
                 .map(|(sensor, e)| {
-                    let segment = &st
-                        .log
-                        .segments
-                        .get(&e.segment_seq)
-                        .expect("held segments are live")
-                        .segment;
+                    let segment = st.log.segment_of(&e);
                     (
                         key::reading_key(lower_id, sensor, e.ts_ms),
                         e,
@@ -313,12 +308,7 @@ impl Inner {
                 .all()
                 .filter(|(_, e)| e.position() >= snapshot_end)
             {
-                let segment = &st
-                    .log
-                    .segments
-                    .get(&e.segment_seq)
-                    .expect("held segments are live")
-                    .segment;
+                let segment = st.log.segment_of(&e);
                 let value = read_put_value(segment, &e)?;
                 ops.push(LowerOp::Put(
                     key::reading_key(m.lower_id, sensor, e.ts_ms),

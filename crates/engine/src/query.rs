@@ -212,12 +212,7 @@ impl Inner {
         let chosen = choose(&entry.index)
             .into_iter()
             .map(|(sensor, e)| {
-                let segment = &st
-                    .log
-                    .segments
-                    .get(&e.segment_seq)
-                    .expect("indexed records live in live segments")
-                    .segment;
+                let segment = st.log.segment_of(&e);
                 (sensor.to_owned(), e, Arc::clone(segment))
             })
             .collect();

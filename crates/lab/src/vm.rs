@@ -158,15 +158,7 @@ pub fn ensure_guest(cache: &Path) -> Result<(PathBuf, PathBuf), LabError> {
     let initramfs = cache.join("initramfs.img");
     let stamp = cache.join("lab-binary.stamp");
     // Rebuild when the lab binary or the build script changes.
-    let binary_id = [lab_binary.clone(), build_script()]
-        .iter()
-        .map(|p| {
-            std::fs::metadata(p)
-                .map(|m| format!("{} {} {:?}", p.display(), m.len(), m.modified().ok()))
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let binary_id = files_identity(&[&lab_binary, &build_script()]);
     let fresh = kernel.is_file()
         && initramfs.is_file()
         && std::fs::read_to_string(&stamp).is_ok_and(|s| s == binary_id);
@@ -371,6 +363,20 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
             .and_then(|v| v.as_str())
             .map(str::to_string),
     })
+}
+
+/// A stamp of files (path, size, modification time): a cached guest image is rebuilt when the
+/// stamp it was built from changes.
+pub fn files_identity(paths: &[&Path]) -> String {
+    paths
+        .iter()
+        .map(|p| {
+            std::fs::metadata(p)
+                .map(|m| format!("{} {} {:?}", p.display(), m.len(), m.modified().ok()))
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
