@@ -33,6 +33,10 @@ def depart(seq, device):
     d = device.encode()
     return record(3, struct.pack("<H", len(d)) + d, seq, True)
 
+def trim(seq, device, before_ms):
+    d = device.encode()
+    return record(4, struct.pack("<Hq", len(d), before_ms) + d, seq, True)
+
 def segment(seq, size, records):
     """The first bytes of a segment file of `size` bytes: the fuzz target (and the corpus test)
     extend the file with zeros to the size its header claims, so seeds stay small."""
@@ -54,6 +58,7 @@ batch = register(9, "car-1", 1234) + put(9, "car-1", "speed", 7, b"88.5", end=Fa
 write("engine", "record_decode", "put", put(9, "car-17", "speed", 1700000000000, b"88.5"))
 write("engine", "record_decode", "register", register(9, "car-17", 42))
 write("engine", "record_decode", "depart", depart(9, "car-17"))
+write("engine", "record_decode", "trim", trim(9, "car-17", 1700000000000))
 write("engine", "record_decode", "batch", batch)
 write("engine", "segment_open", "segment-with-a-batch", segment(5, 1 << 20, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v")))
 write("engine", "segment_open", "empty-segment", segment(5, 1 << 20, b""))

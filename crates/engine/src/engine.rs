@@ -127,7 +127,7 @@ pub(crate) fn user_bytes(device: &str, sensor: &str, value: &[u8]) -> u64 {
 
 /// A write's time waiting for log room, over all its attempts.
 #[derive(Default)]
-struct Stall {
+pub(crate) struct Stall {
     started: Option<Instant>,
 }
 
@@ -465,7 +465,7 @@ impl Inner {
     /// `write_stall_ms_max` over the whole write) for maintenance to retire segments, and fails
     /// with `Error::NoSpace` past the bound. Returns false when it released the lock to wait:
     /// the caller must then re-check what it read under the lock.
-    fn make_room(
+    pub(crate) fn make_room(
         &self,
         st: &mut MutexGuard<'_, State>,
         len: usize,
@@ -515,7 +515,7 @@ impl Inner {
 
     /// Reserves `len` contiguous bytes of the active segment (`make_room` made sure they are
     /// there, under the same lock).
-    fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> (Arc<Segment>, u64) {
+    pub(crate) fn place(&self, st: &mut MutexGuard<'_, State>, len: usize) -> (Arc<Segment>, u64) {
         let (segment, offset, want_spare) = st.log.place(len);
         if want_spare {
             self.spares.want();
@@ -532,7 +532,7 @@ impl Inner {
     }
 
     /// Waits until `ticket` is committed, leading a group commit when no one else is.
-    fn wait_for<'a>(&'a self, mut st: MutexGuard<'a, State>, ticket: u64) -> Result<()> {
+    pub(crate) fn wait_for<'a>(&'a self, mut st: MutexGuard<'a, State>, ticket: u64) -> Result<()> {
         loop {
             if st.log.committed_ticket >= ticket {
                 return Ok(());
@@ -751,6 +751,7 @@ impl Inner {
         stats.early_migrations = Counters::get(&c.early_migrations);
         stats.migration_failures = Counters::get(&c.migration_failures);
         stats.departures = Counters::get(&c.departures);
+        stats.trims = Counters::get(&c.trims);
         stats.fdatasyncs = Counters::get(&c.fdatasyncs);
         stats.group_commits = Counters::get(&c.group_commits);
         stats.log_bytes = self.spares.log_bytes();
@@ -916,5 +917,8 @@ pub(crate) fn apply(
                 map.remove(id);
             }
         },
+        Body::Trim { before_ms, .. } => {
+            crate::trim::apply_trim(entry, index_bytes, lower_ops, before_ms, position);
+        }
     }
 }

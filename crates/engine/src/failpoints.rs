@@ -18,10 +18,23 @@ pub enum MigrationStep {
     CatchUp = 3,
 }
 
+/// A test's code run at one migration step (see `FailPoints::run_at_next_migration_step`).
+type StepHook = Box<dyn FnOnce() + Send>;
+
 /// Armed failures. Shared through `Options::fail_points` (hidden: for tests).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct FailPoints {
     migration_step: AtomicU32,
+    hook: parking_lot::Mutex<Option<(u32, StepHook)>>,
+}
+
+impl std::fmt::Debug for FailPoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailPoints")
+            .field("migration_step", &self.migration_step)
+            .field("hook_armed", &self.hook.lock().is_some())
+            .finish()
+    }
 }
 
 impl FailPoints {
@@ -30,7 +43,32 @@ impl FailPoints {
         self.migration_step.store(step as u32, Ordering::SeqCst);
     }
 
+    /// Runs `hook` on the migrating thread when the next migration pass reaches `step`
+    /// (once), e.g. to make other calls while a run is between its snapshot and its switch.
+    /// At `ReadLog` and `Ingest` no engine lock is held (only the one-pass-at-a-time lock);
+    /// at `CatchUp` the state lock is held, so the hook must not call the engine there.
+    pub fn run_at_next_migration_step(
+        &self,
+        step: MigrationStep,
+        hook: impl FnOnce() + Send + 'static,
+    ) {
+        *self.hook.lock() = Some((step as u32, Box::new(hook)));
+    }
+
     pub(crate) fn check(&self, step: MigrationStep) -> Result<()> {
+        let hook = {
+            let mut armed = self.hook.lock();
+            match armed.take() {
+                Some((at, hook)) if at == step as u32 => Some(hook),
+                other => {
+                    *armed = other;
+                    None
+                }
+            }
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
         if self.migration_step.load(Ordering::Relaxed) == step as u32
             && self
                 .migration_step

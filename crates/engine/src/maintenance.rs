@@ -303,6 +303,16 @@ impl Inner {
                 ops.push(LowerOp::Delete(key::device_key(m.lower_id)));
                 continue;
             }
+            // Trimmed meanwhile: the ingested run still holds what the TRIM removed from the
+            // index. Trim it before the catch-up, which may hold older readings written after
+            // the TRIM. The TRIM's segment then counts a lower write: it stays until a persist.
+            if let Some((before_ms, trim_seq)) = entry.trimmed_while_migrating {
+                ops.push(LowerOp::TrimBefore {
+                    lower_id: m.lower_id,
+                    before_ms,
+                });
+                caught_up_segments.push(trim_seq);
+            }
             for (sensor, e) in entry
                 .index
                 .all()
@@ -324,6 +334,7 @@ impl Inner {
                 continue;
             };
             let departed = entry.departed;
+            entry.trimmed_while_migrating = None;
             let index = std::mem::take(&mut entry.index);
             st.index_bytes -= index.index_bytes();
             st.log.release(&index);
@@ -367,6 +378,8 @@ impl Inner {
                 continue;
             };
             entry.tier = Tier::Upper;
+            // Its index was trimmed when the TRIM was applied; what the run held is deleted.
+            entry.trimmed_while_migrating = None;
             // A departure that arrived meanwhile is completed now, as if applied then.
             if entry.departed
                 && let Some(entry) = st.map.remove(m.id)

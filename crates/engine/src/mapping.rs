@@ -30,6 +30,9 @@ pub struct DeviceEntry {
     pub index: DeviceIndex,
     /// Departed while migrating: the migration finishes by deleting what it moved.
     pub departed: bool,
+    /// Trimmed while migrating: the run being ingested still holds the trimmed readings, so
+    /// the migration finishes with a lower-tier trim. (largest cutoff, oldest TRIM's segment)
+    pub trimmed_while_migrating: Option<(i64, u64)>,
     /// The prefix of its keys in the lower tier, given when it settles (key.rs); 0 = none yet.
     pub lower_id: u64,
 }
@@ -75,6 +78,7 @@ impl MappingTable {
                 registered_at_ms,
                 index: DeviceIndex::default(),
                 departed: false,
+                trimmed_while_migrating: None,
                 lower_id: 0,
             },
         );

@@ -5,7 +5,7 @@
 //!  0      4   crc32c, little-endian, of the payload followed by header bytes [4, 16)
 //!  4      4   payload_len (u32 LE)
 //!  8      4   segment_seq_low: low 32 bits of the segment's sequence number
-//! 12      1   kind: 1 = REGISTER, 2 = PUT, 3 = DEPART
+//! 12      1   kind: 1 = REGISTER, 2 = PUT, 3 = DEPART, 4 = TRIM
 //! 13      1   flags: bit 0 = last record of its batch
 //! 14      2   reserved, zero
 //! 16      payload_len bytes of payload (layout per kind, below)
@@ -22,6 +22,7 @@ pub const FLAG_BATCH_END: u8 = 1;
 const KIND_REGISTER: u8 = 1;
 const KIND_PUT: u8 = 2;
 const KIND_DEPART: u8 = 3;
+const KIND_TRIM: u8 = 4;
 
 /// PUT payload: device_len u16, sensor_len u16, value_len u32, ts_ms i64, device, sensor, value.
 const PUT_FIXED_BYTES: usize = 16;
@@ -29,6 +30,8 @@ const PUT_FIXED_BYTES: usize = 16;
 const REGISTER_FIXED_BYTES: usize = 10;
 /// DEPART payload: device_len u16, device.
 const DEPART_FIXED_BYTES: usize = 2;
+/// TRIM payload: device_len u16, before_ms i64, device.
+const TRIM_FIXED_BYTES: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Body<'a> {
@@ -45,14 +48,18 @@ pub enum Body<'a> {
     },
     /// Mapping-table record: the device left this edge; its data is dropped.
     Depart { device: &'a str },
+    /// Every reading of the device with ts < `before_ms` that precedes this record in the log
+    /// is deleted (in both tiers); readings written after it are not touched.
+    Trim { device: &'a str, before_ms: i64 },
 }
 
 impl Body<'_> {
     pub fn device(&self) -> &str {
         match self {
-            Body::Register { device, .. } | Body::Put { device, .. } | Body::Depart { device } => {
-                device
-            }
+            Body::Register { device, .. }
+            | Body::Put { device, .. }
+            | Body::Depart { device }
+            | Body::Trim { device, .. } => device,
         }
     }
 }
@@ -126,6 +133,25 @@ pub fn encode_depart(out: &mut Vec<u8>, seq_low: u32, device: &str) {
     out.extend_from_slice(&(payload_len as u32).to_le_bytes());
     out.extend_from_slice(&[0, 0, 0, 0, KIND_DEPART, 0, 0, 0]);
     out.extend_from_slice(&(device.len() as u16).to_le_bytes());
+    out.extend_from_slice(device.as_bytes());
+    let payload_crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
+    seal(&mut out[start..], seq_low, true, payload_crc);
+}
+
+/// Encoded size of a TRIM record.
+pub fn trim_len(device: &str) -> usize {
+    HEADER_BYTES + TRIM_FIXED_BYTES + device.len()
+}
+
+/// Appends a complete TRIM record (always the end of its own batch, as DEPART).
+pub fn encode_trim(out: &mut Vec<u8>, seq_low: u32, device: &str, before_ms: i64) {
+    let start = out.len();
+    let payload_len = TRIM_FIXED_BYTES + device.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0, KIND_TRIM, 0, 0, 0]);
+    out.extend_from_slice(&(device.len() as u16).to_le_bytes());
+    out.extend_from_slice(&before_ms.to_le_bytes());
     out.extend_from_slice(device.as_bytes());
     let payload_crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
     seal(&mut out[start..], seq_low, true, payload_crc);
@@ -270,6 +296,23 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
                 )?,
             }
         }
+        KIND_TRIM => {
+            let device_len = u16_at(p, 0).ok_or_else(short)?;
+            let before_ms = u64_at(p, 2).ok_or_else(short)? as i64;
+            if TRIM_FIXED_BYTES + device_len != p.len() {
+                return Err("TRIM field lengths disagree with the payload length".into());
+            }
+            Body::Trim {
+                device: id_at(
+                    p,
+                    TRIM_FIXED_BYTES,
+                    device_len,
+                    "device",
+                    DEVICE_ID_BYTES_MAX,
+                )?,
+                before_ms,
+            }
+        }
         other => return Err(format!("unknown record kind {other}")),
     };
     Ok(body)
@@ -292,6 +335,7 @@ mod tests {
         assert_eq!(buf.len(), put_len("car-1", "speed", b"value"));
         encode_register(&mut buf, 9, "car-1", 1234);
         encode_depart(&mut buf, 9, "car-1");
+        encode_trim(&mut buf, 9, "car-1", -3);
         let mut at = 0;
         let mut bodies = Vec::new();
         while let Decode::Record(d) = decode(&buf[at..], 9) {
@@ -319,6 +363,13 @@ mod tests {
                     false
                 ),
                 (Body::Depart { device: "car-1" }, true),
+                (
+                    Body::Trim {
+                        device: "car-1",
+                        before_ms: -3
+                    },
+                    true
+                ),
             ]
         );
     }

@@ -9,6 +9,8 @@
 //!   (idempotent: the same key and value); of an unknown device, skipped (it departed and
 //!   its REGISTER was retired with everything before the departure).
 //! - DEPART drops the device: from the index, or with a range delete from the lower tier.
+//! - TRIM drops the device's older readings: from the index, or with range deletes from the
+//!   lower tier, in log order with the re-puts around it (crates/engine/src/trim.rs).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -412,7 +414,7 @@ fn replay(
             Some(_) => return, // settled already (its device record is in the lower tier)
             None => st.map.register(device, Tier::Upper, registered_at_ms),
         },
-        Body::Put { device, .. } => match st.map.id(device) {
+        Body::Put { device, .. } | Body::Trim { device, .. } => match st.map.id(device) {
             Some(id) => id,
             None => return,
         },

@@ -42,6 +42,8 @@ pub struct Stats {
     pub migration_backlog_devices: u64,
     pub migration_backlog_bytes: u64,
     pub departures: u64,
+    /// TRIM records written (`Engine::trim_before` calls that had readings to delete).
+    pub trims: u64,
     pub fdatasyncs: u64,
     pub group_commits: u64,
     pub live_segments: u64,
@@ -108,6 +110,7 @@ pub(crate) struct Counters {
     pub segments_retired: AtomicU64,
     pub lower_persists: AtomicU64,
     pub departures: AtomicU64,
+    pub trims: AtomicU64,
     pub fdatasyncs: AtomicU64,
     pub group_commits: AtomicU64,
     pub segments_recycled: AtomicU64,

@@ -182,6 +182,44 @@ impl DeviceIndex {
         }
     }
 
+    /// Whether any indexed reading has ts < `before_ms`.
+    pub fn has_before(&self, before_ms: i64) -> bool {
+        self.sensors
+            .values()
+            .any(|entries| entries.first().is_some_and(|e| e.ts_ms < before_ms))
+    }
+
+    /// Drops every entry with ts < `before_ms` (a TRIM record). The records stay in the log
+    /// and keep their segment holds, as overwritten records do, until the device leaves the
+    /// upper tier: its REGISTER record pins every later segment anyway (in-order retirement),
+    /// so releasing them earlier would free nothing. The index memory returns at once.
+    pub fn trim_before(&mut self, before_ms: i64) {
+        let mut emptied = Vec::new();
+        for (name, entries) in &mut self.sensors {
+            let cut = entries.partition_point(|e| e.ts_ms < before_ms);
+            if cut == 0 {
+                continue;
+            }
+            let capacity_before = entries.capacity();
+            for e in entries.drain(..cut) {
+                self.records -= 1;
+                self.record_bytes -= e.len as u64;
+            }
+            if entries.len() < entries.capacity() / 2 {
+                entries.shrink_to_fit();
+            }
+            self.index_bytes -=
+                ((capacity_before - entries.capacity()) * size_of::<IndexEntry>()) as u64;
+            if entries.is_empty() {
+                emptied.push(name.clone());
+            }
+        }
+        for name in emptied {
+            self.sensors.remove(&name);
+            self.index_bytes -= (SENSOR_OVERHEAD_BYTES + name.len()) as u64;
+        }
+    }
+
     /// Bytes this index holds in memory (measured from capacities, plus per-sensor bookkeeping).
     pub fn index_bytes(&self) -> u64 {
         self.index_bytes + (self.segment_records.capacity() * size_of::<(u64, u64)>()) as u64
@@ -238,6 +276,31 @@ mod tests {
         assert_eq!(range, vec![20]);
         assert_eq!(index.range(None, 0, 100).len(), 4);
         assert!(index.range(Some("nope"), 0, 100).is_empty());
+    }
+
+    #[test]
+    fn trim_drops_older_entries_and_their_memory() {
+        let mut index = DeviceIndex::default();
+        for ts in 0..1000 {
+            index.insert("speed", entry(ts, 0));
+        }
+        index.insert("alt", entry(5, 0));
+        let before = index.index_bytes();
+        assert!(index.has_before(10));
+        assert!(!index.has_before(0));
+        index.trim_before(900);
+        assert!(!index.has_before(900));
+        assert_eq!(index.records, 100);
+        assert_eq!(index.record_bytes, 100 * 100);
+        assert_eq!(index.range(None, i64::MIN, i64::MAX).len(), 100);
+        assert!(
+            index.latest(Some("alt")).is_empty(),
+            "an emptied sensor goes"
+        );
+        assert!(index.index_bytes() < before / 2, "memory returns");
+        index.trim_before(i64::MAX);
+        assert_eq!((index.records, index.record_bytes), (0, 0));
+        assert_eq!(index.index_bytes(), 0, "nothing indexed, nothing held");
     }
 
     #[test]

@@ -87,6 +87,7 @@ fn the_page_has_every_example_this_test_reads() {
             "reading-key",
             "register-put-batch",
             "segment-header",
+            "trim",
         ]
     );
 }
@@ -170,6 +171,26 @@ fn the_record_examples_decode_to_what_the_page_says() {
     );
     // In another segment (another sequence) the same bytes are "end of data", as the page says.
     assert_eq!(record::decode(&depart, 4), Decode::End);
+
+    let trim = example("trim");
+    let Decode::Record(t) = record::decode(&trim, 3) else {
+        panic!(
+            "TRIM example does not decode: {:?}",
+            record::decode(&trim, 3)
+        );
+    };
+    assert_eq!(
+        (t.body, t.batch_end, t.len),
+        (
+            Body::Trim {
+                device: "car-1",
+                before_ms: TS_MS
+            },
+            true,
+            trim.len()
+        )
+    );
+    assert_eq!(record::trim_len("car-1"), trim.len());
 }
 
 #[test]
@@ -188,6 +209,10 @@ fn the_encoders_write_the_record_examples_byte_for_byte() {
     let mut depart = Vec::new();
     record::encode_depart(&mut depart, 3, "car-1");
     assert_eq!(depart, example("depart"));
+
+    let mut trim = Vec::new();
+    record::encode_trim(&mut trim, 3, "car-1", TS_MS);
+    assert_eq!(trim, example("trim"));
 }
 
 #[test]

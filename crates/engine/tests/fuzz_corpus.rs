@@ -17,7 +17,7 @@ fn seed(target: &str, name: &str) -> Vec<u8> {
 
 #[test]
 fn record_seeds_decode() {
-    for name in ["put", "register", "depart", "batch"] {
+    for name in ["put", "register", "depart", "trim", "batch"] {
         let bytes = seed("record_decode", name);
         let seq_low = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         let mut at = 0;

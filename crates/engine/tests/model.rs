@@ -1,4 +1,4 @@
-//! Random puts, gets, scans, departures, clock jumps, maintenance and restarts, checked against
+//! Random puts, gets, scans, departures, trims, clock jumps, maintenance and restarts, checked against
 //! a BTreeMap model. Seeded and bounded: deterministic operation sequences.
 
 mod common;
@@ -97,9 +97,14 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
                     "seed {seed} step {step}: scan {device} {sensor:?} [{from},{to})"
                 );
             }
-            72..78 => {
+            72..76 => {
                 e.depart(device).expect("depart");
                 model.retain(|(d, _, _), _| d != device);
+            }
+            76..78 => {
+                let before = rng.random_range(0..60);
+                e.trim_before(device, before).expect("trim");
+                model.retain(|(d, _, ts), _| d != device || *ts >= before);
             }
             78..90 => clock.advance_ms(rng.random_range(0..MANAGEMENT_MS / 2)),
             90..96 => e.maintain().expect("maintain"),

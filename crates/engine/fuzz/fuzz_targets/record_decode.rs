@@ -16,12 +16,13 @@ fuzz_target!(|data: &[u8]| {
             }
             Body::Register { device, registered_at_ms } => record::encode_register(&mut again, seq_low, device, registered_at_ms),
             Body::Depart { device } => record::encode_depart(&mut again, seq_low, device),
+            Body::Trim { device, before_ms } => record::encode_trim(&mut again, seq_low, device, before_ms),
         }
-        // The encoder writes REGISTER as mid-batch and DEPART as batch end; other flag values
+        // The encoder writes REGISTER as mid-batch and DEPART and TRIM as batch end; other flag values
         // decode fine but do not re-encode to the same bytes.
         let canonical = match d.body {
             Body::Register { .. } => !d.batch_end,
-            Body::Depart { .. } => d.batch_end,
+            Body::Depart { .. } | Body::Trim { .. } => d.batch_end,
             Body::Put { .. } => true,
         };
         if canonical {

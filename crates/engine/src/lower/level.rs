@@ -103,6 +103,15 @@ impl LowerTier for LevelLower {
                     }
                     it.status().map_err(lower_err)?;
                 }
+                LowerOp::TrimBefore {
+                    lower_id,
+                    before_ms,
+                } => {
+                    // The sensors are read from the DB: what is queued before must be in it.
+                    self.db.write(&batch, false).map_err(lower_err)?;
+                    batch.clear();
+                    self.write(&super::trim_ranges(self, *lower_id, *before_ms)?)?;
+                }
             }
         }
         self.db.write(&batch, false).map_err(lower_err)

@@ -3,7 +3,8 @@
 //! put path: roamkv's commit log is the journal (DESIGN.md property 3), and `persist()` makes
 //! everything written so far durable before the log segments that cover it are retired.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::key;
 
 #[cfg(feature = "leveldb")]
 pub mod level;
@@ -40,6 +41,60 @@ pub enum LowerOp {
     Delete(Vec<u8>),
     /// Every key in [start, end).
     DeleteRange(Vec<u8>, Vec<u8>),
+    /// Every reading of the device `lower_id` with ts < `before_ms` (a TRIM record): one range
+    /// delete per sensor. Which sensors the device has is read from the tier when the op is
+    /// applied, after the ops before it, so that a sensor first written in the same group is
+    /// trimmed too (`trim_ranges`).
+    TrimBefore {
+        lower_id: u64,
+        before_ms: i64,
+    },
+}
+
+/// The first key of each sensor of a device: (sensor, its oldest timestamp). One seek per
+/// sensor: from a sensor's first key, `sensor 0x01` is the smallest key above all of its keys
+/// (ids hold no NUL) and at or below every later sensor's.
+pub(crate) fn oldest_per_sensor(
+    lower: &dyn LowerTier,
+    lower_id: u64,
+) -> Result<Vec<(String, i64)>> {
+    let (mut at, end) = key::device_reading_range(lower_id);
+    let mut sensors = Vec::new();
+    loop {
+        let mut first = None;
+        lower.scan(&at, &end, &mut |k, _| {
+            first = Some(k.to_vec());
+            false
+        })?;
+        let Some(k) = first else {
+            return Ok(sensors);
+        };
+        let (_, sensor, ts_ms) = key::parse_reading_key(&k)
+            .ok_or_else(|| Error::Lower(format!("malformed key {k:?} in the lower tier")))?;
+        at = key::reading_key(lower_id, sensor, i64::MIN);
+        at.truncate(at.len() - 9);
+        at.push(1);
+        sensors.push((sensor.to_string(), ts_ms));
+    }
+}
+
+/// The range deletes of a `TrimBefore`: per sensor whose oldest reading is older than the
+/// cutoff, [sensor at i64::MIN, sensor at before_ms).
+pub(crate) fn trim_ranges(
+    lower: &dyn LowerTier,
+    lower_id: u64,
+    before_ms: i64,
+) -> Result<Vec<LowerOp>> {
+    Ok(oldest_per_sensor(lower, lower_id)?
+        .into_iter()
+        .filter(|(_, oldest_ms)| *oldest_ms < before_ms)
+        .map(|(sensor, _)| {
+            LowerOp::DeleteRange(
+                key::reading_key(lower_id, &sensor, i64::MIN),
+                key::reading_key(lower_id, &sensor, before_ms),
+            )
+        })
+        .collect())
 }
 
 pub trait LowerTier: Send + Sync {

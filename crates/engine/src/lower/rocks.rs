@@ -106,6 +106,21 @@ impl LowerTier for RocksLower {
                 LowerOp::Put(k, v) => batch.put(k, v),
                 LowerOp::Delete(k) => batch.delete(k),
                 LowerOp::DeleteRange(start, end) => batch.delete_range(start, end),
+                LowerOp::TrimBefore {
+                    lower_id,
+                    before_ms,
+                } => {
+                    // The sensors are read from the DB: what is queued before must be in it.
+                    let queued = std::mem::take(&mut batch);
+                    self.db
+                        .write_opt(queued, &Self::no_wal())
+                        .map_err(lower_err)?;
+                    for range in super::trim_ranges(self, *lower_id, *before_ms)? {
+                        if let LowerOp::DeleteRange(start, end) = range {
+                            batch.delete_range(start, end);
+                        }
+                    }
+                }
             }
         }
         self.db.write_opt(batch, &Self::no_wal()).map_err(lower_err)

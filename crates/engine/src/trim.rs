@@ -1,0 +1,113 @@
+//! Deleting a device's old readings while it stays: `Engine::trim_before` writes one TRIM record
+//! (docs/FORMAT.md), and applying it drops every reading of the device with ts < the cutoff
+//! that precedes the record in the log, in whichever tier the device is (docs/ENGINE.md,
+//! "Trimming old readings"):
+//!
+//! - **Upper**: the index entries go (memory returns at once); the records stay in the log,
+//!   holding their segments until the device leaves the upper tier, as overwritten records do.
+//! - **Migrating**: the same, and the run being ingested still holds the trimmed readings, so
+//!   the migration ends with a lower-tier trim before its catch-up puts (`maintenance.rs`).
+//! - **Lower**: one range delete per sensor of the device (`LowerOp::TrimBefore`), unsynced in
+//!   the LSM and covered by the TRIM record until the next persist (the record's segment counts
+//!   a lower-tier write, so it cannot retire before that persist).
+//!
+//! Replay applies a TRIM the same way, in log order: a settled device's logged puts are re-put
+//! and then trimmed again, and puts after the TRIM (which in-order retirement keeps live
+//! whenever the TRIM is live) are re-put after it.
+
+use crate::engine::{Engine, Inner, Stall, validate_id};
+use crate::error::Result;
+use crate::limits;
+use crate::lower::{self, LowerOp};
+use crate::mapping::{DeviceEntry, Tier};
+use crate::record;
+use crate::stats::Counters;
+use crate::upper::LogPosition;
+
+impl Engine {
+    /// Deletes every reading of `device` with ts < `before_ms`, in both tiers, durably: one
+    /// TRIM record (about 26 bytes + the name), acknowledged under the configured durability
+    /// like a write. Readings written after the call returns are not touched, whatever their
+    /// timestamps. Returns false, writing nothing, when the device is not here or holds no
+    /// reading older than the cutoff (a write racing with the call may then be kept; one
+    /// acknowledged before the call began is never missed).
+    ///
+    /// Cost: upper tier, a pass over the device's index under the engine's lock; lower tier,
+    /// one seek per sensor of the device to decide, and again when applied (one range delete
+    /// per sensor). Log space of trimmed upper-tier readings returns when the device settles
+    /// or departs; settled readings' space returns as the LSM compacts the range deletes.
+    pub fn trim_before(&self, device: &str, before_ms: i64) -> Result<bool> {
+        validate_id("device", device, limits::DEVICE_ID_BYTES_MAX)?;
+        let inner = &*self.inner;
+        if !inner.has_readings_before(device, before_ms)? {
+            return Ok(false);
+        }
+        let len = record::trim_len(device);
+        let mut st = inner.state.lock();
+        let mut stall = Stall::default();
+        let id = loop {
+            inner.check_poisoned(&st)?;
+            let Some(id) = st.map.id(device) else {
+                return Ok(false);
+            };
+            if inner.make_room(&mut st, len, &mut stall)? {
+                break id;
+            }
+        };
+        let (segment, offset) = inner.place(&mut st, len);
+        let mut bytes = Vec::with_capacity(len);
+        record::encode_trim(&mut bytes, segment.seq_low(), device, before_ms);
+        let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
+        inner.wait_for(st, ticket)?;
+        Counters::add(&inner.counters.trims, 1);
+        Ok(true)
+    }
+}
+
+impl Inner {
+    /// Whether the device holds a reading with ts < `before_ms` (upper tier: its index; lower
+    /// tier: the oldest key of each sensor, read outside the state lock).
+    fn has_readings_before(&self, device: &str, before_ms: i64) -> Result<bool> {
+        let lower_id = {
+            let st = self.state.lock();
+            match st.map.lookup(device) {
+                None => return Ok(false),
+                Some((_, entry)) if entry.tier != Tier::Lower => {
+                    return Ok(entry.index.has_before(before_ms));
+                }
+                Some((_, entry)) => entry.lower_id,
+            }
+        };
+        Ok(lower::oldest_per_sensor(self.lower.as_ref(), lower_id)?
+            .iter()
+            .any(|(_, oldest_ms)| *oldest_ms < before_ms))
+    }
+}
+
+/// Applies one TRIM record to its device (live path and recovery alike; see the module doc).
+pub(crate) fn apply_trim(
+    entry: &mut DeviceEntry,
+    index_bytes: &mut u64,
+    lower_ops: &mut Vec<LowerOp>,
+    before_ms: i64,
+    position: LogPosition,
+) {
+    match entry.tier {
+        Tier::Upper | Tier::Migrating => {
+            let before = entry.index.index_bytes();
+            entry.index.trim_before(before_ms);
+            *index_bytes -= before - entry.index.index_bytes();
+            if entry.tier == Tier::Migrating {
+                let (cutoff, first_seq) = entry
+                    .trimmed_while_migrating
+                    .unwrap_or((before_ms, position.segment_seq));
+                entry.trimmed_while_migrating =
+                    Some((cutoff.max(before_ms), first_seq.min(position.segment_seq)));
+            }
+        }
+        Tier::Lower => lower_ops.push(LowerOp::TrimBefore {
+            lower_id: entry.lower_id,
+            before_ms,
+        }),
+    }
+}
