@@ -75,6 +75,9 @@ pub struct ServeArgs {
     /// Seconds shutdown waits for in-flight requests before closing the engine [default: 30].
     #[arg(long)]
     pub drain_timeout_s: Option<u64>,
+    /// Seconds between applications of the per-device retention settings [default: 60].
+    #[arg(long)]
+    pub retention_interval_s: Option<u64>,
 }
 
 /// The same settings as they may appear in the `--config` file.
@@ -99,6 +102,7 @@ struct FileConfig {
     header_timeout_s: Option<u64>,
     body_timeout_s: Option<u64>,
     drain_timeout_s: Option<u64>,
+    retention_interval_s: Option<u64>,
 }
 
 /// Resolved settings, every default applied and every value checked.
@@ -123,6 +127,7 @@ pub struct Config {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub drain_timeout: Duration,
+    pub retention_interval: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -143,63 +148,15 @@ impl Config {
         let data = args
             .data
             .clone()
-            .or(file.data)
+            .or(file.data.clone())
             .ok_or("no data directory: give --data DIR (or `data` in the config file)")?;
-        let listen = args
-            .listen
-            .or(file.listen)
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 59880)));
-        let durability_text = args
-            .durability
-            .clone()
-            .or(file.durability)
-            .unwrap_or_else(|| "sync".into());
-        let durability = Durability::parse(&durability_text).ok_or_else(|| {
-            format!(
-                "unknown durability {durability_text:?}; valid: sync, periodic, periodic:MS, none"
-            )
-        })?;
-        let auth_token = match args.auth_token_file.clone().or(file.auth_token_file) {
-            Some(path) => Some(read_token(&path)?),
-            None => None,
-        };
-        let insecure = args.insecure || file.insecure.unwrap_or(false);
-        if auth_token.is_none() && !listen.ip().is_loopback() && !insecure {
-            return Err(format!(
-                "refusing to listen on {listen} without an auth token: give --auth-token-file FILE, \
-                 listen on a loopback address, or pass --insecure"
-            ));
-        }
-        let positive =
-            |name: &str, value: Option<usize>, default: usize| -> Result<usize, String> {
-                match value.unwrap_or(default) {
-                    0 => Err(format!("{name} must be at least 1")),
-                    n => Ok(n),
-                }
-            };
-        let seconds = |name: &str, value: Option<u64>, default: u64| -> Result<Duration, String> {
-            match value.unwrap_or(default) {
-                0 => Err(format!("{name} must be at least 1 second")),
-                n => Ok(Duration::from_secs(n)),
-            }
-        };
-        let mqtt = match args.mqtt_broker.clone().or(file.mqtt_broker) {
-            Some(broker) => Some(parse_broker(
-                &broker,
-                args.mqtt_topic
-                    .clone()
-                    .or(file.mqtt_topic)
-                    .unwrap_or_else(|| MQTT_TOPIC_DEFAULT.into()),
-                args.mqtt_client_id
-                    .clone()
-                    .or(file.mqtt_client_id)
-                    .unwrap_or_else(|| "roamkv-core-data".into()),
-            )?),
-            None => None,
-        };
+        let (durability_text, durability) = resolve_durability(args, &file)?;
+        let access = Access::resolve(args, &file)?;
+        let limits = Limits::resolve(args, &file)?;
+        let timeouts = Timeouts::resolve(args, &file)?;
         Ok(Config {
             data,
-            listen,
+            listen: access.listen,
             durability,
             durability_text,
             log_budget_bytes: args
@@ -210,8 +167,114 @@ impl Config {
                 .management_time_ms
                 .or(file.management_time_ms)
                 .unwrap_or(60_000),
+            auth_token: access.auth_token,
+            insecure: access.insecure,
+            body_bytes_max: limits.body_bytes_max,
+            batch_readings_max: limits.batch_readings_max,
+            concurrent_requests_max: limits.concurrent_requests_max,
+            query_readings_max: limits.query_readings_max,
+            max_result_count: limits.max_result_count,
+            mqtt: resolve_mqtt(args, &file)?,
+            header_timeout: timeouts.header,
+            body_timeout: timeouts.body,
+            drain_timeout: timeouts.drain,
+            retention_interval: timeouts.retention_interval,
+        })
+    }
+
+    /// The settings as /api/v3/config shows them (never the token itself).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "data": self.data.display().to_string(),
+            "listen": self.listen.to_string(),
+            "durability": self.durability_text,
+            "managementTimeMs": self.management_time_ms,
+            "authEnabled": self.auth_token.is_some(),
+            "insecure": self.insecure,
+            "bodyBytesMax": self.body_bytes_max,
+            "batchReadingsMax": self.batch_readings_max,
+            "concurrentRequestsMax": self.concurrent_requests_max,
+            "queryReadingsMax": self.query_readings_max,
+            "maxResultCount": self.max_result_count,
+            "mqtt": self.mqtt.as_ref().map(|m| serde_json::json!({
+                "broker": format!("{}:{}", m.host, m.port),
+                "topic": m.topic,
+                "clientId": m.client_id,
+            })),
+            "headerTimeoutS": self.header_timeout.as_secs(),
+            "bodyTimeoutS": self.body_timeout.as_secs(),
+            "drainTimeoutS": self.drain_timeout.as_secs(),
+            "retentionIntervalS": self.retention_interval.as_secs(),
+        })
+    }
+}
+
+fn resolve_durability(args: &ServeArgs, file: &FileConfig) -> Result<(String, Durability), String> {
+    let text = args
+        .durability
+        .clone()
+        .or(file.durability.clone())
+        .unwrap_or_else(|| "sync".into());
+    let durability = Durability::parse(&text).ok_or_else(|| {
+        format!("unknown durability {text:?}; valid: sync, periodic, periodic:MS, none")
+    })?;
+    Ok((text, durability))
+}
+
+/// Where the server listens and who may talk to it.
+struct Access {
+    listen: SocketAddr,
+    auth_token: Option<Vec<u8>>,
+    insecure: bool,
+}
+
+impl Access {
+    /// Without a token, only a loopback address (unless --insecure).
+    fn resolve(args: &ServeArgs, file: &FileConfig) -> Result<Access, String> {
+        let listen = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 59880)));
+        let auth_token = match args
+            .auth_token_file
+            .clone()
+            .or(file.auth_token_file.clone())
+        {
+            Some(path) => Some(read_token(&path)?),
+            None => None,
+        };
+        let insecure = args.insecure || file.insecure.unwrap_or(false);
+        if auth_token.is_none() && !listen.ip().is_loopback() && !insecure {
+            return Err(format!(
+                "refusing to listen on {listen} without an auth token: give --auth-token-file FILE, \
+                 listen on a loopback address, or pass --insecure"
+            ));
+        }
+        Ok(Access {
+            listen,
             auth_token,
             insecure,
+        })
+    }
+}
+
+/// Request limits, each at least 1.
+struct Limits {
+    body_bytes_max: usize,
+    batch_readings_max: usize,
+    concurrent_requests_max: usize,
+    query_readings_max: usize,
+    max_result_count: usize,
+}
+
+impl Limits {
+    fn resolve(args: &ServeArgs, file: &FileConfig) -> Result<Limits, String> {
+        let positive =
+            |name: &str, value: Option<usize>, default: usize| match value.unwrap_or(default) {
+                0 => Err(format!("{name} must be at least 1")),
+                n => Ok(n),
+            };
+        Ok(Limits {
             body_bytes_max: positive(
                 "body_bytes_max",
                 args.body_bytes_max.or(file.body_bytes_max),
@@ -239,49 +302,65 @@ impl Config {
                 args.max_result_count.or(file.max_result_count),
                 1024,
             )?,
-            mqtt,
-            header_timeout: seconds(
+        })
+    }
+}
+
+/// Timeouts and intervals, each at least one second.
+struct Timeouts {
+    header: Duration,
+    body: Duration,
+    drain: Duration,
+    retention_interval: Duration,
+}
+
+impl Timeouts {
+    fn resolve(args: &ServeArgs, file: &FileConfig) -> Result<Timeouts, String> {
+        let seconds = |name: &str, value: Option<u64>, default: u64| match value.unwrap_or(default)
+        {
+            0 => Err(format!("{name} must be at least 1 second")),
+            n => Ok(Duration::from_secs(n)),
+        };
+        Ok(Timeouts {
+            header: seconds(
                 "header_timeout_s",
                 args.header_timeout_s.or(file.header_timeout_s),
                 10,
             )?,
-            body_timeout: seconds(
+            body: seconds(
                 "body_timeout_s",
                 args.body_timeout_s.or(file.body_timeout_s),
                 30,
             )?,
-            drain_timeout: seconds(
+            drain: seconds(
                 "drain_timeout_s",
                 args.drain_timeout_s.or(file.drain_timeout_s),
                 30,
             )?,
+            retention_interval: seconds(
+                "retention_interval_s",
+                args.retention_interval_s.or(file.retention_interval_s),
+                60,
+            )?,
         })
     }
+}
 
-    /// The settings as /api/v3/config shows them (never the token itself).
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "data": self.data.display().to_string(),
-            "listen": self.listen.to_string(),
-            "durability": self.durability_text,
-            "managementTimeMs": self.management_time_ms,
-            "authEnabled": self.auth_token.is_some(),
-            "insecure": self.insecure,
-            "bodyBytesMax": self.body_bytes_max,
-            "batchReadingsMax": self.batch_readings_max,
-            "concurrentRequestsMax": self.concurrent_requests_max,
-            "queryReadingsMax": self.query_readings_max,
-            "maxResultCount": self.max_result_count,
-            "mqtt": self.mqtt.as_ref().map(|m| serde_json::json!({
-                "broker": format!("{}:{}", m.host, m.port),
-                "topic": m.topic,
-                "clientId": m.client_id,
-            })),
-            "headerTimeoutS": self.header_timeout.as_secs(),
-            "bodyTimeoutS": self.body_timeout.as_secs(),
-            "drainTimeoutS": self.drain_timeout.as_secs(),
-        })
-    }
+fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig>, String> {
+    let Some(broker) = args.mqtt_broker.clone().or(file.mqtt_broker.clone()) else {
+        return Ok(None);
+    };
+    let topic = args
+        .mqtt_topic
+        .clone()
+        .or(file.mqtt_topic.clone())
+        .unwrap_or_else(|| MQTT_TOPIC_DEFAULT.into());
+    let client_id = args
+        .mqtt_client_id
+        .clone()
+        .or(file.mqtt_client_id.clone())
+        .unwrap_or_else(|| "roamkv-core-data".into());
+    parse_broker(&broker, topic, client_id).map(Some)
 }
 
 fn read_file_config(path: &Path) -> Result<FileConfig, String> {

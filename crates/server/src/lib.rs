@@ -1,6 +1,7 @@
 //! `roamkv serve`: the edge server around the engine. It speaks EdgeX core-data v3 over HTTP
 //! and takes events from EdgeX's MQTT bus, adds a native API for what EdgeX lacks (paged scans,
-//! latest readings, device listing, explicit departure), and is run like a service: Prometheus
+//! latest readings, device listing, explicit departure, binary batches, per-device retention),
+//! and is run like a service: Prometheus
 //! metrics, health and readiness, a status page, bearer auth, request limits, graceful shutdown.
 //! docs/SERVER.md has the API, the mapping of events onto the engine's keys, and a curl session.
 //!
@@ -8,6 +9,7 @@
 //! the data and no second journal.
 #![deny(clippy::unwrap_used)]
 
+pub mod batch;
 mod body;
 pub mod config;
 pub mod edgex;
@@ -15,6 +17,7 @@ mod error;
 pub mod metrics;
 pub mod mqtt;
 mod native;
+pub mod retention;
 mod router;
 mod state;
 pub mod status;
@@ -73,6 +76,8 @@ pub async fn start(config: Config) -> Result<Running, String> {
         .await
         .map_err(|e| format!("opening the engine: {e}"))?
         .map_err(|e| format!("opening {}: {e}", config.data.display()))?;
+    // After the engine: its LOCK keeps a second server away from the settings file.
+    let retention = retention::RetentionStore::open(&config.data)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;
@@ -86,6 +91,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         metrics: metrics::Metrics::new(),
         history: parking_lot::Mutex::new(status::History::default()),
         ready: AtomicBool::new(true),
+        retention,
     });
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(serve(state, listener, stop_rx));
@@ -106,6 +112,11 @@ async fn serve(
         .clone()
         .map(|m| mqtt::spawn(Arc::clone(&state), m, stop.clone()));
     let sampler = tokio::spawn(sample_history(Arc::clone(&state), stop.clone()));
+    let retention = tokio::spawn(retention::run(
+        Arc::clone(&state),
+        state.config.retention_interval,
+        stop.clone(),
+    ));
     let app = router::build(Arc::clone(&state));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -154,6 +165,7 @@ async fn serve(
         let _ = tokio::time::timeout(drain, mqtt).await;
     }
     let _ = sampler.await;
+    let _ = retention.await;
     close_engine(state).await?;
     tracing::info!("engine closed");
     Ok(())

@@ -54,6 +54,12 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_seconds: Family<RouteLabels, Histogram>,
     pub mqtt_connected: Gauge,
+    engine: EngineGauges,
+}
+
+/// The engine's state, read from `Engine::stats` at each scrape.
+#[derive(Default)]
+struct EngineGauges {
     devices: Family<TierLabels, Gauge>,
     records: Family<TierLabels, Gauge>,
     index_bytes: Gauge,
@@ -66,6 +72,7 @@ pub struct Metrics {
     write_amplification: Gauge<f64, AtomicU64>,
     migrations: Gauge,
     departures: Gauge,
+    trims: Gauge,
     migration_backlog_devices: Gauge,
     migration_backlog_bytes: Gauge,
     log_bytes: Gauge,
@@ -84,208 +91,73 @@ fn latency_histogram() -> Histogram {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("roamkv");
-        let ingested_readings = Family::<SourceLabels, Counter>::default();
-        let ingested_events = Family::<SourceLabels, Counter>::default();
-        let ingested_bytes = Family::<SourceLabels, Counter>::default();
-        let rejected = Family::<RejectLabels, Counter>::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        let request_seconds =
-            Family::<RouteLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
-        registry.register(
-            "ingested_readings",
-            "Readings written to the engine",
-            ingested_readings.clone(),
-        );
-        registry.register(
-            "ingested_events",
-            "EdgeX events (or native batches) written to the engine",
-            ingested_events.clone(),
-        );
-        registry.register(
-            "ingested_bytes",
-            "Request or message bytes of accepted writes",
-            ingested_bytes.clone(),
-        );
-        registry.register(
-            "rejected",
-            "Writes refused (bad input, limits, engine errors)",
-            rejected.clone(),
-        );
-        registry.register("http_requests", "HTTP requests answered", requests.clone());
-        registry.register(
-            "http_request_duration_seconds",
-            "HTTP request latency by route",
-            request_seconds.clone(),
-        );
         let metrics = Metrics {
-            ingested_readings,
-            ingested_events,
-            ingested_bytes,
-            rejected,
-            requests,
-            request_seconds,
+            ingested_readings: Family::default(),
+            ingested_events: Family::default(),
+            ingested_bytes: Family::default(),
+            rejected: Family::default(),
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
             mqtt_connected: Gauge::default(),
-            devices: Family::default(),
-            records: Family::default(),
-            index_bytes: Gauge::default(),
-            index_bytes_max: Gauge::default(),
-            live_segments: Gauge::default(),
-            data_dir_bytes: Gauge::default(),
-            log_bytes_written: Gauge::default(),
-            lower_bytes_written: Gauge::default(),
-            user_bytes: Gauge::default(),
-            write_amplification: Gauge::default(),
-            migrations: Gauge::default(),
-            departures: Gauge::default(),
-            migration_backlog_devices: Gauge::default(),
-            migration_backlog_bytes: Gauge::default(),
-            log_bytes: Gauge::default(),
-            log_bytes_max: Gauge::default(),
-            write_stalls: Gauge::default(),
-            no_space_errors: Gauge::default(),
+            engine: EngineGauges::default(),
             registry: Registry::default(),
         };
-        let m = &metrics;
-        let r = &mut registry;
-        r.register(
-            "mqtt_connected",
-            "1 while subscribed to the MQTT event topic",
-            m.mqtt_connected.clone(),
-        );
-        r.register("devices", "Devices present, by tier", m.devices.clone());
-        r.register(
-            "records",
-            "Readings held, by tier (lower tier: the LSM's estimate)",
-            m.records.clone(),
-        );
-        r.register(
-            "index_bytes",
-            "Memory of the upper tier's index",
-            m.index_bytes.clone(),
-        );
-        r.register(
-            "index_bytes_max",
-            "Cap on the upper tier's index memory",
-            m.index_bytes_max.clone(),
-        );
-        r.register(
-            "live_segments",
-            "Commit-log segments in use",
-            m.live_segments.clone(),
-        );
-        r.register(
-            "data_dir_bytes",
-            "Bytes of the files in the data directory",
-            m.data_dir_bytes.clone(),
-        );
-        r.register(
-            "log_bytes_written",
-            "Commit-log bytes written since start",
-            m.log_bytes_written.clone(),
-        );
-        r.register(
-            "lower_bytes_written",
-            "Bytes the LSM tier wrote since start",
-            m.lower_bytes_written.clone(),
-        );
-        r.register(
-            "user_bytes",
-            "Key and value bytes handed to the engine since start",
-            m.user_bytes.clone(),
-        );
-        r.register(
-            "write_amplification",
-            "Engine bytes written per user byte since start",
-            m.write_amplification.clone(),
-        );
-        r.register(
-            "migrations",
-            "Devices migrated to the lower tier since start",
-            m.migrations.clone(),
-        );
-        r.register(
-            "departures",
-            "Devices departed since start",
-            m.departures.clone(),
-        );
-        r.register(
-            "migration_backlog_devices",
-            "Upper-tier devices past their management time, not yet settled",
-            m.migration_backlog_devices.clone(),
-        );
-        r.register(
-            "migration_backlog_bytes",
-            "Record bytes of upper-tier devices past their management time, not yet settled",
-            m.migration_backlog_bytes.clone(),
-        );
-        r.register(
-            "log_bytes",
-            "Bytes of the commit log's files (live segments and spares)",
-            m.log_bytes.clone(),
-        );
-        r.register(
-            "log_bytes_max",
-            "The log budget: near it the engine settles early, then stalls writers, then refuses with NoSpace",
-            m.log_bytes_max.clone(),
-        );
-        r.register(
-            "write_stalls",
-            "Writes that waited for log room since start",
-            m.write_stalls.clone(),
-        );
-        r.register(
-            "no_space_errors",
-            "Writes refused for lack of log room since start",
-            m.no_space_errors.clone(),
-        );
+        metrics.register_traffic(&mut registry);
+        metrics.engine.register(&mut registry);
         Metrics {
             registry,
             ..metrics
         }
     }
 
+    /// What the server counts itself: ingest, refusals, requests and their latency, MQTT.
+    fn register_traffic(&self, r: &mut Registry) {
+        let counters = [
+            (
+                "ingested_readings",
+                "Readings written to the engine",
+                &self.ingested_readings,
+            ),
+            (
+                "ingested_events",
+                "EdgeX events (or native batches) written to the engine",
+                &self.ingested_events,
+            ),
+            (
+                "ingested_bytes",
+                "Request or message bytes of accepted writes",
+                &self.ingested_bytes,
+            ),
+        ];
+        for (name, help, family) in counters {
+            r.register(name, help, family.clone());
+        }
+        r.register(
+            "rejected",
+            "Writes refused (bad input, limits, engine errors)",
+            self.rejected.clone(),
+        );
+        r.register(
+            "http_requests",
+            "HTTP requests answered",
+            self.requests.clone(),
+        );
+        r.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route",
+            self.request_seconds.clone(),
+        );
+        r.register(
+            "mqtt_connected",
+            "1 while subscribed to the MQTT event topic",
+            self.mqtt_connected.clone(),
+        );
+    }
+
     /// Reads the engine's state into the gauges and renders the text exposition.
     /// Blocking (engine stats and a walk of the data directory): call it off the async threads.
     pub fn render(&self, engine: &Engine) -> String {
-        let stats = engine.stats();
-        let set = |g: &Gauge, v: u64| {
-            g.set(i64::try_from(v).unwrap_or(i64::MAX));
-        };
-        set(
-            &self.devices.get_or_create(&TierLabels { tier: "upper" }),
-            stats.upper.devices,
-        );
-        set(
-            &self.devices.get_or_create(&TierLabels { tier: "lower" }),
-            stats.lower.devices,
-        );
-        set(
-            &self.records.get_or_create(&TierLabels { tier: "upper" }),
-            stats.upper.records,
-        );
-        set(
-            &self.records.get_or_create(&TierLabels { tier: "lower" }),
-            stats.lower.records,
-        );
-        set(&self.index_bytes, stats.index_bytes);
-        set(&self.index_bytes_max, stats.index_bytes_max);
-        set(&self.live_segments, stats.live_segments);
-        set(&self.data_dir_bytes, dir_bytes(engine.path()));
-        set(&self.log_bytes_written, stats.log_bytes_written);
-        set(&self.lower_bytes_written, stats.lower_bytes_written);
-        set(&self.user_bytes, stats.user_bytes);
-        self.write_amplification.set(stats.write_amplification());
-        set(&self.migrations, stats.migrations);
-        set(&self.departures, stats.departures);
-        set(
-            &self.migration_backlog_devices,
-            stats.migration_backlog_devices,
-        );
-        set(&self.migration_backlog_bytes, stats.migration_backlog_bytes);
-        set(&self.log_bytes, stats.log_bytes);
-        set(&self.log_bytes_max, stats.log_bytes_max);
-        set(&self.write_stalls, stats.write_stalls);
-        set(&self.no_space_errors, stats.no_space_errors);
+        self.engine.update(engine);
         let mut text = String::new();
         if let Err(e) = encode(&mut text, &self.registry) {
             text = format!("# encoding metrics failed: {e}\n");
@@ -302,6 +174,145 @@ impl Metrics {
                     .get()
             })
             .sum()
+    }
+}
+
+impl EngineGauges {
+    /// The plain gauges, with their names and help: one table for registering them.
+    fn plain(&self) -> [(&'static str, &'static str, &Gauge); 15] {
+        [
+            (
+                "index_bytes",
+                "Memory of the upper tier's index",
+                &self.index_bytes,
+            ),
+            (
+                "index_bytes_max",
+                "Cap on the upper tier's index memory",
+                &self.index_bytes_max,
+            ),
+            (
+                "live_segments",
+                "Commit-log segments in use",
+                &self.live_segments,
+            ),
+            (
+                "data_dir_bytes",
+                "Bytes of the files in the data directory",
+                &self.data_dir_bytes,
+            ),
+            (
+                "log_bytes_written",
+                "Commit-log bytes written since start",
+                &self.log_bytes_written,
+            ),
+            (
+                "lower_bytes_written",
+                "Bytes the LSM tier wrote since start",
+                &self.lower_bytes_written,
+            ),
+            (
+                "user_bytes",
+                "Key and value bytes handed to the engine since start",
+                &self.user_bytes,
+            ),
+            (
+                "migrations",
+                "Devices migrated to the lower tier since start",
+                &self.migrations,
+            ),
+            (
+                "departures",
+                "Devices departed since start",
+                &self.departures,
+            ),
+            (
+                "trims",
+                "Trims (a device's readings older than a cutoff deleted) since start",
+                &self.trims,
+            ),
+            (
+                "migration_backlog_devices",
+                "Upper-tier devices past their management time, not yet settled",
+                &self.migration_backlog_devices,
+            ),
+            (
+                "migration_backlog_bytes",
+                "Record bytes of upper-tier devices past their management time, not yet settled",
+                &self.migration_backlog_bytes,
+            ),
+            (
+                "log_bytes",
+                "Bytes of the commit log's files (live segments and spares)",
+                &self.log_bytes,
+            ),
+            (
+                "log_bytes_max",
+                "The log budget: near it the engine settles early, then stalls writers, then refuses with NoSpace",
+                &self.log_bytes_max,
+            ),
+            (
+                "write_stalls",
+                "Writes that waited for log room since start",
+                &self.write_stalls,
+            ),
+        ]
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register("devices", "Devices present, by tier", self.devices.clone());
+        r.register(
+            "records",
+            "Readings held, by tier (lower tier: the LSM's estimate)",
+            self.records.clone(),
+        );
+        for (name, help, gauge) in self.plain() {
+            r.register(name, help, gauge.clone());
+        }
+        r.register(
+            "write_amplification",
+            "Engine bytes written per user byte since start",
+            self.write_amplification.clone(),
+        );
+        r.register(
+            "no_space_errors",
+            "Writes refused for lack of log room since start",
+            self.no_space_errors.clone(),
+        );
+    }
+
+    fn update(&self, engine: &Engine) {
+        let stats = engine.stats();
+        let set = |g: &Gauge, v: u64| {
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        for (tier, devices, records) in [
+            ("upper", stats.upper.devices, stats.upper.records),
+            ("lower", stats.lower.devices, stats.lower.records),
+        ] {
+            set(&self.devices.get_or_create(&TierLabels { tier }), devices);
+            set(&self.records.get_or_create(&TierLabels { tier }), records);
+        }
+        set(&self.index_bytes, stats.index_bytes);
+        set(&self.index_bytes_max, stats.index_bytes_max);
+        set(&self.live_segments, stats.live_segments);
+        set(&self.data_dir_bytes, dir_bytes(engine.path()));
+        set(&self.log_bytes_written, stats.log_bytes_written);
+        set(&self.lower_bytes_written, stats.lower_bytes_written);
+        set(&self.user_bytes, stats.user_bytes);
+        self.write_amplification.set(stats.write_amplification());
+        set(&self.migrations, stats.migrations);
+        set(&self.departures, stats.departures);
+        set(&self.trims, stats.trims);
+        set(
+            &self.migration_backlog_devices,
+            stats.migration_backlog_devices,
+        );
+        set(&self.migration_backlog_bytes, stats.migration_backlog_bytes);
+        set(&self.log_bytes, stats.log_bytes);
+        set(&self.log_bytes_max, stats.log_bytes_max);
+        set(&self.write_stalls, stats.write_stalls);
+        set(&self.no_space_errors, stats.no_space_errors);
     }
 }
 

@@ -1,10 +1,14 @@
 //! The native API, for what EdgeX lacks (under /api/roamkv/v1):
-//! - `POST /readings`: a batch of readings as JSON lines, one engine batch (atomic);
+//! - `POST /readings`: a batch of readings as JSON lines, or in the compact binary form
+//!   (`Content-Type: application/vnd.roamkv.batch`, batch.rs), one engine batch (atomic);
 //! - `GET /devices`: every device with its tier and age;
 //! - `GET /devices/{device}/latest[?sensor=S]`: the newest reading of each sensor;
 //! - `GET /devices/{device}/readings?sensor=&from=&to=&limit=&after=`: a paged scan whose
 //!   `next` token resumes it (each page is one engine call that reads only that page);
-//! - `DELETE /devices/{device}`: the device departs.
+//! - `DELETE /devices/{device}`: the device departs;
+//! - `PUT|GET|DELETE /devices/{device}/retention` (`{"max_age_ms": N}`), `GET /retention`: the
+//!   device's maximum reading age, kept across restarts and applied every
+//!   `--retention-interval-s` (retention.rs).
 //!
 //! Timestamps here are the engine's: milliseconds since the epoch.
 
@@ -14,7 +18,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
@@ -23,9 +27,11 @@ use roamkv_engine::{Reading, ScanCursor};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::batch;
 use crate::body::read_body;
 use crate::edgex::KeyedReading;
 use crate::error::ApiError;
+use crate::retention;
 use crate::state::{Shared, now_ms};
 
 /// Default and largest page of a native scan.
@@ -39,6 +45,13 @@ pub fn routes() -> Router<Shared> {
         .route("/devices/{device}", axum::routing::delete(depart_device))
         .route("/devices/{device}/latest", get(latest))
         .route("/devices/{device}/readings", get(scan))
+        .route(
+            "/devices/{device}/retention",
+            get(get_retention)
+                .put(put_retention)
+                .delete(delete_retention),
+        )
+        .route("/retention", get(list_retention))
 }
 
 /// One line of a batch. `value` is text; `value_b64` carries binary values.
@@ -103,7 +116,15 @@ async fn post_readings(
 ) -> Result<Response, ApiError> {
     let result = async {
         let bytes = read_body(&state, &headers, body).await?;
-        let readings = parse_lines(&bytes, state.config.batch_readings_max)?;
+        let binary = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(batch::CONTENT_TYPE));
+        let readings = if binary {
+            batch::decode(&bytes, state.config.batch_readings_max)?
+        } else {
+            parse_lines(&bytes, state.config.batch_readings_max)?
+        };
         let n = readings.len();
         state.write(readings, "native", bytes.len()).await?;
         Ok(n)
@@ -219,6 +240,115 @@ async fn scan(
     let next = page.next.as_ref().map(encode_token);
     let readings: Vec<Value> = page.readings.into_iter().map(reading_json).collect();
     Ok(Json(json!({ "readings": readings, "next": next })).into_response())
+}
+
+fn check_device(device: &str) -> Result<(), ApiError> {
+    roamkv_engine::validate_record(&roamkv_engine::Record {
+        device,
+        sensor: "s",
+        ts_ms: 0,
+        value: b"",
+    })
+    .map_err(|e| ApiError::bad_request(format!("device name: {e}")))
+}
+
+/// The body of `PUT /devices/{device}/retention`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionSetting {
+    /// Readings older than now - max_age_ms (by their own timestamps) are deleted.
+    max_age_ms: u64,
+}
+
+fn parse_retention(body: &[u8]) -> Result<u64, ApiError> {
+    let setting: RetentionSetting = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "body is not {{\"max_age_ms\": N}} with N a positive integer: {e}"
+        ))
+    })?;
+    if setting.max_age_ms == 0 {
+        return Err(ApiError::bad_request(
+            "max_age_ms must be at least 1 (to delete a device, DELETE /devices/{device})",
+        ));
+    }
+    if i64::try_from(setting.max_age_ms).is_err() {
+        return Err(ApiError::bad_request(format!(
+            "max_age_ms {} is larger than the largest timestamp",
+            setting.max_age_ms
+        )));
+    }
+    Ok(setting.max_age_ms)
+}
+
+/// Sets the device's retention (durably), applies it once now, and answers what that did.
+async fn put_retention(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_device(&device)?;
+    let bytes = read_body(&state, &headers, body).await?;
+    let max_age_ms = parse_retention(&bytes)?;
+    let applied = state
+        .blocking(move |s| {
+            s.retention.set(&device, max_age_ms)?;
+            s.apply_retention(&device)
+        })
+        .await?;
+    Ok(Json(json!({
+        "max_age_ms": max_age_ms,
+        "applied_now": applied,
+        "interval_s": state.config.retention_interval.as_secs(),
+    }))
+    .into_response())
+}
+
+async fn get_retention(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+) -> Result<Response, ApiError> {
+    check_device(&device)?;
+    match state.retention.get(&device) {
+        Some(max_age_ms) => {
+            Ok(Json(json!({"device": device, "max_age_ms": max_age_ms})).into_response())
+        }
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("device {device:?} has no retention setting"),
+        )),
+    }
+}
+
+async fn delete_retention(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+) -> Result<Response, ApiError> {
+    check_device(&device)?;
+    let name = device.clone();
+    if state.blocking(move |s| s.retention.remove(&name)).await? {
+        Ok(Json(json!({"device": device, "removed": true})).into_response())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("device {device:?} has no retention setting"),
+        ))
+    }
+}
+
+async fn list_retention(State(state): State<Shared>) -> Response {
+    let settings: Vec<Value> = state
+        .retention
+        .all()
+        .into_iter()
+        .map(|(device, max_age_ms)| json!({"device": device, "max_age_ms": max_age_ms}))
+        .collect();
+    Json(json!({
+        "retention": settings,
+        "interval_s": state.config.retention_interval.as_secs(),
+        "limit": retention::SETTINGS_MAX,
+    }))
+    .into_response()
 }
 
 async fn depart_device(

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::edgex::{self, AddEventRequest, Decoded, KeyedReading, PathNames};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, RejectLabels, SourceLabels};
+use crate::retention::RetentionStore;
 use crate::status::{Departure, History};
 
 pub struct AppState {
@@ -24,6 +25,8 @@ pub struct AppState {
     pub in_flight: Arc<Semaphore>,
     /// False once shutdown began: /ready answers 503.
     pub ready: AtomicBool,
+    /// Per-device retention settings (kept in DATA_DIR/server/retention.json).
+    pub retention: RetentionStore,
 }
 
 pub type Shared = Arc<AppState>;

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::body::read_body;
 use crate::edgex::{self, API_VERSION, Decoded, PathNames};
 use crate::error::ApiError;
+use crate::retention::Applied;
 use crate::state::{Shared, now_ns};
 
 pub const SERVICE_NAME: &str = "core-data";
@@ -360,8 +361,8 @@ pub async fn delete_device(
         .into_response())
 }
 
-/// DELETE event/age/{age}: retention, per device (docs/SERVER.md): every device whose newest
-/// reading is older than now - age departs; devices with newer readings keep all of theirs.
+/// DELETE event/age/{age}: every reading older than now - age goes (docs/SERVER.md): a device
+/// whose every reading is older departs (one DEPART), the others are trimmed (one TRIM each).
 pub async fn delete_by_age(
     State(state): State<Shared>,
     Path(age): Path<String>,
@@ -372,40 +373,32 @@ pub async fn delete_by_age(
         ))
     })?;
     let cutoff_ns = now_ns().saturating_sub(age_ns);
-    // A device departs only if its newest reading's millisecond ends before the cutoff, so no
-    // reading at or after the cutoff is ever removed.
+    // Readings of milliseconds that end before the cutoff go (ts_ms < cutoff_ms), so no reading
+    // at or after the cutoff is ever removed; one within the cutoff's millisecond stays.
     let cutoff_ms = cutoff_ns.div_euclid(1_000_000);
-    let (departed, kept) = state
+    let counts = state
         .blocking(move |s| {
-            let mut departed = 0usize;
-            let mut kept = 0usize;
+            let mut counts = [0usize; 3];
             for device in s.engine.devices() {
-                if s.engine
-                    .depart_if_older_than(&device.name, cutoff_ms)
-                    .map_err(ApiError::from_engine)?
-                {
-                    departed += 1;
-                    s.history.lock().push_departure(crate::status::Departure {
-                        at_ms: crate::state::now_ms(),
-                        device: device.name,
-                        how: "age",
-                    });
-                } else {
-                    kept += 1;
-                }
+                let slot = match s.apply_cutoff(&device.name, cutoff_ms, "age")? {
+                    Applied::Departed => 0,
+                    Applied::Trimmed => 1,
+                    Applied::Unchanged => 2,
+                };
+                counts[slot] += 1;
             }
-            Ok((departed, kept))
+            Ok(counts)
         })
         .await?;
+    let [departed, trimmed, unchanged] = counts;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({
             "apiVersion": API_VERSION,
             "statusCode": 202,
             "message": format!(
-                "{departed} devices whose every reading was older than the cutoff were removed; \
-                 {kept} devices with newer readings were kept whole (age deletion here works per \
-                 device: older readings of a device that still reports stay)"
+                "readings older than the cutoff were deleted: {departed} devices had nothing newer \
+                 and were removed, {trimmed} were trimmed, {unchanged} had nothing older"
             ),
         })),
     )

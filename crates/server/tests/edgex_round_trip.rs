@@ -216,22 +216,29 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
     let (_, body) = server.get("/api/v3/event/count/device/name/car-7").await;
     assert_eq!(body["count"], 0);
 
-    // Retention by age: an old device goes whole; devices with recent readings stay.
+    // Deletion by age: an old device goes whole; a device that still reports loses its old
+    // readings only; devices with only recent readings are untouched.
     let old = event("old-1", now - 7200 * 1000 * MS, &[("temperature", "1.0")]);
     assert_eq!(server.post_event(&old).await.0, 201);
+    let mixed_old = event("mixed-1", now - 7200 * 1000 * MS, &[("temperature", "2.0")]);
+    let mixed_new = event("mixed-1", now, &[("temperature", "3.0")]);
+    assert_eq!(server.post_event(&mixed_old).await.0, 201);
+    assert_eq!(server.post_event(&mixed_new).await.0, 201);
     let (status, body) = server
         .delete(&format!("/api/v3/event/age/{}", 3600 * 1000 * MS))
         .await;
     assert_eq!(status, 202, "{body}");
     assert!(
-        body["message"]
-            .as_str()
-            .expect("message")
-            .starts_with("1 devices"),
+        body["message"].as_str().expect("message").contains(
+            "1 devices had nothing newer and were removed, 1 were trimmed, 2 had nothing older"
+        ),
         "{body}"
     );
     let (_, body) = server.get("/api/v3/event/count").await;
-    assert_eq!(body["count"], 4, "{body}"); // thermo-1 x3 + camera-1
+    assert_eq!(body["count"], 5, "{body}"); // thermo-1 x3 + camera-1 + mixed-1's new event
+    let (_, body) = server.get("/api/v3/reading/device/name/mixed-1").await;
+    assert_eq!(body["totalCount"], 1, "{body}");
+    assert_eq!(body["readings"][0]["value"], "3.0", "{body}");
 
     // Metrics count what happened.
     let (status, text) = server.get_text("/metrics").await;
@@ -243,7 +250,7 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
     );
     assert_eq!(
         metric(&text, r#"roamkv_ingested_readings_total{source="http"}"#),
-        Some(8.0),
+        Some(10.0),
         "{text}"
     );
     assert_eq!(
@@ -256,7 +263,7 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
     );
     assert_eq!(
         metric(&text, r#"roamkv_devices{tier="upper"}"#),
-        Some(2.0),
+        Some(3.0),
         "{text}"
     );
     assert!(
@@ -264,8 +271,9 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
         "{text}"
     );
     assert_eq!(metric(&text, "roamkv_mqtt_connected"), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "roamkv_trims"), Some(1.0), "{text}");
     assert!(
-        text.contains(r#"roamkv_http_request_duration_seconds_count{route="/api/v3/event/{service_name}/{profile_name}/{device_name}/{source_name}"} 5"#),
+        text.contains(r#"roamkv_http_request_duration_seconds_count{route="/api/v3/event/{service_name}/{profile_name}/{device_name}/{source_name}"} 7"#),
         "{text}"
     );
 
