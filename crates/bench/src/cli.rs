@@ -31,6 +31,9 @@ pub enum BenchCommand {
     Crash(crate::crash::CrashArgs),
     /// Power cuts: roamkv in a virtual machine on an ext4 disk, the machine killed at random moments.
     Powercut(crate::powercut::PowercutArgs),
+    /// HTTP ingest of `roamkv serve` (EdgeX events of 1..100 readings) against InfluxDB 1.6 at
+    /// equal durability and the in-process engine; peak rate, p50/p99, p99 at half the peak.
+    Serve(crate::serve::ServeBenchArgs),
     /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
     #[command(hide = true)]
     PowercutGuest(crate::powercut::GuestArgs),
@@ -96,6 +99,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Worker { spec } => crate::worker::main(spec),
         BenchCommand::Crash(c) => return crate::crash::run(c),
         BenchCommand::Powercut(p) => return crate::powercut::run(p),
+        BenchCommand::Serve(s) => return crate::serve::run(s),
         BenchCommand::PowercutGuest(g) => crate::powercut::guest(g),
     };
     match outcome {

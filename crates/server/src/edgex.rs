@@ -247,7 +247,40 @@ pub fn event_to_readings(
             request.api_version
         )));
     }
-    let event = request.event;
+    let mut event = request.event;
+    check_event(&event, path, readings_max)?;
+    let readings = std::mem::take(&mut event.readings);
+    let mut event_tags = event.tags.take();
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(readings.len());
+    for (i, mut r) in readings.into_iter().enumerate() {
+        let at = |msg: String| ApiError::bad_request(format!("reading {i}: {msg}"));
+        check_reading(&event, &r).map_err(at)?;
+        let id = if r.id.is_empty() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            check_uuid("reading id", &r.id).map_err(|e| at(e.message))?;
+            std::mem::take(&mut r.id)
+        };
+        let ts_ms = r.origin.div_euclid(NS_PER_MS);
+        if !seen.insert((r.resource_name.clone(), ts_ms)) {
+            return Err(at(format!(
+                "a second reading of resource {:?} in the same millisecond: the store keeps one \
+                 reading per device, resource and millisecond",
+                r.resource_name
+            )));
+        }
+        out.push(keyed_reading(&event, r, id, ts_ms, event_tags.take())?);
+    }
+    Ok(out)
+}
+
+/// The event's own fields, against the path it was posted to and the batch limit.
+fn check_event(
+    event: &Event,
+    path: Option<PathNames<'_>>,
+    readings_max: usize,
+) -> Result<(), ApiError> {
     check_uuid("event id", &event.id)?;
     check_name("event deviceName", &event.device_name)?;
     check_name("event profileName", &event.profile_name)?;
@@ -275,91 +308,85 @@ pub fn event_to_readings(
             event.readings.len()
         )));
     }
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(event.readings.len());
-    let mut event_tags = event.tags;
-    for (i, r) in event.readings.into_iter().enumerate() {
-        let at = |msg: String| ApiError::bad_request(format!("reading {i}: {msg}"));
-        if r.device_name != event.device_name {
-            return Err(at(format!(
-                "deviceName {:?} differs from the event's {:?}",
-                r.device_name, event.device_name
-            )));
-        }
-        check_name("resourceName", &r.resource_name).map_err(|e| at(e.message))?;
-        check_name("profileName", &r.profile_name).map_err(|e| at(e.message))?;
-        check_origin("reading", r.origin).map_err(|e| at(e.message))?;
-        if !VALUE_TYPES.contains(&r.value_type.as_str()) {
-            return Err(at(format!(
-                "valueType {:?} is not an EdgeX value type",
-                r.value_type
-            )));
-        }
-        match (
-            r.value_type.as_str(),
-            &r.value,
-            &r.binary_value,
-            &r.object_value,
-        ) {
-            ("Binary", None, Some(_), None) => {
-                if r.media_type.as_deref().is_none_or(str::is_empty) {
-                    return Err(at("a Binary reading needs a mediaType".into()));
-                }
-            }
-            ("Object", None, None, Some(_)) => {}
-            (t, Some(_), None, None) if t != "Binary" && t != "Object" => {}
-            (t, ..) => {
-                return Err(at(format!(
-                    "valueType {t} needs exactly one of {}",
-                    match t {
-                        "Binary" => "binaryValue (with mediaType)",
-                        "Object" => "objectValue",
-                        _ => "value",
-                    }
-                )));
-            }
-        }
-        let id = if r.id.is_empty() {
-            uuid::Uuid::new_v4().to_string()
-        } else {
-            check_uuid("reading id", &r.id).map_err(|e| at(e.message))?;
-            r.id
-        };
-        let ts_ms = r.origin.div_euclid(NS_PER_MS);
-        if !seen.insert((r.resource_name.clone(), ts_ms)) {
-            return Err(at(format!(
-                "a second reading of resource {:?} in the same millisecond: the store keeps one \
-                 reading per device, resource and millisecond",
-                r.resource_name
-            )));
-        }
-        let stored = StoredReading {
-            event_id: event.id.clone(),
-            event_origin: event.origin,
-            profile_name: r.profile_name,
-            source_name: event.source_name.clone(),
-            id,
-            origin: r.origin,
-            value_type: r.value_type,
-            units: r.units,
-            value: r.value,
-            binary_value: r.binary_value.map(|b| serde_bytes::ByteBuf::from(b.0)),
-            media_type: r.media_type,
-            object_value: r.object_value,
-            tags: r.tags,
-            event_tags: event_tags.take(),
-        };
-        let mut value = Vec::new();
-        ciborium::into_writer(&stored, &mut value)
-            .map_err(|e| ApiError::internal(format!("encoding a reading: {e}")))?;
-        out.push(KeyedReading {
-            device: event.device_name.clone(),
-            sensor: r.resource_name,
-            ts_ms,
-            value,
-        });
+    Ok(())
+}
+
+/// One reading's names, origin, and that its value field matches its valueType.
+fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
+    if r.device_name != event.device_name {
+        return Err(format!(
+            "deviceName {:?} differs from the event's {:?}",
+            r.device_name, event.device_name
+        ));
     }
-    Ok(out)
+    check_name("resourceName", &r.resource_name).map_err(|e| e.message)?;
+    check_name("profileName", &r.profile_name).map_err(|e| e.message)?;
+    check_origin("reading", r.origin).map_err(|e| e.message)?;
+    if !VALUE_TYPES.contains(&r.value_type.as_str()) {
+        return Err(format!(
+            "valueType {:?} is not an EdgeX value type",
+            r.value_type
+        ));
+    }
+    match (
+        r.value_type.as_str(),
+        &r.value,
+        &r.binary_value,
+        &r.object_value,
+    ) {
+        ("Binary", None, Some(_), None) => {
+            if r.media_type.as_deref().is_none_or(str::is_empty) {
+                return Err("a Binary reading needs a mediaType".into());
+            }
+            Ok(())
+        }
+        ("Object", None, None, Some(_)) => Ok(()),
+        (t, Some(_), None, None) if t != "Binary" && t != "Object" => Ok(()),
+        (t, ..) => Err(format!(
+            "valueType {t} needs exactly one of {}",
+            match t {
+                "Binary" => "binaryValue (with mediaType)",
+                "Object" => "objectValue",
+                _ => "value",
+            }
+        )),
+    }
+}
+
+/// The engine reading of a checked EdgeX reading: its key, and its value as a CBOR
+/// `StoredReading` carrying everything else (and the event's tags on the first reading).
+fn keyed_reading(
+    event: &Event,
+    r: Reading,
+    id: String,
+    ts_ms: i64,
+    event_tags: Option<Map<String, Value>>,
+) -> Result<KeyedReading, ApiError> {
+    let stored = StoredReading {
+        event_id: event.id.clone(),
+        event_origin: event.origin,
+        profile_name: r.profile_name,
+        source_name: event.source_name.clone(),
+        id,
+        origin: r.origin,
+        value_type: r.value_type,
+        units: r.units,
+        value: r.value,
+        binary_value: r.binary_value.map(|b| serde_bytes::ByteBuf::from(b.0)),
+        media_type: r.media_type,
+        object_value: r.object_value,
+        tags: r.tags,
+        event_tags,
+    };
+    let mut value = Vec::new();
+    ciborium::into_writer(&stored, &mut value)
+        .map_err(|e| ApiError::internal(format!("encoding a reading: {e}")))?;
+    Ok(KeyedReading {
+        device: event.device_name.clone(),
+        sensor: r.resource_name,
+        ts_ms,
+        value,
+    })
 }
 
 /// A stored reading with its key, decoded.
