@@ -918,7 +918,7 @@ pub(crate) fn apply(
             }
         },
         Body::Trim { before_ms, .. } => {
-            crate::trim::apply_trim(entry, index_bytes, lower_ops, before_ms, position);
+            entry.apply_trim(index_bytes, lower_ops, before_ms, position);
         }
     }
 }

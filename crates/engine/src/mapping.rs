@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 
-use crate::upper::DeviceIndex;
+use crate::lower::LowerOp;
+use crate::upper::{DeviceIndex, LogPosition};
 
 pub type DeviceId = u64;
 
@@ -35,6 +36,38 @@ pub struct DeviceEntry {
     pub trimmed_while_migrating: Option<(i64, u64)>,
     /// The prefix of its keys in the lower tier, given when it settles (key.rs); 0 = none yet.
     pub lower_id: u64,
+}
+
+impl DeviceEntry {
+    /// Applies one TRIM record to the device (live path and recovery alike; trim.rs): the
+    /// upper index drops the older entries (a migrating device also notes the trim for the run
+    /// being ingested); a settled device gets a lower-tier trim op.
+    pub fn apply_trim(
+        &mut self,
+        index_bytes: &mut u64,
+        lower_ops: &mut Vec<LowerOp>,
+        before_ms: i64,
+        position: LogPosition,
+    ) {
+        match self.tier {
+            Tier::Upper | Tier::Migrating => {
+                let before = self.index.index_bytes();
+                self.index.trim_before(before_ms);
+                *index_bytes -= before - self.index.index_bytes();
+                if self.tier == Tier::Migrating {
+                    let (cutoff, first_seq) = self
+                        .trimmed_while_migrating
+                        .unwrap_or((before_ms, position.segment_seq));
+                    self.trimmed_while_migrating =
+                        Some((cutoff.max(before_ms), first_seq.min(position.segment_seq)));
+                }
+            }
+            Tier::Lower => lower_ops.push(LowerOp::TrimBefore {
+                lower_id: self.lower_id,
+                before_ms,
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Default)]

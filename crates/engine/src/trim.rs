@@ -11,6 +11,9 @@
 //!   the LSM and covered by the TRIM record until the next persist (the record's segment counts
 //!   a lower-tier write, so it cannot retire before that persist).
 //!
+//! Applying a TRIM record is `DeviceEntry::apply_trim` (mapping.rs: the engine's apply path
+//! calls it, and the engine must not import this module back).
+//!
 //! Replay applies a TRIM the same way, in log order: a settled device's logged puts are re-put
 //! and then trimmed again, and puts after the TRIM (which in-order retirement keeps live
 //! whenever the TRIM is live) are re-put after it.
@@ -18,11 +21,10 @@
 use crate::engine::{Engine, Inner, Stall, validate_id};
 use crate::error::Result;
 use crate::limits;
-use crate::lower::{self, LowerOp};
-use crate::mapping::{DeviceEntry, Tier};
+use crate::lower;
+use crate::mapping::Tier;
 use crate::record;
 use crate::stats::Counters;
-use crate::upper::LogPosition;
 
 impl Engine {
     /// Deletes every reading of `device` with ts < `before_ms`, in both tiers, durably: one
@@ -81,33 +83,5 @@ impl Inner {
         Ok(lower::oldest_per_sensor(self.lower.as_ref(), lower_id)?
             .iter()
             .any(|(_, oldest_ms)| *oldest_ms < before_ms))
-    }
-}
-
-/// Applies one TRIM record to its device (live path and recovery alike; see the module doc).
-pub(crate) fn apply_trim(
-    entry: &mut DeviceEntry,
-    index_bytes: &mut u64,
-    lower_ops: &mut Vec<LowerOp>,
-    before_ms: i64,
-    position: LogPosition,
-) {
-    match entry.tier {
-        Tier::Upper | Tier::Migrating => {
-            let before = entry.index.index_bytes();
-            entry.index.trim_before(before_ms);
-            *index_bytes -= before - entry.index.index_bytes();
-            if entry.tier == Tier::Migrating {
-                let (cutoff, first_seq) = entry
-                    .trimmed_while_migrating
-                    .unwrap_or((before_ms, position.segment_seq));
-                entry.trimmed_while_migrating =
-                    Some((cutoff.max(before_ms), first_seq.min(position.segment_seq)));
-            }
-        }
-        Tier::Lower => lower_ops.push(LowerOp::TrimBefore {
-            lower_id: entry.lower_id,
-            before_ms,
-        }),
     }
 }
