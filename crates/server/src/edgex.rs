@@ -10,7 +10,7 @@
 //!   and the event's id, origin, profileName and sourceName (the event's tags ride on its first
 //!   reading). Events are rebuilt from their readings when queried.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -250,29 +250,40 @@ pub fn event_to_readings(
     let mut event = request.event;
     check_event(&event, path, readings_max)?;
     let readings = std::mem::take(&mut event.readings);
-    let mut event_tags = event.tags.take();
-    let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(readings.len());
     for (i, mut r) in readings.into_iter().enumerate() {
         let at = |msg: String| ApiError::bad_request(format!("reading {i}: {msg}"));
         check_reading(&event, &r).map_err(at)?;
-        let id = if r.id.is_empty() {
-            uuid::Uuid::new_v4().to_string()
+        if r.id.is_empty() {
+            r.id = uuid::Uuid::new_v4().to_string();
         } else {
             check_uuid("reading id", &r.id).map_err(|e| at(e.message))?;
-            std::mem::take(&mut r.id)
-        };
-        let ts_ms = r.origin.div_euclid(NS_PER_MS);
-        if !seen.insert((r.resource_name.clone(), ts_ms)) {
-            return Err(at(format!(
-                "a second reading of resource {:?} in the same millisecond: the store keeps one \
-                 reading per device, resource and millisecond",
-                r.resource_name
-            )));
         }
-        out.push(keyed_reading(&event, r, id, ts_ms, event_tags.take())?);
+        // The event's tags ride on its first reading.
+        let event_tags = if i == 0 { event.tags.as_ref() } else { None };
+        out.push(keyed_reading(&event, r, event_tags)?);
     }
+    check_one_per_millisecond(&out)?;
     Ok(out)
+}
+
+/// The store keeps one reading per (device, resource, millisecond): two in one event would
+/// silently become one. Checked on the finished batch (one sort, no per-reading copies).
+fn check_one_per_millisecond(readings: &[KeyedReading]) -> Result<(), ApiError> {
+    let mut keys: Vec<(&str, i64, usize)> = readings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.sensor.as_str(), r.ts_ms, i))
+        .collect();
+    keys.sort_unstable();
+    match keys.windows(2).find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1)) {
+        Some(w) => Err(ApiError::bad_request(format!(
+            "reading {}: a second reading of resource {:?} in the same millisecond: the store \
+             keeps one reading per device, resource and millisecond",
+            w[1].2, w[1].0
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The event's own fields, against the path it was posted to and the batch limit.
@@ -353,38 +364,73 @@ fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
     }
 }
 
+/// `StoredReading` as it is written: the same fields, names and order, borrowed from the
+/// request, so that encoding a reading copies no string twice.
+#[derive(Serialize)]
+struct StoredReadingRef<'a> {
+    #[serde(rename = "e")]
+    event_id: &'a str,
+    #[serde(rename = "eo")]
+    event_origin: i64,
+    #[serde(rename = "p")]
+    profile_name: &'a str,
+    #[serde(rename = "s")]
+    source_name: &'a str,
+    #[serde(rename = "i")]
+    id: &'a str,
+    #[serde(rename = "o")]
+    origin: i64,
+    #[serde(rename = "t")]
+    value_type: &'a str,
+    #[serde(rename = "u", skip_serializing_if = "Option::is_none")]
+    units: Option<&'a str>,
+    #[serde(rename = "v", skip_serializing_if = "Option::is_none")]
+    value: Option<&'a str>,
+    #[serde(rename = "b", skip_serializing_if = "Option::is_none")]
+    binary_value: Option<&'a serde_bytes::Bytes>,
+    #[serde(rename = "m", skip_serializing_if = "Option::is_none")]
+    media_type: Option<&'a str>,
+    #[serde(rename = "ov", skip_serializing_if = "Option::is_none")]
+    object_value: Option<&'a Value>,
+    #[serde(rename = "rt", skip_serializing_if = "Option::is_none")]
+    tags: Option<&'a Map<String, Value>>,
+    #[serde(rename = "et", skip_serializing_if = "Option::is_none")]
+    event_tags: Option<&'a Map<String, Value>>,
+}
+
+/// Bytes a stored reading usually takes (two UUIDs, names, a value): the buffer's first size.
+const STORED_READING_BYTES_TYPICAL: usize = 256;
+
 /// The engine reading of a checked EdgeX reading: its key, and its value as a CBOR
-/// `StoredReading` carrying everything else (and the event's tags on the first reading).
+/// `StoredReading` carrying everything else.
 fn keyed_reading(
     event: &Event,
-    r: Reading,
-    id: String,
-    ts_ms: i64,
-    event_tags: Option<Map<String, Value>>,
+    mut r: Reading,
+    event_tags: Option<&Map<String, Value>>,
 ) -> Result<KeyedReading, ApiError> {
-    let stored = StoredReading {
-        event_id: event.id.clone(),
+    let stored = StoredReadingRef {
+        event_id: &event.id,
         event_origin: event.origin,
-        profile_name: r.profile_name,
-        source_name: event.source_name.clone(),
-        id,
+        profile_name: &r.profile_name,
+        source_name: &event.source_name,
+        id: &r.id,
         origin: r.origin,
-        value_type: r.value_type,
-        units: r.units,
-        value: r.value,
-        binary_value: r.binary_value.map(|b| serde_bytes::ByteBuf::from(b.0)),
-        media_type: r.media_type,
-        object_value: r.object_value,
-        tags: r.tags,
+        value_type: &r.value_type,
+        units: r.units.as_deref(),
+        value: r.value.as_deref(),
+        binary_value: r.binary_value.as_ref().map(|b| serde_bytes::Bytes::new(&b.0)),
+        media_type: r.media_type.as_deref(),
+        object_value: r.object_value.as_ref(),
+        tags: r.tags.as_ref(),
         event_tags,
     };
-    let mut value = Vec::new();
+    let mut value = Vec::with_capacity(STORED_READING_BYTES_TYPICAL);
     ciborium::into_writer(&stored, &mut value)
         .map_err(|e| ApiError::internal(format!("encoding a reading: {e}")))?;
     Ok(KeyedReading {
         device: event.device_name.clone(),
-        sensor: r.resource_name,
-        ts_ms,
+        sensor: std::mem::take(&mut r.resource_name),
+        ts_ms: r.origin.div_euclid(NS_PER_MS),
         value,
     })
 }
@@ -518,6 +564,14 @@ mod tests {
         let keyed = event_to_readings(req.clone(), None, 10).expect("valid");
         assert_eq!(keyed.len(), 3);
         assert_eq!(keyed[0].ts_ms, 1602168089665);
+        // The borrowed form writes exactly what the owned StoredReading writes.
+        for k in &keyed {
+            let owned: StoredReading =
+                ciborium::from_reader(k.value.as_slice()).expect("a stored reading");
+            let mut again = Vec::new();
+            ciborium::into_writer(&owned, &mut again).expect("encode");
+            assert_eq!(again, k.value, "{}", k.sensor);
+        }
         let decoded: Vec<Decoded> = keyed
             .into_iter()
             .map(|k| {
