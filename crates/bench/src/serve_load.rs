@@ -445,13 +445,16 @@ impl LoadOutcome {
     }
 }
 
+/// Builds something of a request (its path, its body) from the event it carries.
+pub type PerEvent<T> = Arc<dyn Fn(&EventSpec) -> T + Send + Sync>;
+
 /// A sender that POSTs a body built per event (roamkv's EdgeX route, its native binary route,
 /// InfluxDB's /write).
 pub struct HttpSender {
     pub client: HttpClient,
     pub content_type: &'static str,
-    pub path: Arc<dyn Fn(&EventSpec) -> String + Send + Sync>,
-    pub body: Arc<dyn Fn(&EventSpec) -> Vec<u8> + Send + Sync>,
+    pub path: PerEvent<String>,
+    pub body: PerEvent<Vec<u8>>,
 }
 
 impl Sender for HttpSender {

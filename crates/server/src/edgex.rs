@@ -276,7 +276,10 @@ fn check_one_per_millisecond(readings: &[KeyedReading]) -> Result<(), ApiError> 
         .map(|(i, r)| (r.sensor.as_str(), r.ts_ms, i))
         .collect();
     keys.sort_unstable();
-    match keys.windows(2).find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1)) {
+    match keys
+        .windows(2)
+        .find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1))
+    {
         Some(w) => Err(ApiError::bad_request(format!(
             "reading {}: a second reading of resource {:?} in the same millisecond: the store \
              keeps one reading per device, resource and millisecond",
@@ -418,7 +421,10 @@ fn keyed_reading(
         value_type: &r.value_type,
         units: r.units.as_deref(),
         value: r.value.as_deref(),
-        binary_value: r.binary_value.as_ref().map(|b| serde_bytes::Bytes::new(&b.0)),
+        binary_value: r
+            .binary_value
+            .as_ref()
+            .map(|b| serde_bytes::Bytes::new(&b.0)),
         media_type: r.media_type.as_deref(),
         object_value: r.object_value.as_ref(),
         tags: r.tags.as_ref(),

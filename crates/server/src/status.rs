@@ -149,16 +149,26 @@ pub struct PageInput<'a> {
 const DEVICES_LISTED_MAX: usize = 50;
 
 pub fn render(input: &PageInput<'_>) -> String {
+    let mut html = String::new();
+    render_head_and_tiles(&mut html, input);
+    render_devices(&mut html, input.devices, input.now_ms);
+    render_departures(&mut html, input.history, input.now_ms);
+    html.push_str("</table></body></html>\n");
+    html
+}
+
+/// The page's head and style, the tiles (devices per tier, readings, write amplification) and
+/// the two charts.
+fn render_head_and_tiles(html: &mut String, input: &PageInput<'_>) {
     let PageInput {
         stats,
         devices,
         history,
-        now_ms,
         management_time_ms,
         version,
+        ..
     } = input;
     let count = |tier: DeviceTier| devices.iter().filter(|d| d.tier == tier).count();
-    let mut html = String::new();
     let _ = write!(
         html,
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8">
@@ -193,6 +203,10 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
         rate_chart = line_chart("Ingest (readings/s)", "/s", &history.ingest_rates()),
         space_chart = line_chart("Data directory (MiB)", "MiB", &history.space()),
     );
+}
+
+/// The newest devices, with tier and age (at most DEVICES_LISTED_MAX).
+fn render_devices(html: &mut String, devices: &[DeviceInfo], now_ms: u64) {
     html.push_str("<h2>Devices</h2><table><tr><th>device</th><th>tier</th><th>age</th><th>upper-tier readings</th></tr>");
     let mut newest: Vec<&DeviceInfo> = devices.iter().collect();
     newest.sort_by_key(|d| std::cmp::Reverse(d.registered_at_ms));
@@ -214,6 +228,10 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
             devices.len() - DEVICES_LISTED_MAX
         );
     }
+}
+
+/// The last departures, newest first.
+fn render_departures(html: &mut String, history: &History, now_ms: u64) {
     html.push_str("</table><h2>Recent departures</h2><table><tr><th>device</th><th>how</th><th>when</th></tr>");
     for d in history.departures.iter().rev() {
         let _ = write!(
@@ -227,8 +245,6 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
     if history.departures.is_empty() {
         html.push_str("<tr><td colspan=3>none yet</td></tr>");
     }
-    html.push_str("</table></body></html>\n");
-    html
 }
 
 #[cfg(test)]
