@@ -2,7 +2,7 @@
 //! fails part-way leaves the state as it found it and is retried. Free when unused: one atomic
 //! load per migration step.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -22,12 +22,26 @@ pub enum MigrationStep {
 #[derive(Debug, Default)]
 pub struct FailPoints {
     migration_step: AtomicU32,
+    group_commit_panic: AtomicBool,
 }
 
 impl FailPoints {
     /// Makes the next migration pass fail at `step` (once).
     pub fn fail_next_migration_at(&self, step: MigrationStep) {
         self.migration_step.store(step as u32, Ordering::SeqCst);
+    }
+
+    /// Makes the next group commit panic while its leader holds the state lock (once).
+    pub fn panic_in_next_group_commit(&self) {
+        self.group_commit_panic.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn check_group_commit_panic(&self) {
+        if self.group_commit_panic.load(Ordering::Relaxed)
+            && self.group_commit_panic.swap(false, Ordering::SeqCst)
+        {
+            panic!("injected panic in a group commit");
+        }
     }
 
     pub(crate) fn check(&self, step: MigrationStep) -> Result<()> {
