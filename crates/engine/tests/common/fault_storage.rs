@@ -43,6 +43,8 @@ struct Armed {
     /// Calls of `op` still to pass before the one that fails.
     skip: u64,
     errno: i32,
+    /// Cut the power (with this seed) instead of failing only this call.
+    cut_seed: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -105,7 +107,30 @@ impl FaultFs {
             op,
             skip: nth.saturating_sub(1),
             errno,
+            cut_seed: None,
         });
+    }
+
+    /// Cuts the power just before the `nth` call of `op` from now would complete: that call
+    /// (and every later one of the same process) gets EIO. Whatever that call was writing was
+    /// in flight: it survives only as far as the cut's page choices say.
+    pub fn cut_at(&self, op: Op, nth: u64, seed: u64) {
+        self.state.lock().armed.push(Armed {
+            op,
+            skip: nth.saturating_sub(1),
+            errno: libc::EIO,
+            cut_seed: Some(seed),
+        });
+    }
+
+    /// Whether a power cut happened since the handle's generation.
+    pub fn generation(&self) -> u64 {
+        self.state.lock().generation
+    }
+
+    /// Forgets every armed fault and cut.
+    pub fn disarm(&self) {
+        self.state.lock().armed.clear();
     }
 
     pub fn set_short_writes(&self, on: bool) {
@@ -145,7 +170,34 @@ impl FaultFs {
     /// module comment), and starts a new generation. Returns how many unsynced pages survived
     /// and how many were lost or torn.
     pub fn power_cut(&self, rng: &mut StdRng) -> (usize, usize) {
+        cut(&mut self.state.lock(), rng)
+    }
+
+    /// A power cut where the unsynced pages of files whose name contains `keep` survive and
+    /// all others are lost (a deterministic worst case for ordering bugs).
+    pub fn power_cut_keeping(&self, keep: &str) {
         let mut st = self.state.lock();
+        let keep_inodes: Vec<u64> = st
+            .names
+            .iter()
+            .filter(|(p, _)| p.to_string_lossy().contains(keep))
+            .map(|(_, ino)| *ino)
+            .collect();
+        for (ino, inode) in st.inodes.iter_mut() {
+            if keep_inodes.contains(ino) && inode.data.len() == inode.durable.len() {
+                inode.durable = inode.data.clone();
+            } else {
+                inode.data = inode.durable.clone();
+            }
+        }
+        st.dir_log.clear();
+        let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(0);
+        cut(&mut st, &mut rng);
+    }
+}
+
+fn cut(st: &mut FsState, rng: &mut StdRng) -> (usize, usize) {
+    {
         // Some prefix of the unsynced name changes was committed by the journal.
         let mut names = st.durable_names.clone();
         let committed = rng.random_range(0..=st.dir_log.len());
@@ -230,6 +282,10 @@ impl FsState {
         }
         let armed = self.armed.remove(at);
         self.injected.push(format!("{op:?} {}", what.display()));
+        if let Some(seed) = armed.cut_seed {
+            let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(seed);
+            cut(self, &mut rng);
+        }
         Some(io::Error::from_raw_os_error(armed.errno))
     }
 
@@ -332,10 +388,6 @@ impl Storage for FaultStorage {
         // One directory holds every file the log makes: its sync commits all name changes.
         st.durable_names = st.names.clone();
         st.dir_log.clear();
-        // Unlinked files no name refers to are gone once that is durable.
-        let referenced: Vec<u64> = st.names.values().copied().collect();
-        let open_or_named = |ino: &u64| referenced.contains(ino);
-        let _ = open_or_named;
         Ok(())
     }
 
@@ -414,6 +466,9 @@ impl StorageFile for FaultFile {
     fn sync_data(&self) -> io::Result<()> {
         self.with(|st| {
             let failed = st.should_fail(Op::Sync, &self.path);
+            if st.generation != self.generation {
+                return Err(io::Error::from_raw_os_error(libc::EIO)); // the power went
+            }
             let inode = st.inodes.get_mut(&self.ino).expect("open inode");
             match failed {
                 Some(e) => {
