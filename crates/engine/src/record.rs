@@ -240,45 +240,49 @@ pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
     })
 }
 
+/// A PUT payload (see `Body::Put`).
+fn decode_put(p: &[u8]) -> Result<Body<'_>, String> {
+    let short = || "payload shorter than its fixed fields".to_string();
+    let device_len = u16_at(p, 0).ok_or_else(short)?;
+    let sensor_len = u16_at(p, 2).ok_or_else(short)?;
+    let value_len = u32_at(p, 4).ok_or_else(short)? as usize;
+    let ts_ms = u64_at(p, 8).ok_or_else(short)? as i64;
+    if PUT_FIXED_BYTES + device_len + sensor_len + value_len != p.len() {
+        return Err("PUT field lengths disagree with the payload length".into());
+    }
+    let device = id_at(
+        p,
+        PUT_FIXED_BYTES,
+        device_len,
+        "device",
+        DEVICE_ID_BYTES_MAX,
+    )?;
+    let sensor = id_at(
+        p,
+        PUT_FIXED_BYTES + device_len,
+        sensor_len,
+        "sensor",
+        SENSOR_ID_BYTES_MAX,
+    )?;
+    let value = &p[PUT_FIXED_BYTES + device_len + sensor_len..];
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(format!(
+            "value of {} bytes is over the limit of {VALUE_BYTES_MAX}",
+            value.len()
+        ));
+    }
+    Ok(Body::Put {
+        device,
+        sensor,
+        ts_ms,
+        value,
+    })
+}
+
 fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
     let short = || "payload shorter than its fixed fields".to_string();
     let body = match kind {
-        KIND_PUT => {
-            let device_len = u16_at(p, 0).ok_or_else(short)?;
-            let sensor_len = u16_at(p, 2).ok_or_else(short)?;
-            let value_len = u32_at(p, 4).ok_or_else(short)? as usize;
-            let ts_ms = u64_at(p, 8).ok_or_else(short)? as i64;
-            if PUT_FIXED_BYTES + device_len + sensor_len + value_len != p.len() {
-                return Err("PUT field lengths disagree with the payload length".into());
-            }
-            let device = id_at(
-                p,
-                PUT_FIXED_BYTES,
-                device_len,
-                "device",
-                DEVICE_ID_BYTES_MAX,
-            )?;
-            let sensor = id_at(
-                p,
-                PUT_FIXED_BYTES + device_len,
-                sensor_len,
-                "sensor",
-                SENSOR_ID_BYTES_MAX,
-            )?;
-            let value = &p[PUT_FIXED_BYTES + device_len + sensor_len..];
-            if value.len() > VALUE_BYTES_MAX {
-                return Err(format!(
-                    "value of {} bytes is over the limit of {VALUE_BYTES_MAX}",
-                    value.len()
-                ));
-            }
-            Body::Put {
-                device,
-                sensor,
-                ts_ms,
-                value,
-            }
-        }
+        KIND_PUT => decode_put(p)?,
         KIND_REGISTER => {
             let device_len = u16_at(p, 0).ok_or_else(short)?;
             let registered_at_ms = u64_at(p, 2).ok_or_else(short)?;

@@ -230,7 +230,9 @@ impl Segment {
         let file = storage
             .open(path)
             .context(|| format!("opening segment {}", path.display()))?;
-        let len = file.len().context(|| format!("stat {}", path.display()))?;
+        let len = file
+            .size_bytes()
+            .context(|| format!("stat {}", path.display()))?;
         let corrupt = |offset: u64, reason: String| Error::Corrupt {
             file: path.to_path_buf(),
             offset,

@@ -51,7 +51,7 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     /// fsync(2).
     fn sync_all(&self) -> io::Result<()>;
     /// The file's length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn size_bytes(&self) -> io::Result<u64>;
     /// fallocate(2) mode 0: reserves blocks up to `len` and extends the file to it.
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Write-back hints (sync_file_range(2)): waits for write-back of `[0, wait_before)` started
@@ -187,7 +187,7 @@ impl StorageFile for PlainFile {
         self.0.sync_all()
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 

@@ -488,7 +488,7 @@ impl StorageFile for FaultFile {
         self.sync_data()
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         self.with(|st| Ok(st.inodes.get(&self.ino).map_or(0, |i| i.data.len() as u64)))
     }
 
