@@ -35,7 +35,7 @@ def depart(seq, device):
 
 def trim(seq, device, before_ms):
     d = device.encode()
-    return record(4, struct.pack("<Hq", len(d), before_ms) + d, seq, True)
+    return record(5, struct.pack("<Hq", len(d), before_ms) + d, seq, True)
 
 def segment(seq, size, records):
     """The first bytes of a segment file of `size` bytes: the fuzz target (and the corpus test)

@@ -144,6 +144,21 @@ impl Guest {
     /// Boots the guest. `load`: (first record number, cut the power this long after loading
     /// starts); None: check and survey only, then a clean power-off.
     fn boot(&mut self, load: Option<(u64, u64)>) -> Result<Boot, String> {
+        let append = self.kernel_command_line(load);
+        let mut qemu = self.start_qemu(&append)?;
+        let lines = console_lines(&mut qemu);
+        let booted = Instant::now();
+        let _ = writeln!(self.console_log, "--- boot: {append}");
+        self.follow_console(
+            qemu,
+            &lines,
+            booted,
+            load.map(|(_, cut_after_ms)| cut_after_ms),
+        )
+    }
+
+    /// The guest kernel's command line: the console, and what the guest's init is to do.
+    fn kernel_command_line(&self, load: Option<(u64, u64)>) -> String {
         let mut append = String::from("console=ttyS0 panic=-1 quiet");
         match load {
             Some((from, _)) => append.push_str(&format!(
@@ -152,57 +167,42 @@ impl Guest {
             )),
             None => append.push_str(" roamkv.mode=verify"),
         }
+        append
+    }
+
+    fn start_qemu(&self, append: &str) -> Result<Qemu, String> {
         let drive = format!(
             "file={},format=raw,if=virtio,cache=none",
             self.disk.display()
         );
-        let mut qemu = Qemu(
-            Command::new("qemu-system-x86_64")
-                .args([
-                    "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
-                ])
-                .args(["-m", &self.memory_mib.to_string()])
-                .args(["-nographic", "-no-reboot", "-kernel"])
-                .arg(&self.kernel)
-                .arg("-initrd")
-                .arg(&self.initramfs)
-                .args(["-append", &append, "-drive", &drive])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("starting qemu-system-x86_64: {e}"))?,
-        );
-        let (lines_tx, lines) = mpsc::channel::<String>();
-        for stream in [
-            qemu.0
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            qemu.0
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let tx = lines_tx.clone();
-            std::thread::spawn(move || {
-                // The console is a tty: lines end in "\r\n", and a kill may leave half a line.
-                for line in BufReader::new(stream).split(b'\n') {
-                    let Ok(line) = line else { break };
-                    let text = String::from_utf8_lossy(&line).trim_end().to_string();
-                    if tx.send(text).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        drop(lines_tx);
+        let child = Command::new("qemu-system-x86_64")
+            .args([
+                "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
+            ])
+            .args(["-m", &self.memory_mib.to_string()])
+            .args(["-nographic", "-no-reboot", "-kernel"])
+            .arg(&self.kernel)
+            .arg("-initrd")
+            .arg(&self.initramfs)
+            .args(["-append", append, "-drive", &drive])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting qemu-system-x86_64: {e}"))?;
+        Ok(Qemu(child))
+    }
+
+    /// Files the console's lines into a `Boot` until the power cut (`cut_after_ms` after the
+    /// guest says "load-start"), or, without a cut, until the guest powers off after its survey.
+    fn follow_console(
+        &mut self,
+        mut qemu: Qemu,
+        lines: &mpsc::Receiver<String>,
+        booted: Instant,
+        cut_after_ms: Option<u64>,
+    ) -> Result<Boot, String> {
         let mut boot = Boot::default();
-        let booted = Instant::now();
-        let _ = writeln!(self.console_log, "--- boot: {append}");
         let mut cut_at: Option<(Instant, Instant)> = None;
         let mut last_news = Instant::now();
         loop {
@@ -219,7 +219,7 @@ impl Guest {
                         return Err(fatal);
                     }
                     if line.ends_with(&format!("{MARK}load-start"))
-                        && let Some((_, cut_after_ms)) = load
+                        && let Some(cut_after_ms) = cut_after_ms
                     {
                         let now = Instant::now();
                         cut_at = Some((now, now + Duration::from_millis(cut_after_ms)));
@@ -229,17 +229,7 @@ impl Guest {
                     if let Some((started, at)) = cut_at
                         && Instant::now() >= at
                     {
-                        // The power cut.
-                        let _ = qemu.0.kill();
-                        let _ = qemu.0.wait();
-                        boot.cut_after_ms = Some(started.elapsed().as_millis() as u64);
-                        // Acks already on their way out of the console still count: each was
-                        // printed after its fdatasync returned.
-                        let _ = writeln!(self.console_log, "--- power cut");
-                        for line in lines.iter() {
-                            let _ = writeln!(self.console_log, "         {line}");
-                            let _ = self.take_line(&line, &mut boot);
-                        }
+                        self.cut_power(&mut qemu, started, lines, &mut boot);
                         return Ok(boot);
                     }
                     if last_news.elapsed() > BOOT_TIMEOUT {
@@ -251,7 +241,7 @@ impl Guest {
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = qemu.0.wait().map_err(|e| e.to_string())?;
-                    return if load.is_none() && boot.survey.is_some() {
+                    return if cut_after_ms.is_none() && boot.survey.is_some() {
                         Ok(boot)
                     } else {
                         Err(format!(
@@ -260,6 +250,26 @@ impl Guest {
                     };
                 }
             }
+        }
+    }
+
+    /// The power cut: kills qemu, then files the console lines already on their way out.
+    fn cut_power(
+        &mut self,
+        qemu: &mut Qemu,
+        load_started: Instant,
+        lines: &mpsc::Receiver<String>,
+        boot: &mut Boot,
+    ) {
+        let _ = qemu.0.kill();
+        let _ = qemu.0.wait();
+        boot.cut_after_ms = Some(load_started.elapsed().as_millis() as u64);
+        // Acks already on their way out of the console still count: each was printed after its
+        // fdatasync returned.
+        let _ = writeln!(self.console_log, "--- power cut");
+        for line in lines.iter() {
+            let _ = writeln!(self.console_log, "         {line}");
+            let _ = self.take_line(&line, boot);
         }
     }
 
@@ -284,6 +294,38 @@ impl Guest {
         }
         None
     }
+}
+
+/// The lines qemu prints on stdout and stderr, read by one thread per stream; the channel
+/// closes when qemu has closed both.
+fn console_lines(qemu: &mut Qemu) -> mpsc::Receiver<String> {
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    for stream in [
+        qemu.0
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        qemu.0
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let tx = lines_tx.clone();
+        std::thread::spawn(move || {
+            // The console is a tty: lines end in "\r\n", and a kill may leave half a line.
+            for line in BufReader::new(stream).split(b'\n') {
+                let Ok(line) = line else { break };
+                let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                if tx.send(text).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    lines
 }
 
 /// Builds the guest (kernel + initramfs with this roamkv binary) unless the cached one was built
@@ -350,8 +392,8 @@ impl Drop for DiskImage {
     }
 }
 
-// The round loop reads as one sequence (boot, judge the previous round, record this one), so it
-// stays one function a little over the usual length.
+/// The run: boot after boot, each one judging the previous round and cutting the power on the
+/// next.
 fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
     if args.cut_after_ms_min >= args.cut_after_ms_max {
         return Err("--cut-after-ms-min must be below --cut-after-ms-max".into());
@@ -364,25 +406,7 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
     }
     let (kernel, initramfs) = ensure_guest(&args.cache)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    let mut disk = DiskImage {
-        path: args.out.join("disk.img"),
-        keep: true,
-    };
-    // A fresh file system for every run: the rounds' record numbers start at 0.
-    let _ = std::fs::remove_file(&disk.path);
-    let file =
-        std::fs::File::create(&disk.path).map_err(|e| format!("{}: {e}", disk.path.display()))?;
-    file.set_len(args.disk_mib << 20)
-        .map_err(|e| format!("{}: {e}", disk.path.display()))?;
-    drop(file);
-    let mkfs = Command::new("mkfs.ext4")
-        .args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-        .arg(&disk.path)
-        .status()
-        .map_err(|e| format!("mkfs.ext4: {e}"))?;
-    if !mkfs.success() {
-        return Err(format!("mkfs.ext4 {} failed ({mkfs})", disk.path.display()));
-    }
+    let mut disk = make_disk(args)?;
     let console_path = args.out.join("console.log");
     let mut guest = Guest {
         kernel,
@@ -395,27 +419,8 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
     };
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut ledger = Ledger::default();
-    let mut results = FaultResults::new(
-        "powercut",
-        args.seed,
-        args.rounds,
-        serde_json::json!({
-            "guest": "qemu-system-x86_64 -accel tcg -smp 1, Debian stock kernel, busybox initramfs",
-            "memory_mib": args.memory_mib,
-            "disk": format!("{} MiB ext4 (mkfs.ext4 on the host), virtio, cache=none", args.disk_mib),
-            "loader": format!("roamkv load --data /data/db {}", crate::crash::LOADER_ARGS.join(" ")),
-            "cut_after_ms": [args.cut_after_ms_min, args.cut_after_ms_max],
-            "records_per_second": args.records_per_second,
-            "cut": "SIGKILL of qemu",
-        }),
-    );
-    let bar = indicatif::ProgressBar::new(args.rounds + 1);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} boots, {elapsed} elapsed, ~{eta} left  {msg}",
-        )
-        .map_err(|e| e.to_string())?,
-    );
+    let mut results = new_results(args);
+    let bar = progress_bar(args)?;
     let started = Instant::now();
     let mut next = 0;
     // The round whose check and survey the next boot delivers.
@@ -428,15 +433,8 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
             )
         });
         let boot = guest.boot(load)?;
-        if let Some(mut row) = pending.take() {
-            let check = CheckOutcome::parse(boot.check_lines.iter().map(String::as_str), true);
-            let survey = boot
-                .survey
-                .clone()
-                .unwrap_or_else(|| Err("the guest printed no survey".into()));
-            row.judge(&ledger, &check, survey.as_ref().map_err(String::as_str));
-            let failed = row.lost > 0 || !row.corrupt.is_empty() || row.wrong > 0;
-            results.add(row, &ledger);
+        if let Some(row) = pending.take() {
+            let failed = judge_round(row, &boot, &ledger, &mut results);
             if failed {
                 roamkv_lab::report::say(&bar, "acknowledged data lost or damaged; stopping".into());
                 break;
@@ -470,6 +468,78 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
     println!("wrote {}", args.out.join("results.json").display());
     disk.keep = args.keep_data || !results.passed();
     Ok(results)
+}
+
+/// The guest's data disk: a fresh sparse image with a fresh ext4, so that the rounds' record
+/// numbers start at 0. Kept until the run says otherwise.
+fn make_disk(args: &PowercutArgs) -> Result<DiskImage, String> {
+    let disk = DiskImage {
+        path: args.out.join("disk.img"),
+        keep: true,
+    };
+    let _ = std::fs::remove_file(&disk.path);
+    let file =
+        std::fs::File::create(&disk.path).map_err(|e| format!("{}: {e}", disk.path.display()))?;
+    file.set_len(args.disk_mib << 20)
+        .map_err(|e| format!("{}: {e}", disk.path.display()))?;
+    drop(file);
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+        .arg(&disk.path)
+        .status()
+        .map_err(|e| format!("mkfs.ext4: {e}"))?;
+    if !mkfs.success() {
+        return Err(format!("mkfs.ext4 {} failed ({mkfs})", disk.path.display()));
+    }
+    Ok(disk)
+}
+
+/// The run's results, empty, with its configuration.
+fn new_results(args: &PowercutArgs) -> FaultResults {
+    FaultResults::new(
+        "powercut",
+        args.seed,
+        args.rounds,
+        serde_json::json!({
+            "guest": "qemu-system-x86_64 -accel tcg -smp 1, Debian stock kernel, busybox initramfs",
+            "memory_mib": args.memory_mib,
+            "disk": format!("{} MiB ext4 (mkfs.ext4 on the host), virtio, cache=none", args.disk_mib),
+            "loader": format!("roamkv load --data /data/db {}", crate::crash::LOADER_ARGS.join(" ")),
+            "cut_after_ms": [args.cut_after_ms_min, args.cut_after_ms_max],
+            "records_per_second": args.records_per_second,
+            "cut": "SIGKILL of qemu",
+        }),
+    )
+}
+
+fn progress_bar(args: &PowercutArgs) -> Result<indicatif::ProgressBar, String> {
+    let bar = indicatif::ProgressBar::new(args.rounds + 1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} boots, {elapsed} elapsed, ~{eta} left  {msg}",
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    Ok(bar)
+}
+
+/// Judges the previous round by the check and survey of the boot after it and adds it to the
+/// results; true when acknowledged data was lost or damaged.
+fn judge_round(
+    mut row: RoundRow,
+    boot: &Boot,
+    ledger: &Ledger,
+    results: &mut FaultResults,
+) -> bool {
+    let check = CheckOutcome::parse(boot.check_lines.iter().map(String::as_str), true);
+    let survey = boot
+        .survey
+        .clone()
+        .unwrap_or_else(|| Err("the guest printed no survey".into()));
+    row.judge(ledger, &check, survey.as_ref().map_err(String::as_str));
+    let failed = row.lost > 0 || !row.corrupt.is_empty() || row.wrong > 0;
+    results.add(row, ledger);
+    failed
 }
 
 #[cfg(test)]

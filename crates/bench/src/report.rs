@@ -197,86 +197,94 @@ pub fn write_html(
     }
     for (scenario, durability) in groups(runs) {
         html.heading(&format!("Scenario {scenario}, durability {durability}"));
-        html.svg(&line_chart_svg(
-            &format!("Throughput ({scenario}, {durability}) — cf. paper 002 Fig. 7"),
-            "writer threads",
-            "operations/s",
-            &series(runs, &scenario, &durability, |r| r.ops_per_sec),
-        ));
-        html.svg(&line_chart_svg(
-            &format!("Device write bandwidth ({scenario}, {durability}) — cf. Fig. 8"),
-            "writer threads",
-            "device MiB/s written",
-            &series(runs, &scenario, &durability, |r| {
-                r.device_write_bytes_per_sec / 1048576.0
-            }),
-        ));
-        let max_threads = runs.iter().map(|r| r.threads).max().unwrap_or(1);
-        let names = engines(runs);
-        let wa: Vec<f64> = names
-            .iter()
-            .map(|e| {
-                runs.iter()
-                    .find(|r| {
-                        &r.engine == e
-                            && r.scenario == scenario
-                            && r.durability == durability
-                            && r.threads == max_threads
-                    })
-                    .map_or(0.0, |r| r.write_amplification)
-            })
-            .collect();
-        html.svg(&bar_chart_svg(
-            &format!("Device-level write amplification at {max_threads} threads ({scenario}, {durability})"),
-            "device bytes / user bytes",
-            &names,
-            &[("write amplification".to_string(), wa)],
-        ));
+        group_charts(&mut html, runs, &scenario, &durability);
     }
     html.heading("All runs");
-    let columns = [
-        "scenario",
-        "durability",
-        "engine",
-        "threads",
-        "ops/s",
-        "put p50/p99/p99.9 µs",
-        "query p99 µs",
-        "WA",
-        "device MB/s",
-        "peak RSS MiB",
-        "space MiB",
-        "read checks",
-    ];
-    let rows: Vec<Vec<String>> = runs
-        .iter()
-        .map(|r| {
-            vec![
-                r.scenario.clone(),
-                r.durability.clone(),
-                r.engine.clone(),
-                r.threads.to_string(),
-                format!("{:.0}", r.ops_per_sec),
-                format!("{}/{}/{}", r.put_p50_us, r.put_p99_us, r.put_p999_us),
-                r.query_p99_us.to_string(),
-                format!("{:.3}", r.write_amplification),
-                format!("{:.1}", r.device_write_bytes_per_sec / 1e6),
-                format!("{:.0}", r.peak_rss_bytes as f64 / 1048576.0),
-                format!("{:.0}", r.space_bytes_end as f64 / 1048576.0),
-                format!(
-                    "{}/{}",
-                    r.read_checks - r.read_check_failures,
-                    r.read_checks
-                ),
-            ]
-        })
-        .collect();
-    html.table(&columns, &rows);
+    html.table(&RUN_COLUMNS, &runs.iter().map(run_row).collect::<Vec<_>>());
     html.heading("Configuration and method");
     for note in notes {
         html.paragraph(note);
     }
     html.write(path).map_err(|e| e.to_string())
+}
+
+/// One scenario and durability's charts: throughput and device bandwidth by writer threads, and
+/// each engine's write amplification at the most threads.
+fn group_charts(html: &mut Html, runs: &[RunRecord], scenario: &str, durability: &str) {
+    html.svg(&line_chart_svg(
+        &format!("Throughput ({scenario}, {durability}) — cf. paper 002 Fig. 7"),
+        "writer threads",
+        "operations/s",
+        &series(runs, scenario, durability, |r| r.ops_per_sec),
+    ));
+    html.svg(&line_chart_svg(
+        &format!("Device write bandwidth ({scenario}, {durability}) — cf. Fig. 8"),
+        "writer threads",
+        "device MiB/s written",
+        &series(runs, scenario, durability, |r| {
+            r.device_write_bytes_per_sec / 1048576.0
+        }),
+    ));
+    let max_threads = runs.iter().map(|r| r.threads).max().unwrap_or(1);
+    let names = engines(runs);
+    let wa: Vec<f64> = names
+        .iter()
+        .map(|e| {
+            runs.iter()
+                .find(|r| {
+                    &r.engine == e
+                        && r.scenario == scenario
+                        && r.durability == durability
+                        && r.threads == max_threads
+                })
+                .map_or(0.0, |r| r.write_amplification)
+        })
+        .collect();
+    html.svg(&bar_chart_svg(
+        &format!(
+            "Device-level write amplification at {max_threads} threads ({scenario}, {durability})"
+        ),
+        "device bytes / user bytes",
+        &names,
+        &[("write amplification".to_string(), wa)],
+    ));
+}
+
+/// The columns of the report's table of every run, one `run_row` each.
+const RUN_COLUMNS: [&str; 12] = [
+    "scenario",
+    "durability",
+    "engine",
+    "threads",
+    "ops/s",
+    "put p50/p99/p99.9 µs",
+    "query p99 µs",
+    "WA",
+    "device MB/s",
+    "peak RSS MiB",
+    "space MiB",
+    "read checks",
+];
+
+fn run_row(r: &RunRecord) -> Vec<String> {
+    vec![
+        r.scenario.clone(),
+        r.durability.clone(),
+        r.engine.clone(),
+        r.threads.to_string(),
+        format!("{:.0}", r.ops_per_sec),
+        format!("{}/{}/{}", r.put_p50_us, r.put_p99_us, r.put_p999_us),
+        r.query_p99_us.to_string(),
+        format!("{:.3}", r.write_amplification),
+        format!("{:.1}", r.device_write_bytes_per_sec / 1e6),
+        format!("{:.0}", r.peak_rss_bytes as f64 / 1048576.0),
+        format!("{:.0}", r.space_bytes_end as f64 / 1048576.0),
+        format!(
+            "{}/{}",
+            r.read_checks - r.read_check_failures,
+            r.read_checks
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -670,6 +670,18 @@ fn write_html(
     for line in verdict {
         html.paragraph(line);
     }
+    charts(&mut html, summaries);
+    html.heading("Medians");
+    medians_table(&mut html, summaries);
+    html.heading("Method");
+    for note in notes {
+        html.paragraph(note);
+    }
+    html.write(path).map_err(|e| e.to_string())
+}
+
+/// Bar charts by readings per event, one bar per system: rate, p99 at peak and at half, CPU.
+fn charts(html: &mut Html, summaries: &[ServeSummary]) {
     let mut sizes: Vec<usize> = summaries.iter().map(|s| s.readings_per_event).collect();
     sizes.dedup();
     let mut targets: Vec<String> = Vec::new();
@@ -726,7 +738,9 @@ fn write_html(
         &categories,
         &series(&|s| Some(s.server_cpu_us_per_reading)),
     ));
-    html.heading("Medians");
+}
+
+fn medians_table(html: &mut Html, summaries: &[ServeSummary]) {
     let columns = [
         "readings/event",
         "system",
@@ -766,9 +780,4 @@ fn write_html(
         })
         .collect();
     html.table(&columns, &rows);
-    html.heading("Method");
-    for note in notes {
-        html.paragraph(note);
-    }
-    html.write(path).map_err(|e| e.to_string())
 }

@@ -542,76 +542,104 @@ fn write_report(
     for run in runs {
         html.paragraph(&describe_run(run));
     }
-    let per_engine = |y: &dyn Fn(&Point) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
-        runs.iter()
-            .map(|r| {
-                let series = points
-                    .iter()
-                    .filter(|p| p.engine == r.engine)
-                    .map(|p| (p.t_s, y(p)))
-                    .collect();
-                (r.engine.clone(), series)
-            })
-            .collect()
-    };
-    let chart = |title: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]| {
-        line_chart_svg(
-            title,
-            "seconds since start (warm-up first)",
-            y_label,
-            series,
-        )
-    };
     html.heading("Over time");
-    html.svg(&chart(
+    over_time_charts(&mut html, runs, points);
+    for run in runs.iter().filter(|r| r.engine.starts_with("roamkv")) {
+        html.svg(&space_bound_chart(&run.engine, points));
+    }
+    html.heading("Configuration and method");
+    html.paragraph(&method(args));
+    for run in runs {
+        html.paragraph(&format!("{}: {}", run.engine, run.config));
+    }
+    html.write(path).map_err(|e| e.to_string())
+}
+
+/// A chart over the run's seconds.
+fn time_chart(title: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]) -> String {
+    line_chart_svg(
+        title,
+        "seconds since start (warm-up first)",
+        y_label,
+        series,
+    )
+}
+
+/// One series per engine of `y` over time.
+fn per_engine(
+    runs: &[SteadyRun],
+    points: &[Point],
+    y: &dyn Fn(&Point) -> f64,
+) -> Vec<(String, Vec<(f64, f64)>)> {
+    runs.iter()
+        .map(|r| {
+            let series = points
+                .iter()
+                .filter(|p| p.engine == r.engine)
+                .map(|p| (p.t_s, y(p)))
+                .collect();
+            (r.engine.clone(), series)
+        })
+        .collect()
+}
+
+/// Throughput, space, device writes, memory and maintenance debt of every engine over time.
+fn over_time_charts(html: &mut Html, runs: &[SteadyRun], points: &[Point]) {
+    let per_engine = |y: &dyn Fn(&Point) -> f64| per_engine(runs, points, y);
+    html.svg(&time_chart(
         "Throughput",
         "operations/s",
         &per_engine(&|p| p.ops_per_sec),
     ));
-    html.svg(&chart(
+    html.svg(&time_chart(
         "Bytes on disk",
         "GB",
         &per_engine(&|p| p.space_bytes as f64 / 1e9),
     ));
-    html.svg(&chart(
+    html.svg(&time_chart(
         "Device writes",
         "MB/s",
         &per_engine(&|p| p.device_write_bytes_per_sec / 1e6),
     ));
-    html.svg(&chart(
+    html.svg(&time_chart(
         "Memory (cgroup: heap + page cache)",
         "MiB",
         &per_engine(&|p| p.cgroup_bytes as f64 / 1048576.0),
     ));
-    html.svg(&chart(
+    html.svg(&time_chart(
         "Maintenance debt (roamkv: migration backlog; RocksDB: pending compaction)",
         "MB",
         &per_engine(&|p| p.backlog_bytes as f64 / 1e6),
     ));
-    for run in runs.iter().filter(|r| r.engine.starts_with("roamkv")) {
-        let mine: Vec<&Point> = points.iter().filter(|p| p.engine == run.engine).collect();
-        let line = |name: &str, y: &dyn Fn(&Point) -> f64| {
-            (
-                name.to_string(),
-                mine.iter().map(|p| (p.t_s, y(p))).collect::<Vec<_>>(),
-            )
-        };
-        html.svg(&chart(
-            &format!("{}: bytes on disk against what must be kept", run.engine),
-            "GB",
-            &[
-                line("on disk", &|p| p.space_bytes as f64 / 1e9),
-                line("live user bytes", &|p| p.live_user_bytes as f64 / 1e9),
-                line("bound: 1.3 x live + log budget", &|p| {
-                    (1.3 * p.live_user_bytes as f64 + p.log_bytes_max as f64) / 1e9
-                }),
-                line("log files", &|p| p.log_bytes as f64 / 1e9),
-                line("lower tier", &|p| p.lower_bytes as f64 / 1e9),
-            ],
-        ));
-    }
-    html.heading("Configuration and method");
-    html.paragraph(&format!(
+}
+
+/// A roamkv run's bytes on disk against what it must keep and against its bound.
+fn space_bound_chart(engine: &str, points: &[Point]) -> String {
+    let mine: Vec<&Point> = points.iter().filter(|p| p.engine == engine).collect();
+    let line = |name: &str, y: &dyn Fn(&Point) -> f64| {
+        (
+            name.to_string(),
+            mine.iter().map(|p| (p.t_s, y(p))).collect::<Vec<_>>(),
+        )
+    };
+    time_chart(
+        &format!("{engine}: bytes on disk against what must be kept"),
+        "GB",
+        &[
+            line("on disk", &|p| p.space_bytes as f64 / 1e9),
+            line("live user bytes", &|p| p.live_user_bytes as f64 / 1e9),
+            line("bound: 1.3 x live + log budget", &|p| {
+                (1.3 * p.live_user_bytes as f64 + p.log_bytes_max as f64) / 1e9
+            }),
+            line("log files", &|p| p.log_bytes as f64 / 1e9),
+            line("lower tier", &|p| p.lower_bytes as f64 / 1e9),
+        ],
+    )
+}
+
+/// The report's paragraph on how the run was made.
+fn method(args: &SteadyArgs) -> String {
+    format!(
         "Each engine: a fresh {} GiB {} file system on a direct-I/O loop device, the engine in a child process inside a {} MiB memory cgroup (heap and page cache), {} writer threads, {} s warm-up then {} s measured, durability {}. Every second: ops/s and device write bandwidth (the loop device's counters), bytes on disk (statvfs, minus what the empty file system used), live user bytes (key + value bytes of readings of devices that have not departed), the engine's own figures, the cgroup's usage. Throughput and write amplification cover the measured phase (device bytes after a syncfs at its start, through the final sync). Queries: TPCx-IoT's pair at 0.005 % of operations: the last 30 s of one sensor, and a random 30 s window in the 1800 s before.",
         args.disk_gib,
         args.fs,
@@ -620,11 +648,7 @@ fn write_report(
         args.warmup_seconds,
         args.seconds,
         args.durability.name()
-    ));
-    for run in runs {
-        html.paragraph(&format!("{}: {}", run.engine, run.config));
-    }
-    html.write(path).map_err(|e| e.to_string())
+    )
 }
 
 #[cfg(test)]

@@ -324,9 +324,11 @@ fn sync_file_system(dir: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-/// One writer thread: runs the generator's operations until the deadline. Longer than most
-/// functions here because its three arms (put, query, depart) share the thread's read-check
-/// samples and per-slot byte counts; the accounting lives in `count_puts`.
+/// One writer thread: runs the generator's operations until the deadline. The accounting of a
+/// put lives in `count_puts`.
+///
+/// Long because: it is the measured loop, whose three arms (put, query, depart) share the
+/// thread's read-check samples and per-slot byte counts.
 fn writer(
     generator: &mut Generator,
     engine: &dyn BenchEngine,

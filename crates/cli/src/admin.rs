@@ -79,74 +79,17 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         return Err("--batch must be at least 1".into());
     }
     let engine = args.open.open(args.durability, true)?;
-    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
-    let mut stdout = std::io::stdout().lock();
-    let mut pending: Vec<Owned> = Vec::with_capacity(args.batch);
-    let mut acked = 0u64;
-    let mut line_number = 0u64;
-    let mut line = String::new();
-    // A quarter of a segment: far inside what one batch may take (`BatchTooLarge` otherwise).
-    let batch_bytes_max = (args.open.segment_mib << 20) / 4;
-    let mut pending_bytes = 0u64;
-
-    let mut commit = |pending: &mut Vec<Owned>, acked: &mut u64| -> Result<(), String> {
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let records: Vec<Record<'_>> = pending
-            .iter()
-            .map(|o| Record {
-                device: &o.device,
-                sensor: &o.sensor,
-                ts_ms: o.ts_ms,
-                value: &o.value,
-            })
-            .collect();
-        engine
-            .put_batch(&records)
-            .map_err(|e| format!("writing a batch: {e}"))?;
-        *acked += pending.len() as u64;
-        pending.clear();
-        if args.ack {
-            writeln!(stdout, "acked {acked}")
-                .and_then(|_| stdout.flush())
-                .map_err(|e| format!("stdout: {e}"))?;
-        }
-        Ok(())
+    let mut batches = Batches {
+        engine: &engine,
+        acks: args.ack.then(|| std::io::stdout().lock()),
+        pending: Vec::with_capacity(args.batch),
+        pending_bytes: 0,
+        acked: 0,
     };
-
-    let failure = loop {
-        line.clear();
-        match input.read_line(&mut line) {
-            Ok(0) => break None,
-            Ok(_) => {}
-            Err(e) => break Some(format!("reading stdin after line {line_number}: {e}")),
-        }
-        line_number += 1;
-        if !line.trim().is_empty() {
-            match parse_line(&line) {
-                Ok(owned) => {
-                    pending_bytes += worst_case_log_bytes(&owned);
-                    pending.push(owned);
-                }
-                Err(message) => break Some(format!("line {line_number}: {message}")),
-            }
-        }
-        // Commit when the batch is full (in records, or in bytes: a batch must fit in a
-        // segment), or when stdin has nothing more ready (so that a slow producer gets its acks
-        // without waiting for a full batch).
-        if pending.len() >= args.batch
-            || pending_bytes >= batch_bytes_max
-            || input.buffer().is_empty()
-        {
-            if let Err(e) = commit(&mut pending, &mut acked) {
-                break Some(e);
-            }
-            pending_bytes = 0;
-        }
-    };
+    let failure = read_and_commit(args, &mut batches);
     // Everything before a bad line stays committed.
-    commit(&mut pending, &mut acked)?;
+    batches.commit()?;
+    let acked = batches.acked;
     engine.close().map_err(|e| e.to_string())?;
     match failure {
         Some(message) => Err(format!(
@@ -155,6 +98,88 @@ pub fn load(args: &LoadArgs) -> Result<(), String> {
         None => {
             eprintln!("roamkv: loaded {acked} records");
             Ok(())
+        }
+    }
+}
+
+/// The readings of `load` on their way into the engine, one batch at a time.
+struct Batches<'a, W: Write> {
+    engine: &'a Engine,
+    /// Where "acked N" goes after every committed batch (with --ack).
+    acks: Option<W>,
+    pending: Vec<Owned>,
+    /// Worst-case log bytes of `pending`.
+    pending_bytes: u64,
+    /// Records committed so far.
+    acked: u64,
+}
+
+impl<W: Write> Batches<'_, W> {
+    fn push(&mut self, owned: Owned) {
+        self.pending_bytes += worst_case_log_bytes(&owned);
+        self.pending.push(owned);
+    }
+
+    /// Writes the pending readings as one batch and acknowledges them.
+    fn commit(&mut self) -> Result<(), String> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<Record<'_>> = self
+            .pending
+            .iter()
+            .map(|o| Record {
+                device: &o.device,
+                sensor: &o.sensor,
+                ts_ms: o.ts_ms,
+                value: &o.value,
+            })
+            .collect();
+        self.engine
+            .put_batch(&records)
+            .map_err(|e| format!("writing a batch: {e}"))?;
+        self.acked += self.pending.len() as u64;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        if let Some(out) = &mut self.acks {
+            writeln!(out, "acked {}", self.acked)
+                .and_then(|_| out.flush())
+                .map_err(|e| format!("stdout: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads stdin to its end or to the first bad line, committing as it goes; returns what stopped
+/// it early, if anything (the readings read before it are still pending).
+fn read_and_commit<W: Write>(args: &LoadArgs, batches: &mut Batches<'_, W>) -> Option<String> {
+    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
+    // A quarter of a segment: far inside what one batch may take (`BatchTooLarge` otherwise).
+    let batch_bytes_max = (args.open.segment_mib << 20) / 4;
+    let mut line_number = 0u64;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match input.read_line(&mut line) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => return Some(format!("reading stdin after line {line_number}: {e}")),
+        }
+        line_number += 1;
+        if !line.trim().is_empty() {
+            match parse_line(&line) {
+                Ok(owned) => batches.push(owned),
+                Err(message) => return Some(format!("line {line_number}: {message}")),
+            }
+        }
+        // Commit when the batch is full (in records, or in bytes: a batch must fit in a
+        // segment), or when stdin has nothing more ready (so that a slow producer gets its acks
+        // without waiting for a full batch).
+        let commit_now = batches.pending.len() >= args.batch
+            || batches.pending_bytes >= batch_bytes_max
+            || input.buffer().is_empty();
+        if commit_now && let Err(e) = batches.commit() {
+            return Some(e);
         }
     }
 }
@@ -331,8 +356,21 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
     })
 }
 
+/// The human-readable form of `stats`: what each tier holds, the engine's bounds, and what this
+/// session did.
 pub fn stats_table(s: &Stats) -> String {
-    let mib = |b: u64| b as f64 / 1_048_576.0;
+    let mut out = tiers_table(s);
+    out.push_str(&bounds_lines(s));
+    out.push_str(&activity_lines(s));
+    out
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1_048_576.0
+}
+
+/// Devices, records and bytes of each tier.
+fn tiers_table(s: &Stats) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{:<8} {:>9} {:>12} {:>12}\n",
@@ -352,6 +390,12 @@ pub fn stats_table(s: &Stats) -> String {
         s.lower.records,
         mib(s.lower.bytes)
     ));
+    out
+}
+
+/// Index memory, log files, devices and queued bytes, each against its bound.
+fn bounds_lines(s: &Stats) -> String {
+    let mut out = String::new();
     out.push_str(&format!(
         "index memory {:.2} MiB of {:.0} MiB cap ({:.1} bytes/record)\n",
         mib(s.index_bytes),
@@ -372,6 +416,12 @@ pub fn stats_table(s: &Stats) -> String {
         mib(s.pending_bytes),
         mib(s.pending_bytes_max)
     ));
+    out
+}
+
+/// Maintenance, bytes written and write amplification, commits and recovery.
+fn activity_lines(s: &Stats) -> String {
+    let mut out = String::new();
     out.push_str(&format!(
         "maintenance: backlog {} devices / {:.2} MiB; {} early migrations, {} failed passes; {} write stalls ({} ms), {} refused for space\n",
         s.migration_backlog_devices,

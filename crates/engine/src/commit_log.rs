@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::mapping::DeviceId;
+use crate::record;
 use crate::segment::Segment;
 use crate::stats::Counters;
 use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
@@ -27,6 +28,9 @@ pub(crate) struct LiveSegment {
     /// departures, a migration's catch-up): the segment may retire only after a lower-tier
     /// persist that covers them.
     pub lower_writes: u64,
+    /// Every byte before this offset is durable (fdatasync'd): the first record written at or
+    /// before it gets `FLAG_SYNCED_BEFORE`.
+    pub synced_end: u64,
 }
 
 impl LiveSegment {
@@ -35,6 +39,8 @@ impl LiveSegment {
             segment,
             live_records: 0,
             lower_writes: 0,
+            // The header is synced when the segment is made.
+            synced_end: SEGMENT_HEADER_BYTES,
         }
     }
 }
@@ -71,6 +77,8 @@ pub(crate) struct LogState {
     pub unsynced: BTreeSet<u64>,
     /// The preparer has been asked for a segment to follow the active one.
     pub spare_wanted: bool,
+    /// The active segment has its SEGMENT_END: nothing more goes into it.
+    pub sealed: bool,
 }
 
 /// Everything queued when a leader took over: written and applied together.
@@ -79,6 +87,9 @@ pub(crate) struct Group {
     pub records: Vec<QueuedRecord>,
     pub last_ticket: u64,
 }
+
+/// What a group write made durable: (segment, end of its bytes in this group).
+pub(crate) type Synced = Vec<(u64, u64)>;
 
 impl LogState {
     /// The log as recovery found it: `segments` in order, appending resumes at `tail` of
@@ -103,6 +114,7 @@ impl LogState {
             leader_active: false,
             unsynced: BTreeSet::new(),
             spare_wanted: false,
+            sealed: false,
         }
     }
 
@@ -142,17 +154,29 @@ impl LogState {
         }
     }
 
-    /// Whether the active segment has `len` free bytes.
+    /// Whether the active segment has `len` free bytes (besides the room kept for its
+    /// SEGMENT_END).
     pub fn has_room(&self, len: usize) -> bool {
-        self.tail + len as u64 <= self.active.bytes
+        !self.sealed && self.tail + (len + record::SEGMENT_END_BYTES) as u64 <= self.active.bytes
     }
 
-    /// Makes a fresh segment (the next in sequence) the active one.
+    /// Makes a fresh segment (the next in sequence) the active one. The old one gets its
+    /// SEGMENT_END, queued ahead of anything for the new one: `Group::write` makes it durable
+    /// before it writes a byte of the new segment.
     pub fn activate(&mut self, segment: Arc<Segment>) {
         assert!(
             segment.seq > self.active.seq,
             "segments become active in sequence order"
         );
+        if !self.sealed {
+            let old = Arc::clone(&self.active);
+            let mut end = Vec::with_capacity(record::SEGMENT_END_BYTES);
+            record::encode_segment_end(&mut end, old.seq_low(), segment.seq);
+            let offset = self.tail;
+            self.tail += end.len() as u64;
+            self.enqueue(old, offset, end, Vec::new());
+        }
+        self.sealed = false;
         self.segments
             .insert(segment.seq, LiveSegment::new(Arc::clone(&segment)));
         self.active = segment;
@@ -166,7 +190,7 @@ impl LogState {
         let offset = self.tail;
         self.tail += len as u64;
         assert!(
-            self.tail <= self.active.bytes,
+            !self.sealed && self.tail + record::SEGMENT_END_BYTES as u64 <= self.active.bytes,
             "a placed run overflows its segment"
         );
         let want_spare = !self.spare_wanted && self.tail > self.active.bytes / 2;
@@ -213,23 +237,45 @@ impl LogState {
         self.next_ticket
     }
 
-    /// Takes everything queued for the calling leader.
+    /// Takes everything queued for the calling leader. The first record of each chunk whose
+    /// segment is durable up to it is marked so (`FLAG_SYNCED_BEFORE`).
     pub fn take_group(&mut self) -> Group {
         self.queued_bytes = 0;
         self.leader_active = true;
+        let mut chunks = std::mem::take(&mut self.queue);
+        for chunk in &mut chunks {
+            let durable_up_to_here = self
+                .segments
+                .get(&chunk.segment.seq)
+                .is_some_and(|live| live.synced_end >= chunk.offset);
+            if durable_up_to_here {
+                record::mark_synced_before(&mut chunk.bytes);
+            }
+        }
         Group {
-            chunks: std::mem::take(&mut self.queue),
+            chunks,
             records: std::mem::take(&mut self.queued_records),
             last_ticket: self.next_ticket,
         }
     }
 
-    /// The group is written and applied: its writers may return.
-    pub fn group_committed(&mut self, group: &Group, synced: bool) {
-        if !synced {
-            self.unsynced
-                .extend(group.chunks.iter().map(|c| c.segment.seq));
+    /// Notes that segments are durable up to the given ends.
+    pub fn mark_synced(&mut self, synced: &[(u64, u64)]) {
+        for (seq, end) in synced {
+            if let Some(live) = self.segments.get_mut(seq) {
+                live.synced_end = live.synced_end.max(*end);
+            }
         }
+    }
+
+    /// The group is written and applied: its writers may return.
+    pub fn group_committed(&mut self, group: &Group, synced: &[(u64, u64)]) {
+        for chunk in &group.chunks {
+            if !synced.iter().any(|(seq, _)| *seq == chunk.segment.seq) {
+                self.unsynced.insert(chunk.segment.seq);
+            }
+        }
+        self.mark_synced(synced);
         if let Some(last) = group.chunks.last() {
             self.applied_end = LogPosition {
                 segment_seq: last.segment.seq,
@@ -239,11 +285,21 @@ impl LogState {
         self.committed_ticket = group.last_ticket;
     }
 
-    /// Segments written since their last fdatasync, forgotten as such.
-    pub fn take_unsynced(&mut self) -> Vec<Arc<Segment>> {
+    /// Segments written since their last fdatasync, forgotten as such, each with the end of
+    /// what was written to it so far (what its fdatasync will make durable).
+    pub fn take_unsynced(&mut self) -> Vec<(Arc<Segment>, u64)> {
+        let applied = self.applied_end;
         std::mem::take(&mut self.unsynced)
             .iter()
-            .filter_map(|seq| self.segments.get(seq).map(|l| Arc::clone(&l.segment)))
+            .filter_map(|seq| {
+                let segment = Arc::clone(&self.segments.get(seq)?.segment);
+                let end = if *seq == applied.segment_seq {
+                    applied.offset
+                } else {
+                    segment.bytes
+                };
+                Some((segment, end))
+            })
             .collect()
     }
 
@@ -274,11 +330,13 @@ impl LogState {
 
 impl Group {
     /// The group's I/O: one pwrite per segment touched, then with `sync` one fdatasync per
-    /// segment, the older segment first, so that a later segment never holds data an earlier
-    /// one lacks. Without `sync`, write-back of the log is started every `writeback_bytes`
-    /// (bounded dirty pages). Returns the bytes written.
-    pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<u64> {
+    /// segment. In every mode a segment the group moves past (it got its SEGMENT_END) is
+    /// fdatasync'd before the next one is written, so a later segment never holds data while
+    /// an earlier one lacks some. Without `sync`, write-back of the log is started every
+    /// `writeback_bytes` (bounded dirty pages). Returns what it made durable.
+    pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<Synced> {
         let mut bytes = 0;
+        let mut synced = Vec::new();
         for (i, chunk) in self.chunks.iter().enumerate() {
             chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
             bytes += chunk.bytes.len() as u64;
@@ -287,26 +345,31 @@ impl Group {
                     .segment
                     .start_writeback(chunk.offset + chunk.bytes.len() as u64, writeback_bytes)?;
             }
-            let segment_done = self
-                .chunks
-                .get(i + 1)
-                .is_none_or(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
-            if sync && segment_done {
+            let next = self.chunks.get(i + 1);
+            let moves_on = next.is_some_and(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
+            if moves_on || (sync && next.is_none()) {
                 chunk.segment.sync_data()?;
                 Counters::add(&counters.fdatasyncs, 1);
+                synced.push((chunk.segment.seq, chunk.offset + chunk.bytes.len() as u64));
             }
         }
         Counters::add(&counters.log_bytes_written, bytes);
         Counters::add(&counters.group_commits, 1);
-        Ok(bytes)
+        Ok(synced)
     }
 }
 
-/// fdatasyncs the segments (Periodic and None modes: the background flush and close).
-pub(crate) fn sync_segments(segments: &[Arc<Segment>], counters: &Counters) -> Result<()> {
-    for segment in segments {
+/// fdatasyncs the segments (Periodic and None modes: the background flush, before the lower
+/// tier is made durable, and close). Returns what became durable.
+pub(crate) fn sync_segments(
+    segments: &[(Arc<Segment>, u64)],
+    counters: &Counters,
+) -> Result<Synced> {
+    let mut synced = Vec::with_capacity(segments.len());
+    for (segment, end) in segments {
         segment.sync_data()?;
         Counters::add(&counters.fdatasyncs, 1);
+        synced.push((segment.seq, *end));
     }
-    Ok(())
+    Ok(synced)
 }

@@ -134,7 +134,9 @@ fn write_identity(path: &Path, kind: LowerTierKind) -> Result<()> {
         .and_then(|f| f.sync_all())
         .context(|| format!("syncing {}", tmp.display()))?;
     fs::rename(&tmp, path.join(IDENTITY_FILE)).context(|| format!("renaming {}", tmp.display()))?;
-    crate::segment::sync_dir(path)
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .context(|| format!("syncing directory {}", path.display()))
 }
 
 fn read_identity(identity: &Path) -> Result<LowerTierKind> {

@@ -371,6 +371,12 @@ impl Engine {
         if self.closed {
             return Ok(());
         }
+        self.stop_threads();
+        self.inner.sync_unsynced()?;
+        self.inner.lower.persist()
+    }
+
+    fn stop_threads(&mut self) {
         self.closed = true;
         *self.inner.shutdown.lock() = true;
         self.inner.shutdown_signal.notify_all();
@@ -378,8 +384,14 @@ impl Engine {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        self.inner.sync_unsynced()?;
-        self.inner.lower.persist()
+    }
+
+    /// Stops as a killed process would: background threads end, and nothing more is synced or
+    /// persisted (the log keeps what reached it; the lower tier loses its memtable). For crash
+    /// and power-cut tests that run many "processes" in one (`tests/power_cut.rs`).
+    #[doc(hidden)]
+    pub fn abandon(mut self) {
+        self.stop_threads();
     }
 }
 
@@ -388,6 +400,23 @@ impl Drop for Engine {
         if let Err(e) = self.shutdown() {
             eprintln!("roamkv: closing {}: {e}", self.inner.dir.path.display());
         }
+    }
+}
+
+/// Poisons the engine if a group commit's leader unwinds (see `Inner::lead_group`).
+struct LeaderGuard<'a> {
+    inner: &'a Inner,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        // Only reached by unwinding: the normal path forgets the guard. The leader's own state
+        // guard was made after this one, so unwinding has already released it.
+        let mut st = self.inner.state.lock();
+        st.log.leader_active = false;
+        st.poisoned
+            .get_or_insert_with(|| "a group commit panicked; reopen to recover".to_string());
+        self.inner.group_done.notify_all();
     }
 }
 
@@ -552,12 +581,22 @@ impl Inner {
         let group = st.log.take_group();
         let sync = self.options.durability == Durability::Sync;
         drop(st);
+        // A panic from here to the end (in the write, or while applying under the lock) would
+        // leave `leader_active` set and the group's writers waiting forever, or let a later
+        // leader acknowledge records never applied: the guard poisons the engine instead.
+        let guard = LeaderGuard { inner: self };
         let written = group.write(sync, self.options.log_writeback_bytes, &self.counters);
         let mut st = self.state.lock();
         st.log.leader_active = false;
-        match written.and_then(|_| self.apply_group(&mut st, &group.chunks, &group.records)) {
-            Ok(()) => {
-                st.log.group_committed(&group, sync);
+        self.options.fail_points.check_group_commit_panic();
+        let outcome = written.and_then(|synced| {
+            self.apply_group(&mut st, &group.chunks, &group.records)?;
+            Ok(synced)
+        });
+        std::mem::forget(guard);
+        match outcome {
+            Ok(synced) => {
+                st.log.group_committed(&group, &synced);
                 self.group_done.notify_all();
                 Ok(st)
             }
@@ -582,7 +621,11 @@ impl Inner {
             let chunk = &chunks[queued.chunk];
             let bytes = &chunk.bytes[queued.at..queued.at + queued.len];
             let Decode::Record(decoded) = record::decode(bytes, chunk.segment.seq_low()) else {
-                panic!("a record the engine just encoded does not decode");
+                return Err(Error::Poisoned(format!(
+                    "internal: a record the engine just encoded for {} at {} does not decode",
+                    chunk.segment.path.display(),
+                    chunk.offset + queued.at as u64
+                )));
             };
             let position = LogPosition {
                 segment_seq: chunk.segment.seq,
@@ -677,10 +720,26 @@ impl Inner {
         self.page_lower(device, lower_id, sensor, from_ms, to_ms, None, usize::MAX)
     }
 
-    /// fdatasyncs every segment written since its last sync (Periodic and None modes).
+    /// fdatasyncs every segment written since its last sync (Periodic and None modes). A failure
+    /// poisons the engine: the kernel may have dropped the pages it could not write, and a
+    /// retried fdatasync would report success for data that is gone (fsyncgate).
     pub(crate) fn sync_unsynced(&self) -> Result<()> {
         let segments = self.state.lock().log.take_unsynced();
-        commit_log::sync_segments(&segments, &self.counters)
+        if segments.is_empty() {
+            return Ok(());
+        }
+        match commit_log::sync_segments(&segments, &self.counters) {
+            Ok(synced) => {
+                self.state.lock().log.mark_synced(&synced);
+                Ok(())
+            }
+            Err(e) => {
+                let mut st = self.state.lock();
+                st.poisoned.get_or_insert_with(|| e.to_string());
+                self.group_done.notify_all();
+                Err(e)
+            }
+        }
     }
 
     fn run_periodic_sync(&self, interval_ms: u64) {
@@ -695,11 +754,8 @@ impl Inner {
                     return;
                 }
             }
-            if let Err(e) = self.sync_unsynced() {
-                let mut st = self.state.lock();
-                st.poisoned = Some(e.to_string());
-                self.group_done.notify_all();
-                return;
+            if self.sync_unsynced().is_err() {
+                return; // poisoned: nothing more to sync
             }
         }
     }
@@ -920,5 +976,7 @@ pub(crate) fn apply(
         Body::Trim { before_ms, .. } => {
             entry.apply_trim(index_bytes, lower_ops, before_ms, position);
         }
+        // Not a device's record: it only closes its segment (never queued for `apply`).
+        Body::SegmentEnd { .. } => {}
     }
 }

@@ -2,7 +2,7 @@
 //! fails part-way leaves the state as it found it and is retried. Free when unused: one atomic
 //! load per migration step.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -25,6 +25,7 @@ type StepHook = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 pub struct FailPoints {
     migration_step: AtomicU32,
+    group_commit_panic: AtomicBool,
     hook: parking_lot::Mutex<Option<(u32, StepHook)>>,
 }
 
@@ -32,6 +33,7 @@ impl std::fmt::Debug for FailPoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FailPoints")
             .field("migration_step", &self.migration_step)
+            .field("group_commit_panic", &self.group_commit_panic)
             .field("hook_armed", &self.hook.lock().is_some())
             .finish()
     }
@@ -53,6 +55,19 @@ impl FailPoints {
         hook: impl FnOnce() + Send + 'static,
     ) {
         *self.hook.lock() = Some((step as u32, Box::new(hook)));
+    }
+
+    /// Makes the next group commit panic while its leader holds the state lock (once).
+    pub fn panic_in_next_group_commit(&self) {
+        self.group_commit_panic.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn check_group_commit_panic(&self) {
+        if self.group_commit_panic.load(Ordering::Relaxed)
+            && self.group_commit_panic.swap(false, Ordering::SeqCst)
+        {
+            panic!("injected panic in a group commit");
+        }
     }
 
     pub(crate) fn check(&self, step: MigrationStep) -> Result<()> {

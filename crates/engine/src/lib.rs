@@ -41,6 +41,7 @@ mod recovery;
 pub mod segment;
 mod spares;
 mod stats;
+pub mod storage;
 mod trim;
 mod upper;
 

@@ -232,6 +232,10 @@ impl Inner {
             .and_then(|()| {
                 let runs = self.build_run(&mut moving)?;
                 self.options.fail_points.check(MigrationStep::Ingest)?;
+                // An ingested run is durable at once: the log records it was read from must be
+                // too (None/Periodic modes), or a power cut could keep the run and lose a DEPART
+                // or REGISTER logged before it.
+                self.sync_unsynced()?;
                 self.lower.ingest_sorted(&runs)
             });
         let outcome = ingested.and_then(|_| self.finish_migration(&moving, snapshot_end, reason));
@@ -447,7 +451,8 @@ impl Inner {
                 // make them durable before the records go.
                 st.lower_dirty = false;
                 drop(st);
-                if let Err(e) = self.lower.persist() {
+                // The lower tier is never made durable ahead of the log it was written from.
+                if let Err(e) = self.sync_unsynced().and_then(|()| self.lower.persist()) {
                     self.state.lock().lower_dirty = true;
                     return Err(e);
                 }

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::failpoints::FailPoints;
 use crate::limits;
 use crate::lower::LowerTierKind;
+use crate::storage::{PlainFiles, Storage};
 
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +78,10 @@ pub struct Options {
     /// Test hooks (make a background step fail once). Not for production use.
     #[doc(hidden)]
     pub fail_points: Arc<FailPoints>,
+    /// Where the commit log's files live: the kernel's file system (`PlainFiles`), or a
+    /// fault-injecting implementation in tests (storage.rs).
+    #[doc(hidden)]
+    pub storage: Arc<dyn Storage>,
 }
 
 impl Default for Options {
@@ -96,6 +101,7 @@ impl Default for Options {
             maintenance_interval_ms: 100,
             clock: Arc::new(SystemClock),
             fail_points: Arc::default(),
+            storage: PlainFiles::shared(),
         }
     }
 }

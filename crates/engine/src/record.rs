@@ -5,8 +5,9 @@
 //!  0      4   crc32c, little-endian, of the payload followed by header bytes [4, 16)
 //!  4      4   payload_len (u32 LE)
 //!  8      4   segment_seq_low: low 32 bits of the segment's sequence number
-//! 12      1   kind: 1 = REGISTER, 2 = PUT, 3 = DEPART, 4 = TRIM
-//! 13      1   flags: bit 0 = last record of its batch
+//! 12      1   kind: 1 = REGISTER, 2 = PUT, 3 = DEPART, 4 = SEGMENT_END, 5 = TRIM
+//! 13      1   flags: bit 0 = last record of its batch; bit 1 = every byte of the segment
+//!             before this record was durable (fdatasync'd) when this record was written
 //! 14      2   reserved, zero
 //! 16      payload_len bytes of payload (layout per kind, below)
 //! ```
@@ -18,11 +19,21 @@ use crate::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
 
 pub const HEADER_BYTES: usize = 16;
 pub const FLAG_BATCH_END: u8 = 1;
+/// Set on the first record of a group write whose segment was durable up to it. Recovery uses
+/// it to tell a torn tail (holes only after the last such record) from damage to data that was
+/// durable (a hole with a flagged record after it).
+pub const FLAG_SYNCED_BEFORE: u8 = 2;
 
 const KIND_REGISTER: u8 = 1;
 const KIND_PUT: u8 = 2;
 const KIND_DEPART: u8 = 3;
-const KIND_TRIM: u8 = 4;
+const KIND_SEGMENT_END: u8 = 4;
+const KIND_TRIM: u8 = 5;
+
+/// SEGMENT_END payload: next_seq u64. Every segment but the active one ends with one.
+const SEGMENT_END_FIXED_BYTES: usize = 8;
+/// Bytes a SEGMENT_END record takes: kept free at the end of every segment.
+pub const SEGMENT_END_BYTES: usize = HEADER_BYTES + SEGMENT_END_FIXED_BYTES;
 
 /// PUT payload: device_len u16, sensor_len u16, value_len u32, ts_ms i64, device, sensor, value.
 const PUT_FIXED_BYTES: usize = 16;
@@ -48,6 +59,9 @@ pub enum Body<'a> {
     },
     /// Mapping-table record: the device left this edge; its data is dropped.
     Depart { device: &'a str },
+    /// The segment is complete (written and fdatasync'd before segment `next_seq` got any
+    /// record): recovery refuses a non-last segment without one, whose tail was lost.
+    SegmentEnd { next_seq: u64 },
     /// Every reading of the device with ts < `before_ms` that precedes this record in the log
     /// is deleted (in both tiers); readings written after it are not touched.
     Trim { device: &'a str, before_ms: i64 },
@@ -60,6 +74,7 @@ impl Body<'_> {
             | Body::Put { device, .. }
             | Body::Depart { device }
             | Body::Trim { device, .. } => device,
+            Body::SegmentEnd { .. } => "",
         }
     }
 }
@@ -68,6 +83,8 @@ impl Body<'_> {
 pub struct Decoded<'a> {
     pub body: Body<'a>,
     pub batch_end: bool,
+    /// `FLAG_SYNCED_BEFORE`: the segment was durable up to this record when it was written.
+    pub synced_before: bool,
     /// Bytes the record occupies (header + payload).
     pub len: usize,
 }
@@ -157,6 +174,26 @@ pub fn encode_trim(out: &mut Vec<u8>, seq_low: u32, device: &str, before_ms: i64
     seal(&mut out[start..], seq_low, true, payload_crc);
 }
 
+/// Appends a complete SEGMENT_END record (its own batch).
+pub fn encode_segment_end(out: &mut Vec<u8>, seq_low: u32, next_seq: u64) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(SEGMENT_END_FIXED_BYTES as u32).to_le_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0, KIND_SEGMENT_END, 0, 0, 0]);
+    out.extend_from_slice(&next_seq.to_le_bytes());
+    let payload_crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
+    seal(&mut out[start..], seq_low, true, payload_crc);
+}
+
+/// Sets `FLAG_SYNCED_BEFORE` on a sealed record (the first of a group write) and re-seals it.
+pub fn mark_synced_before(record: &mut [u8]) {
+    let payload_len = u32::from_le_bytes([record[4], record[5], record[6], record[7]]) as usize;
+    let payload_crc = crc32c::crc32c(&record[HEADER_BYTES..HEADER_BYTES + payload_len]);
+    record[13] |= FLAG_SYNCED_BEFORE;
+    let crc = crc32c::crc32c_append(payload_crc, &record[4..HEADER_BYTES]);
+    record[0..4].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Writes the segment sequence and flags into a record's header and its CRC. The CRC covers the
 /// payload *first*, then the header fields: so sealing under the log's lock only extends the
 /// payload CRC, computed earlier outside the lock, by 12 bytes; the payload is not re-read.
@@ -211,7 +248,10 @@ pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
             "checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})"
         ));
     }
-    if header[14] != 0 || header[15] != 0 || header[13] & !FLAG_BATCH_END != 0 {
+    if header[14] != 0
+        || header[15] != 0
+        || header[13] & !(FLAG_BATCH_END | FLAG_SYNCED_BEFORE) != 0
+    {
         return Decode::Corrupt("reserved header bits are set".into());
     }
     let body = match decode_body(header[12], payload) {
@@ -221,49 +261,54 @@ pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
     Decode::Record(Decoded {
         body,
         batch_end: header[13] & FLAG_BATCH_END != 0,
+        synced_before: header[13] & FLAG_SYNCED_BEFORE != 0,
         len: HEADER_BYTES + payload_len,
+    })
+}
+
+/// A PUT payload (see `Body::Put`).
+fn decode_put(p: &[u8]) -> Result<Body<'_>, String> {
+    let short = || "payload shorter than its fixed fields".to_string();
+    let device_len = u16_at(p, 0).ok_or_else(short)?;
+    let sensor_len = u16_at(p, 2).ok_or_else(short)?;
+    let value_len = u32_at(p, 4).ok_or_else(short)? as usize;
+    let ts_ms = u64_at(p, 8).ok_or_else(short)? as i64;
+    if PUT_FIXED_BYTES + device_len + sensor_len + value_len != p.len() {
+        return Err("PUT field lengths disagree with the payload length".into());
+    }
+    let device = id_at(
+        p,
+        PUT_FIXED_BYTES,
+        device_len,
+        "device",
+        DEVICE_ID_BYTES_MAX,
+    )?;
+    let sensor = id_at(
+        p,
+        PUT_FIXED_BYTES + device_len,
+        sensor_len,
+        "sensor",
+        SENSOR_ID_BYTES_MAX,
+    )?;
+    let value = &p[PUT_FIXED_BYTES + device_len + sensor_len..];
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(format!(
+            "value of {} bytes is over the limit of {VALUE_BYTES_MAX}",
+            value.len()
+        ));
+    }
+    Ok(Body::Put {
+        device,
+        sensor,
+        ts_ms,
+        value,
     })
 }
 
 fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
     let short = || "payload shorter than its fixed fields".to_string();
     let body = match kind {
-        KIND_PUT => {
-            let device_len = u16_at(p, 0).ok_or_else(short)?;
-            let sensor_len = u16_at(p, 2).ok_or_else(short)?;
-            let value_len = u32_at(p, 4).ok_or_else(short)? as usize;
-            let ts_ms = u64_at(p, 8).ok_or_else(short)? as i64;
-            if PUT_FIXED_BYTES + device_len + sensor_len + value_len != p.len() {
-                return Err("PUT field lengths disagree with the payload length".into());
-            }
-            let device = id_at(
-                p,
-                PUT_FIXED_BYTES,
-                device_len,
-                "device",
-                DEVICE_ID_BYTES_MAX,
-            )?;
-            let sensor = id_at(
-                p,
-                PUT_FIXED_BYTES + device_len,
-                sensor_len,
-                "sensor",
-                SENSOR_ID_BYTES_MAX,
-            )?;
-            let value = &p[PUT_FIXED_BYTES + device_len + sensor_len..];
-            if value.len() > VALUE_BYTES_MAX {
-                return Err(format!(
-                    "value of {} bytes is over the limit of {VALUE_BYTES_MAX}",
-                    value.len()
-                ));
-            }
-            Body::Put {
-                device,
-                sensor,
-                ts_ms,
-                value,
-            }
-        }
+        KIND_PUT => decode_put(p)?,
         KIND_REGISTER => {
             let device_len = u16_at(p, 0).ok_or_else(short)?;
             let registered_at_ms = u64_at(p, 2).ok_or_else(short)?;
@@ -311,6 +356,14 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
                     DEVICE_ID_BYTES_MAX,
                 )?,
                 before_ms,
+            }
+        }
+        KIND_SEGMENT_END => {
+            if p.len() != SEGMENT_END_FIXED_BYTES {
+                return Err("SEGMENT_END payload is not 8 bytes".into());
+            }
+            Body::SegmentEnd {
+                next_seq: u64_at(p, 0).ok_or_else(short)?,
             }
         }
         other => return Err(format!("unknown record kind {other}")),

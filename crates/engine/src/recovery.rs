@@ -33,6 +33,7 @@ use crate::record::Body;
 use crate::segment::{self, ScanEnd, Segment};
 use crate::spares::{SegmentPlan, Spares};
 use crate::stats::Counters;
+use crate::storage::{PlainFiles, Storage};
 use crate::upper::LogPosition;
 
 /// Lower-tier writes are replayed in batches of this many operations.
@@ -55,17 +56,23 @@ fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
 
 /// Live segment files of a log directory, in sequence order. Half-made or retired files left by
 /// a crash are deleted when `clean_up` is set (open), and left alone otherwise (check).
-fn list_segments(log_dir: &Path, clean_up: bool) -> Result<Vec<(u64, std::path::PathBuf)>> {
+fn list_segments(
+    storage: &dyn Storage,
+    log_dir: &Path,
+    clean_up: bool,
+) -> Result<Vec<(u64, std::path::PathBuf)>> {
     let mut found = Vec::new();
-    for dirent in std::fs::read_dir(log_dir).context(|| format!("listing {}", log_dir.display()))? {
-        let dirent = dirent.context(|| format!("listing {}", log_dir.display()))?;
-        let name = dirent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if clean_up && segment::is_incomplete_segment_name(name) {
-            std::fs::remove_file(dirent.path())
-                .context(|| format!("removing {}", dirent.path().display()))?;
-        } else if let Some(seq) = segment::parse_segment_name(name) {
-            found.push((seq, dirent.path()));
+    let listed = storage
+        .list(log_dir)
+        .context(|| format!("listing {}", log_dir.display()))?;
+    for (name, _) in listed {
+        let path = log_dir.join(&name);
+        if clean_up && segment::is_incomplete_segment_name(&name) {
+            storage
+                .remove(&path)
+                .context(|| format!("removing {}", path.display()))?;
+        } else if let Some(seq) = segment::parse_segment_name(&name) {
+            found.push((seq, path));
         }
     }
     found.sort();
@@ -99,15 +106,28 @@ fn last_written(ends: &[ScanEnd]) -> usize {
 }
 
 /// Damage that is not a torn tail: a bad record anywhere but at the end of the log, or one
-/// with valid records of its segment after it.
-fn mid_log_damage(segment: &Segment, end: &ScanEnd, is_last: bool) -> Option<Error> {
+/// with durable records of its segment after it; or a segment before the last that lacks its
+/// SEGMENT_END (it was fdatasync'd before the next segment got a byte, so its tail was lost).
+/// `place`: where the segment stands against the one holding the end of the log.
+fn mid_log_damage(segment: &Segment, end: &ScanEnd, place: std::cmp::Ordering) -> Option<Error> {
+    let is_last = place.is_eq();
+    if place.is_lt() && end.damage.is_none() && !end.sealed {
+        return Some(Error::Corrupt {
+            file: segment.path.clone(),
+            offset: end.data_end,
+            reason: "the segment ends without its SEGMENT_END record, yet later segments hold \
+                     data: its tail was lost"
+                .into(),
+        });
+    }
     let (offset, reason) = end.damage.clone()?;
     if let Some(valid) = end.valid_record_after {
         return Some(Error::Corrupt {
             file: segment.path.clone(),
             offset,
             reason: format!(
-                "{reason}; valid records follow at offset {valid}, so this is not a torn tail"
+                "{reason}; a record written after this point was durable follows at offset \
+                 {valid}, so this is not a torn tail"
             ),
         });
     }
@@ -154,8 +174,9 @@ impl Inner {
             buffer_bytes_max: replayed.buffer_bytes_max,
             cut,
         };
-        let budget_bytes = options.log_budget_bytes(free_bytes(&log_dir)?);
+        let budget_bytes = options.log_budget_bytes(free_bytes(&*options.storage, &log_dir)?);
         let plan = SegmentPlan {
+            storage: Arc::clone(&options.storage),
             log_dir: log_dir.clone(),
             segment_bytes: options.segment_bytes,
             zero_fill: zero_fill_segments(&options),
@@ -190,16 +211,18 @@ fn open_segments(
     options: &Options,
     counters: &Counters,
 ) -> Result<Vec<Arc<Segment>>> {
-    let listed = list_segments(log_dir, true)?;
+    let storage = &options.storage;
+    let listed = list_segments(&**storage, log_dir, true)?;
     if let Some(error) = missing_segment(log_dir, &listed) {
         return Err(error);
     }
     let mut segments = Vec::with_capacity(listed.len().max(1));
     for (seq, path) in listed {
-        segments.push(Arc::new(Segment::open(&path, seq)?));
+        segments.push(Arc::new(Segment::open(storage, &path, seq)?));
     }
     if segments.is_empty() {
         let (segment, written) = Segment::create(
+            storage,
             log_dir,
             1,
             options.segment_bytes,
@@ -281,7 +304,7 @@ fn cut_torn_tail(
 ) -> Result<(usize, Option<String>)> {
     let last = last_written(ends);
     for (i, (segment, end)) in segments.iter().zip(ends).enumerate() {
-        if let Some(error) = mid_log_damage(segment, end, i == last) {
+        if let Some(error) = mid_log_damage(segment, end, i.cmp(&last)) {
             return Err(error);
         }
     }
@@ -302,6 +325,27 @@ fn cut_torn_tail(
         }
         None => None,
     };
+    // What recovery read may have been only in the page cache (a process killed in None
+    // mode): make it durable before anything is written after it, so that the records this
+    // session writes can be flagged `synced_before` truthfully.
+    for segment in &segments[..=last] {
+        segment.sync_data()?;
+    }
+    let synced: Vec<(u64, u64)> = segments[..=last]
+        .iter()
+        .map(|s| {
+            (
+                s.seq,
+                if s.seq == active.seq {
+                    data_end
+                } else {
+                    s.bytes
+                },
+            )
+        })
+        .collect();
+    st.log.mark_synced(&synced);
+    st.log.sealed = ends[last].sealed && ends[last].damage.is_none();
     st.log.applied_end = LogPosition {
         segment_seq: active.seq,
         offset: data_end,
@@ -335,23 +379,14 @@ fn zero_fill_segments(options: &Options) -> bool {
 
 /// Free bytes of the file system holding `dir`, plus what the log already occupies there
 /// (the budget is the log's total, not what it may still add).
-fn free_bytes(dir: &Path) -> Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| Error::InvalidOptions(format!("{} contains a NUL byte", dir.display())))?;
-    // SAFETY: statvfs is a plain C struct of integers: all-zero bytes are a valid value.
-    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs(3) with a valid C string and a struct we own.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .context(|| format!("statvfs {}", dir.display()));
-    }
-    let mut log_bytes = 0;
-    for dirent in std::fs::read_dir(dir).context(|| format!("listing {}", dir.display()))? {
-        let dirent = dirent.context(|| format!("listing {}", dir.display()))?;
-        log_bytes += dirent.metadata().map_or(0, |m| m.len());
-    }
-    Ok(vfs.f_bavail as u64 * vfs.f_frsize as u64 + log_bytes)
+fn free_bytes(storage: &dyn Storage, dir: &Path) -> Result<u64> {
+    let free = storage
+        .free_bytes(dir)
+        .context(|| format!("statvfs {}", dir.display()))?;
+    let listed = storage
+        .list(dir)
+        .context(|| format!("listing {}", dir.display()))?;
+    Ok(free + listed.iter().map(|(_, len)| len).sum::<u64>())
 }
 
 /// Device records of the lower tier, by name: every lower id found for it, ascending.
@@ -418,6 +453,7 @@ fn replay(
             Some(id) => id,
             None => return,
         },
+        Body::SegmentEnd { .. } => return,
         Body::Depart { device } => {
             // Every incarnation the lower tier still holds for this name is gone: later ones
             // are rebuilt from their records, which follow in the live log.
@@ -459,13 +495,14 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let dir = DataDir::open(path, None)?;
     let mut report = CheckReport::default();
     let mut opened = Vec::new();
-    let listed = list_segments(&dir.log_dir(), false)?;
+    let storage = PlainFiles::shared();
+    let listed = list_segments(&*storage, &dir.log_dir(), false)?;
     if let Some(error) = missing_segment(&dir.log_dir(), &listed) {
         report.problems.push(error.to_string());
     }
     for (seq, file) in listed {
         report.segments += 1;
-        match Segment::open(&file, seq) {
+        match Segment::open(&storage, &file, seq) {
             Ok(segment) => opened.push(segment),
             Err(e) => report.problems.push(e.to_string()),
         }
@@ -482,7 +519,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     if !opened.is_empty() {
         let last = last_written(&ends);
         for (i, (segment, end)) in opened.iter().zip(&ends).enumerate() {
-            if let Some(error) = mid_log_damage(segment, end, i == last) {
+            if let Some(error) = mid_log_damage(segment, end, i.cmp(&last)) {
                 report.problems.push(error.to_string());
             } else if let Some((offset, reason)) = &end.damage {
                 report.torn_tail = Some(format!(

@@ -17,14 +17,14 @@
 //! records from offset 4096 on (record.rs)
 //! ```
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, IoContext, Result};
 use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::record::{self, Decode, Decoded};
+use crate::storage::{self, Storage, StorageFile};
 
 pub const MAGIC: &[u8; 8] = b"RKVLOG01";
 pub const FORMAT_VERSION: u32 = 1;
@@ -65,18 +65,26 @@ pub struct Segment {
     pub seq: u64,
     pub path: PathBuf,
     pub bytes: u64,
-    file: File,
+    file: Arc<dyn StorageFile>,
+    storage: Arc<dyn Storage>,
     /// Start of the bytes whose write-back has not been started yet (`start_writeback`).
     writeback_from: AtomicU64,
 }
 
 impl Segment {
-    fn new(seq: u64, path: PathBuf, bytes: u64, file: File) -> Segment {
+    fn new(
+        seq: u64,
+        path: PathBuf,
+        bytes: u64,
+        file: Arc<dyn StorageFile>,
+        storage: Arc<dyn Storage>,
+    ) -> Segment {
         Segment {
             seq,
             path,
             bytes,
             file,
+            storage,
             writeback_from: AtomicU64::new(SEGMENT_HEADER_BYTES),
         }
     }
@@ -90,29 +98,9 @@ impl Segment {
         if window_bytes == 0 || written_end < from + window_bytes {
             return Ok(());
         }
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
-        // SAFETY: sync_file_range(2) on an fd we own, with ranges inside the file.
-        let waited = unsafe {
-            libc::sync_file_range(
-                fd,
-                0,
-                from as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE,
-            )
-        };
-        // SAFETY: as above.
-        let started = unsafe {
-            libc::sync_file_range(
-                fd,
-                from as libc::off64_t,
-                (written_end - from) as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
-            )
-        };
-        if waited != 0 || started != 0 {
-            return Err(std::io::Error::last_os_error())
-                .context(|| format!("write-back of {} up to {written_end}", self.path.display()));
-        }
+        self.file
+            .write_back(from, from, written_end - from)
+            .context(|| format!("write-back of {} up to {written_end}", self.path.display()))?;
         self.writeback_from.store(written_end, Ordering::Relaxed);
         Ok(())
     }
@@ -130,17 +118,24 @@ impl Segment {
     /// Without it the space is only reserved with fallocate(2): ext4 and XFS then keep
     /// "unwritten" extents whose conversion on first write is metadata — fine when commits do
     /// not fdatasync (durability None), and it saves writing every segment twice.
-    pub fn create(dir: &Path, seq: u64, bytes: u64, zero_fill: bool) -> Result<(Segment, u64)> {
+    pub fn create(
+        storage: &Arc<dyn Storage>,
+        dir: &Path,
+        seq: u64,
+        bytes: u64,
+        zero_fill: bool,
+    ) -> Result<(Segment, u64)> {
         let tmp = segment_path(dir, seq).with_extension("seg.tmp");
-        let made = Segment::create_at(dir, &tmp, seq, bytes, zero_fill);
+        let made = Segment::create_at(storage, dir, &tmp, seq, bytes, zero_fill);
         if made.is_err() {
             // Give the space back at once (a full file system is the likely cause).
-            let _ = fs::remove_file(&tmp);
+            let _ = storage.remove(&tmp);
         }
         made
     }
 
     fn create_at(
+        storage: &Arc<dyn Storage>,
         dir: &Path,
         tmp: &Path,
         seq: u64,
@@ -148,14 +143,10 @@ impl Segment {
         zero_fill: bool,
     ) -> Result<(Segment, u64)> {
         let path = segment_path(dir, seq);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(tmp)
+        let file = storage
+            .create(tmp)
             .context(|| format!("creating segment {}", tmp.display()))?;
-        file.write_all_at(&encode_header(seq, bytes), 0)
+        storage::write_all_at(&*file, &encode_header(seq, bytes), 0)
             .context(|| format!("writing {}", tmp.display()))?;
         let mut written = SEGMENT_HEADER_BYTES;
         if zero_fill {
@@ -163,37 +154,32 @@ impl Segment {
             let zeros = vec![0u8; 1 << 20];
             while written < bytes {
                 let n = zeros.len().min((bytes - written) as usize);
-                file.write_all_at(&zeros[..n], written)
+                storage::write_all_at(&*file, &zeros[..n], written)
                     .context(|| format!("zero-filling {}", tmp.display()))?;
                 written += n as u64;
             }
         } else {
-            // SAFETY: fallocate(2) on an fd we own; mode 0 allocates and extends the file.
-            let rc = unsafe {
-                libc::fallocate(
-                    std::os::fd::AsRawFd::as_raw_fd(&file),
-                    0,
-                    0,
-                    bytes as libc::off_t,
-                )
-            };
-            if rc != 0 {
-                return Err(std::io::Error::last_os_error())
-                    .context(|| format!("fallocate {}", tmp.display()));
-            }
+            file.allocate(bytes)
+                .context(|| format!("fallocate {}", tmp.display()))?;
         }
         file.sync_all()
             .context(|| format!("syncing {}", tmp.display()))?;
-        fs::rename(tmp, &path).context(|| format!("renaming {} into place", tmp.display()))?;
-        sync_dir(dir)?;
-        Ok((Segment::new(seq, path, bytes, file), written))
+        storage
+            .rename(tmp, &path)
+            .context(|| format!("renaming {} into place", tmp.display()))?;
+        sync_dir(&**storage, dir)?;
+        Ok((
+            Segment::new(seq, path, bytes, file, Arc::clone(storage)),
+            written,
+        ))
     }
 
     /// Gives a retired segment (`file`, now named `from`) a new life under a new sequence
     /// number. Its old records stay in place but carry the old sequence, so they read as "end
     /// of data". Crash-safe: the file passes through a `.seg.recycling` name that open() deletes.
     pub fn recycle(
-        file: File,
+        storage: &Arc<dyn Storage>,
+        file: Arc<dyn StorageFile>,
         from: &Path,
         bytes: u64,
         dir: &Path,
@@ -201,48 +187,52 @@ impl Segment {
     ) -> Result<Segment> {
         let path = segment_path(dir, new_seq);
         let transit = path.with_extension("seg.recycling");
-        fs::rename(from, &transit).context(|| format!("renaming {} for reuse", from.display()))?;
+        storage
+            .rename(from, &transit)
+            .context(|| format!("renaming {} for reuse", from.display()))?;
         // The new name must be durable before the header changes: otherwise a power cut could
         // leave the file under its old, live name with a new sequence in its header.
-        sync_dir(dir)?;
-        file.write_all_at(&encode_header(new_seq, bytes), 0)
+        sync_dir(&**storage, dir)?;
+        storage::write_all_at(&*file, &encode_header(new_seq, bytes), 0)
             .context(|| format!("writing header of {}", transit.display()))?;
         file.sync_data()
-            .context(|| format!("syncing {}", transit.display()))?;
-        fs::rename(&transit, &path)
+            .context(|| format!("fdatasync {}", transit.display()))?;
+        storage
+            .rename(&transit, &path)
             .context(|| format!("renaming {} into place", transit.display()))?;
-        sync_dir(dir)?;
-        Ok(Segment::new(new_seq, path, bytes, file))
+        sync_dir(&**storage, dir)?;
+        Ok(Segment::new(
+            new_seq,
+            path,
+            bytes,
+            file,
+            Arc::clone(storage),
+        ))
     }
 
     /// Moves a segment out of the log (to `.seg.retired`), durably, and returns a handle for
     /// recycling. Readers that still hold the segment keep reading the same file. Segments retire
     /// oldest first, each rename made durable before the next: after a power cut the live log is
     /// still a contiguous suffix of the whole log (recovery checks it).
-    pub fn retire(&self) -> Result<(File, PathBuf)> {
+    pub fn retire(&self) -> Result<(Arc<dyn StorageFile>, PathBuf)> {
         let retired = self.path.with_extension("seg.retired");
-        fs::rename(&self.path, &retired).context(|| format!("retiring {}", self.path.display()))?;
+        self.storage
+            .rename(&self.path, &retired)
+            .context(|| format!("retiring {}", self.path.display()))?;
         if let Some(dir) = self.path.parent() {
-            sync_dir(dir)?;
+            sync_dir(&*self.storage, dir)?;
         }
-        let file = self
-            .file
-            .try_clone()
-            .context(|| format!("reopening {}", retired.display()))?;
-        Ok((file, retired))
+        Ok((Arc::clone(&self.file), retired))
     }
 
     /// Opens an existing segment and validates its header against its name.
-    pub fn open(path: &Path, expected_seq: u64) -> Result<Segment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
+    pub fn open(storage: &Arc<dyn Storage>, path: &Path, expected_seq: u64) -> Result<Segment> {
+        let file = storage
             .open(path)
             .context(|| format!("opening segment {}", path.display()))?;
         let len = file
-            .metadata()
-            .context(|| format!("stat {}", path.display()))?
-            .len();
+            .size_bytes()
+            .context(|| format!("stat {}", path.display()))?;
         let corrupt = |offset: u64, reason: String| Error::Corrupt {
             file: path.to_path_buf(),
             offset,
@@ -255,7 +245,7 @@ impl Segment {
                 format!("file is {len} bytes, shorter than the segment header"),
             ));
         }
-        file.read_exact_at(&mut header, 0)
+        storage::read_exact_at(&*file, &mut header, 0)
             .context(|| format!("reading {}", path.display()))?;
         if &header[0..8] != MAGIC {
             return Err(corrupt(0, "bad magic: not a roamkv log segment".into()));
@@ -299,13 +289,18 @@ impl Segment {
                 format!("header says {bytes} bytes, file has {len}"),
             ));
         }
-        Ok(Segment::new(seq, path.to_path_buf(), bytes, file))
+        Ok(Segment::new(
+            seq,
+            path.to_path_buf(),
+            bytes,
+            file,
+            Arc::clone(storage),
+        ))
     }
 
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
         debug_assert!(offset >= SEGMENT_HEADER_BYTES && offset + bytes.len() as u64 <= self.bytes);
-        self.file
-            .write_all_at(bytes, offset)
+        storage::write_all_at(&*self.file, bytes, offset)
             .context(|| format!("writing {} at {offset}", self.path.display()))
     }
 
@@ -317,7 +312,7 @@ impl Segment {
 
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, offset).context(|| {
+        storage::read_exact_at(&*self.file, &mut buf, offset).context(|| {
             format!(
                 "reading {} bytes of {} at {offset}",
                 len,
@@ -338,9 +333,9 @@ impl Segment {
     }
 }
 
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+pub fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    storage
+        .sync_dir(dir)
         .context(|| format!("syncing directory {}", dir.display()))
 }
 
@@ -351,9 +346,13 @@ pub struct ScanEnd {
     pub data_end: u64,
     /// Set when the scan stopped at a bad record or inside a batch: the offset and why.
     pub damage: Option<(u64, String)>,
-    /// Offset of a valid record of this segment found after the stop point, if any: proof that
-    /// the stop is corruption in the middle of the log, not a torn tail.
+    /// Offset of a record of this segment after the stop point that was written when
+    /// everything before it was durable (`FLAG_SYNCED_BEFORE`): proof that the stop is damage
+    /// to durable data, not a torn tail. Valid records after the stop without that flag were
+    /// written with the torn bytes, in writes that never completed their fdatasync.
     pub valid_record_after: Option<u64>,
+    /// The last complete record is a SEGMENT_END: the segment was closed and made durable.
+    pub sealed: bool,
 }
 
 /// Scans a segment's bytes, calling `visit(offset, record)` for each record of each complete
@@ -366,6 +365,7 @@ pub fn scan(
     let mut at = SEGMENT_HEADER_BYTES as usize;
     let mut batch_start = at;
     let mut batch: Vec<(u64, Decoded<'_>)> = Vec::new();
+    let mut sealed = false;
     let stop = loop {
         match record::decode(&data[at.min(data.len())..], seq_low) {
             Decode::Record(d) => {
@@ -373,6 +373,7 @@ pub fn scan(
                 at += d.len;
                 if d.batch_end {
                     for (offset, record) in batch.drain(..) {
+                        sealed = matches!(record.body, record::Body::SegmentEnd { .. });
                         visit(offset, &record)?;
                     }
                     batch_start = at;
@@ -389,10 +390,13 @@ pub fn scan(
         }
     };
     let search_from = if stop.is_some() { at + 1 } else { at };
-    let valid_record_after = find_valid_record(data, search_from, seq_low);
-    // An "end of data" with valid records after it is a damaged header (e.g. its sequence
-    // field), not the end: report it, or everything after it would be dropped silently.
-    let damage = match (stop, valid_record_after) {
+    let any_record_after = find_record(data, search_from, seq_low, false);
+    let valid_record_after =
+        any_record_after.and_then(|first| find_record(data, first as usize, seq_low, true));
+    // An "end of data" with records after it is a damaged header (a zeroed page, or its
+    // sequence field): a torn tail to cut, or damage if a durable record follows — never an end
+    // to stop at silently, or the bytes after it could later be read back as records.
+    let damage = match (stop, any_record_after) {
         (None, Some(_)) => Some((
             at as u64,
             "record header is unreadable (zeroed or not of this segment)".to_string(),
@@ -403,19 +407,21 @@ pub fn scan(
         data_end: batch_start as u64,
         valid_record_after,
         damage,
+        sealed: sealed && batch_start == at,
     })
 }
 
-/// The first offset >= `from` holding a valid record of this segment. Candidates are found by
-/// searching for the sequence bytes (memchr's SIMD search), so empty space costs little.
-fn find_valid_record(data: &[u8], from: usize, seq_low: u32) -> Option<u64> {
+/// The first offset >= `from` holding a valid record of this segment (with `durable_only`, one
+/// flagged `synced_before`). Candidates are found by searching for the sequence bytes (memchr's
+/// SIMD search), so empty space costs little.
+fn find_record(data: &[u8], from: usize, seq_low: u32, durable_only: bool) -> Option<u64> {
     let seq_bytes = seq_low.to_le_bytes();
     // The sequence sits at byte 8 of a header: search from `from + 8`.
     let haystack = data.get(from.checked_add(8)?..)?;
     memchr::memmem::find_iter(haystack, &seq_bytes).find_map(|hit| {
         let offset = from + hit;
         match record::decode(&data[offset..], seq_low) {
-            Decode::Record(_) => Some(offset as u64),
+            Decode::Record(d) if d.synced_before || !durable_only => Some(offset as u64),
             _ => None,
         }
     })
@@ -437,9 +443,10 @@ mod tests {
     #[test]
     fn create_open_recycle() -> Result<()> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (seg, written) = Segment::create(dir.path(), 1, 1 << 20, true)?;
+        let storage = crate::storage::PlainFiles::shared();
+        let (seg, written) = Segment::create(&storage, dir.path(), 1, 1 << 20, true)?;
         assert_eq!(written, 1 << 20);
-        let (sparse, reserved_only) = Segment::create(dir.path(), 2, 1 << 20, false)?;
+        let (sparse, reserved_only) = Segment::create(&storage, dir.path(), 2, 1 << 20, false)?;
         assert_eq!(
             (reserved_only, sparse.bytes),
             (SEGMENT_HEADER_BYTES, 1 << 20)
@@ -449,13 +456,13 @@ mod tests {
             Some(1 << 20)
         );
         let (file, retired) = seg.retire()?;
-        let recycled = Segment::recycle(file, &retired, 1 << 20, dir.path(), 7)?;
+        let recycled = Segment::recycle(&storage, file, &retired, 1 << 20, dir.path(), 7)?;
         assert!(!segment_path(dir.path(), 1).exists());
-        let reopened = Segment::open(&segment_path(dir.path(), 7), 7)?;
+        let reopened = Segment::open(&storage, &segment_path(dir.path(), 7), 7)?;
         assert_eq!((reopened.seq, reopened.bytes), (7, 1 << 20));
         drop(recycled);
         assert!(matches!(
-            Segment::open(&segment_path(dir.path(), 7), 8),
+            Segment::open(&storage, &segment_path(dir.path(), 7), 8),
             Err(Error::Corrupt { offset: 16, .. })
         ));
         Ok(())

@@ -7,7 +7,6 @@
 //! rename and a header write) to creating one (a full zero-fill).
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,12 +17,13 @@ use crate::error::{Error, Result};
 use crate::limits::{SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
 use crate::segment::Segment;
 use crate::stats::Counters;
+use crate::storage::{Storage, StorageFile};
 
 /// Segments kept ready ahead of the active one.
 const READY_SEGMENTS_TARGET: usize = 1;
 
 pub(crate) struct Retired {
-    pub file: File,
+    pub file: Arc<dyn StorageFile>,
     pub path: PathBuf,
     pub bytes: u64,
 }
@@ -58,6 +58,7 @@ pub(crate) struct Spares {
 
 /// How new segments are made.
 pub(crate) struct SegmentPlan {
+    pub storage: Arc<dyn Storage>,
     pub log_dir: PathBuf,
     pub segment_bytes: u64,
     /// Write zeros over new segments (see `Segment::create`): whenever commits fdatasync.
@@ -142,7 +143,7 @@ impl Spares {
             self.changed.notify_all();
         } else {
             drop(st);
-            let _ = std::fs::remove_file(&retired.path);
+            let _ = self.plan.storage.remove(&retired.path);
         }
     }
 
@@ -175,7 +176,7 @@ impl Spares {
                 }
                 if st.shutdown {
                     for r in st.retired.drain(..) {
-                        let _ = std::fs::remove_file(&r.path);
+                        let _ = self.plan.storage.remove(&r.path);
                     }
                     return;
                 }
@@ -233,14 +234,20 @@ impl Spares {
         let plan = &self.plan;
         match retired {
             Some(r) => {
-                let segment = Segment::recycle(r.file, &r.path, r.bytes, &plan.log_dir, seq)?;
+                let segment =
+                    Segment::recycle(&plan.storage, r.file, &r.path, r.bytes, &plan.log_dir, seq)?;
                 Counters::add(&self.counters.segments_recycled, 1);
                 Counters::add(&self.counters.log_preallocated_bytes, SEGMENT_HEADER_BYTES);
                 Ok(segment)
             }
             None => {
-                let (segment, written) =
-                    Segment::create(&plan.log_dir, seq, plan.segment_bytes, plan.zero_fill)?;
+                let (segment, written) = Segment::create(
+                    &plan.storage,
+                    &plan.log_dir,
+                    seq,
+                    plan.segment_bytes,
+                    plan.zero_fill,
+                )?;
                 Counters::add(&self.counters.log_preallocated_bytes, written);
                 Ok(segment)
             }

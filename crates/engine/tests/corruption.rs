@@ -63,7 +63,7 @@ fn a_flipped_byte_in_the_middle_of_the_log_names_file_and_offset() {
                 at <= offset && offset - at < 200,
                 "reported offset {at}, flipped {offset}"
             );
-            assert!(reason.contains("valid records follow"), "{reason}");
+            assert!(reason.contains("was durable follows"), "{reason}");
         }
         other => panic!("expected Corrupt, got {:?}", other.map(|_| ())),
     }

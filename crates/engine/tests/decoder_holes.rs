@@ -102,7 +102,11 @@ fn segment_claiming(header_bytes: u64) -> (tempfile::TempDir, std::path::PathBuf
 
 fn assert_open_refuses(header_bytes: u64, what: &str) {
     let (_dir, path) = segment_claiming(header_bytes);
-    match Segment::open(&path, u64::from(SEQ)) {
+    match Segment::open(
+        &roamkv_engine::storage::PlainFiles::shared(),
+        &path,
+        u64::from(SEQ),
+    ) {
         Err(Error::Corrupt { offset: 24, .. }) => {}
         Err(e) => panic!("{what}: refused, but not as a bad size field: {e}"),
         Ok(s) => panic!(

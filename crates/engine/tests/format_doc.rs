@@ -98,7 +98,14 @@ fn the_segment_header_example_is_what_the_engine_writes_and_reads() {
     assert_eq!(header.len(), 36, "magic..crc: 36 bytes");
     let dir = tempfile::tempdir().expect("tempdir");
     // Written by the engine: the same first 36 bytes, then zeros to the end of the header page.
-    let (created, _) = Segment::create(dir.path(), 3, 1 << 20, true).expect("create");
+    let (created, _) = Segment::create(
+        &roamkv_engine::storage::PlainFiles::shared(),
+        dir.path(),
+        3,
+        1 << 20,
+        true,
+    )
+    .expect("create");
     let written = std::fs::read(&created.path).expect("read");
     assert_eq!(&written[..36], header.as_slice());
     assert!(
@@ -118,7 +125,8 @@ fn the_segment_header_example_is_what_the_engine_writes_and_reads() {
     let mut file = vec![0u8; 1 << 20];
     file[..36].copy_from_slice(&header);
     std::fs::write(&path, &file).expect("write");
-    let opened = Segment::open(&path, 3).expect("the page's header opens");
+    let opened = Segment::open(&roamkv_engine::storage::PlainFiles::shared(), &path, 3)
+        .expect("the page's header opens");
     assert_eq!((opened.seq, opened.bytes), (3, 1 << 20));
     assert_eq!(&header[..8], segment::MAGIC);
 }

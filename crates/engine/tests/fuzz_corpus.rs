@@ -49,7 +49,8 @@ fn segment_seeds_open_and_scan() {
             .open(&path)
             .and_then(|f| f.set_len(claimed))
             .expect("extend");
-        let seg = Segment::open(&path, 5).unwrap_or_else(|e| panic!("seed {name}: {e}"));
+        let seg = Segment::open(&roamkv_engine::storage::PlainFiles::shared(), &path, 5)
+            .unwrap_or_else(|e| panic!("seed {name}: {e}"));
         let data = seg.read_all().expect("read");
         let mut seen = 0;
         let end = segment::scan(&data, seg.seq_low(), |_, _| {

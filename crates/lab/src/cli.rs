@@ -240,27 +240,7 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
     }))?;
     require_root()?;
     let plan = fs_plan(args);
-    let workloads: Vec<Workload> = plan
-        .workloads()
-        .into_iter()
-        .filter(|w| {
-            args.only
-                .as_ref()
-                .is_none_or(|o| w.name().contains(o.as_str()))
-        })
-        .collect();
-    if workloads.is_empty() {
-        return Err(LabError::Unsupported(format!(
-            "no workload name contains {:?}",
-            args.only.clone().unwrap_or_default()
-        )));
-    }
-    if workloads.is_empty() {
-        return Err(LabError::Unsupported(format!(
-            "no workload name contains {:?}",
-            args.only.clone().unwrap_or_default()
-        )));
-    }
+    let workloads = chosen_workloads(args, &plan)?;
     let bar = indicatif::ProgressBar::new((specs.len() * workloads.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
@@ -283,12 +263,7 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
             Some(dev) => Fixture::create_on_device(*spec, dev, args.i_mean_it)?,
             None => Fixture::create(*spec, plan.image_bytes())?,
         };
-        fixtures_json.push(serde_json::json!({
-            "fs": spec.name(), "device": fixture.device().display().to_string(),
-            "journal_device": fixture.journal_device().map(|p| p.display().to_string()),
-            "mkfs": fixture.mkfs_command(), "mount_options": fixture.mount_options(),
-            "image_bytes": fixture.image_bytes(), "loop_direct_io": args.device.is_none(),
-        }));
+        fixtures_json.push(fixture_json(*spec, &fixture, args.device.is_none()));
         for workload in &workloads {
             bar.set_message(format!("{}: {}", spec.name(), workload.name()));
             let m = measure(&fixture, workload, &plan)?;
@@ -313,6 +288,36 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
             results: &results,
         },
     )
+}
+
+/// The plan's workloads whose names contain `--only` (all without it); an error when none does.
+fn chosen_workloads(args: &FsArgs, plan: &Plan) -> Result<Vec<Workload>, LabError> {
+    let workloads: Vec<Workload> = plan
+        .workloads()
+        .into_iter()
+        .filter(|w| {
+            args.only
+                .as_ref()
+                .is_none_or(|o| w.name().contains(o.as_str()))
+        })
+        .collect();
+    if workloads.is_empty() {
+        return Err(LabError::Unsupported(format!(
+            "no workload name contains {:?}",
+            args.only.clone().unwrap_or_default()
+        )));
+    }
+    Ok(workloads)
+}
+
+/// How a file system was made and mounted, for the report.
+fn fixture_json(spec: FsSpec, fixture: &Fixture, loop_direct_io: bool) -> serde_json::Value {
+    serde_json::json!({
+        "fs": spec.name(), "device": fixture.device().display().to_string(),
+        "journal_device": fixture.journal_device().map(|p| p.display().to_string()),
+        "mkfs": fixture.mkfs_command(), "mount_options": fixture.mount_options(),
+        "image_bytes": fixture.image_bytes(), "loop_direct_io": loop_direct_io,
+    })
 }
 
 fn report_fs(args: &FsArgs, run: FsRun<'_>) -> Result<ExitCode, LabError> {

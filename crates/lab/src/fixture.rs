@@ -620,8 +620,10 @@ impl Fixture {
 }
 
 /// The mkfs command(s) for a file system on `dev` (and its external journal/log device `jdev`),
-/// and the mount options it needs beyond the defaults. Longer than most functions on purpose: one
-/// match arm per file system, each a literal command line, reads best as one table.
+/// and the mount options it needs beyond the defaults.
+///
+/// Long because: one match arm per file system, each a literal command line, reads best as one
+/// table.
 fn mkfs_plan(
     spec: FsSpec,
     dev: &str,

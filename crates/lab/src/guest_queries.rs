@@ -178,24 +178,11 @@ fn render(
     runs: &[QueryRun],
     errors: &[String],
 ) -> Result<(), LabError> {
-    let columns = ["fs", "cache", "query", "mean us", "median us", "rows"];
-    let table_rows: Vec<Vec<String>> = runs
-        .iter()
-        .map(|r| {
-            vec![
-                r.fs.clone(),
-                r.cache.name().to_string(),
-                r.query.clone(),
-                format!("{:.0}", r.timing_us.mean),
-                format!("{:.0}", r.timing_us.median),
-                format!("{:.0}", r.result_rows_mean),
-            ]
-        })
-        .collect();
+    let table_rows: Vec<Vec<String>> = runs.iter().map(run_row).collect();
     let mut table = comfy_table::Table::new();
     table
         .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(columns.to_vec());
+        .set_header(RUN_COLUMNS.to_vec());
     for row in &table_rows {
         table.add_row(row.clone());
     }
@@ -227,38 +214,57 @@ fn render(
     ));
     let fs_labels: Vec<String> = names.iter().map(|n| format!("{n} (guest)")).collect();
     for cache in [Cache::Warm, Cache::Cold] {
-        let mut queries: Vec<String> = Vec::new();
-        for r in runs.iter().filter(|r| r.cache == cache) {
-            if !queries.contains(&r.query) {
-                queries.push(r.query.clone());
-            }
-        }
-        let series: Vec<(String, Vec<f64>)> = fs_labels
-            .iter()
-            .map(|fs| {
-                let values = queries
-                    .iter()
-                    .map(|q| {
-                        runs.iter()
-                            .find(|r| &r.fs == fs && r.cache == cache && &r.query == q)
-                            .map_or(f64::NAN, |r| r.timing_us.mean)
-                    })
-                    .collect();
-                (fs.clone(), values)
-            })
-            .collect();
-        html.svg(&bar_chart_svg(
-            &format!("{} cache: mean query time", cache.name()),
-            "microseconds",
-            &queries,
-            &series,
-        ));
+        html.svg(&cache_chart(runs, &fs_labels, cache));
     }
-    html.table(&columns, &table_rows);
+    html.table(&RUN_COLUMNS, &table_rows);
     let html_path = out.join("report-vm.html");
     html.write(&html_path)?;
     println!("wrote {} and {}", json_path.display(), html_path.display());
     Ok(())
+}
+
+/// The columns of the table of runs, one `run_row` each.
+const RUN_COLUMNS: [&str; 6] = ["fs", "cache", "query", "mean us", "median us", "rows"];
+
+fn run_row(r: &QueryRun) -> Vec<String> {
+    vec![
+        r.fs.clone(),
+        r.cache.name().to_string(),
+        r.query.clone(),
+        format!("{:.0}", r.timing_us.mean),
+        format!("{:.0}", r.timing_us.median),
+        format!("{:.0}", r.result_rows_mean),
+    ]
+}
+
+/// Mean query time of each query type on each file system, with a warm or a cold cache.
+fn cache_chart(runs: &[QueryRun], fs_labels: &[String], cache: Cache) -> String {
+    let mut queries: Vec<String> = Vec::new();
+    for r in runs.iter().filter(|r| r.cache == cache) {
+        if !queries.contains(&r.query) {
+            queries.push(r.query.clone());
+        }
+    }
+    let series: Vec<(String, Vec<f64>)> = fs_labels
+        .iter()
+        .map(|fs| {
+            let values = queries
+                .iter()
+                .map(|q| {
+                    runs.iter()
+                        .find(|r| &r.fs == fs && r.cache == cache && &r.query == q)
+                        .map_or(f64::NAN, |r| r.timing_us.mean)
+                })
+                .collect();
+            (fs.clone(), values)
+        })
+        .collect();
+    bar_chart_svg(
+        &format!("{} cache: mean query time", cache.name()),
+        "microseconds",
+        &queries,
+        &series,
+    )
 }
 
 /// In the guest: generate the tables, load them on the mounted file system, run every query

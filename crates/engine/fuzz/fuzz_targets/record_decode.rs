@@ -17,14 +17,17 @@ fuzz_target!(|data: &[u8]| {
             Body::Register { device, registered_at_ms } => record::encode_register(&mut again, seq_low, device, registered_at_ms),
             Body::Depart { device } => record::encode_depart(&mut again, seq_low, device),
             Body::Trim { device, before_ms } => record::encode_trim(&mut again, seq_low, device, before_ms),
+            Body::SegmentEnd { next_seq } => record::encode_segment_end(&mut again, seq_low, next_seq),
         }
-        // The encoder writes REGISTER as mid-batch and DEPART and TRIM as batch end; other flag values
+        // The encoder writes REGISTER as mid-batch and DEPART, SEGMENT_END and TRIM as batch end; other flag values
         // decode fine but do not re-encode to the same bytes.
-        let canonical = match d.body {
-            Body::Register { .. } => !d.batch_end,
-            Body::Depart { .. } | Body::Trim { .. } => d.batch_end,
-            Body::Put { .. } => true,
-        };
+        // SYNCED_BEFORE is set by the group commit's leader, not by the encoders.
+        let canonical = !d.synced_before
+            && match d.body {
+                Body::Register { .. } => !d.batch_end,
+                Body::Depart { .. } | Body::SegmentEnd { .. } | Body::Trim { .. } => d.batch_end,
+                Body::Put { .. } => true,
+            };
         if canonical {
             assert_eq!(&again[..], &data[..d.len]);
         }

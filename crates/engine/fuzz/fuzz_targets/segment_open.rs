@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let path = segment::segment_path(dir(), SEQ);
     std::fs::write(&path, data).expect("writing the fuzz input");
     let file_bytes = extend_to_claimed_size(&path, data);
-    if let Ok(seg) = Segment::open(&path, SEQ) {
+    if let Ok(seg) = Segment::open(&roamkv_engine::storage::PlainFiles::shared(), &path, SEQ) {
         assert_eq!(seg.bytes, file_bytes);
         let all = seg.read_all().expect("reading an opened segment");
         if let Ok(end) = segment::scan(&all, seg.seq_low(), |_, _| Ok(())) {

@@ -42,6 +42,17 @@ impl RocksLower {
         table.set_block_cache(&cache);
         table.set_bloom_filter(10.0, false);
         options.set_block_based_table_factory(&table);
+        // Closing must not flush the memtable on its own: the engine persists explicitly when it
+        // closes cleanly, and a process that dies loses its memtable anyway (the WAL is off).
+        // Without this, a test that abandons an engine as a crash would (and a real crash would
+        // not) make unpersisted lower-tier writes durable.
+        // SAFETY: the pointer is `options`' own, alive for the call.
+        unsafe {
+            librocksdb_sys::rocksdb_options_set_avoid_flush_during_shutdown(
+                rocksdb::AsRawPtr::as_raw_ptr(&options),
+                1,
+            );
+        }
         let db = DB::open(&options, dir.join("rocksdb")).map_err(lower_err)?;
         let ingest_dir = dir.join("ingest");
         std::fs::create_dir_all(&ingest_dir)

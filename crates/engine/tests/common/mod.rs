@@ -1,6 +1,8 @@
 //! Shared set-up for the engine's integration tests.
 #![allow(dead_code)]
 
+pub mod fault_storage;
+
 use std::path::Path;
 use std::sync::Arc;
 

@@ -221,14 +221,7 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
                 .into(),
         ));
     }
-    let runs =
-        (plan.engines.len() * plan.devices.len() * plan.workloads.len() * plan.sessions.len())
-            as u64;
-    let bar = indicatif::ProgressBar::new(runs);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(&plan);
     let mut rows = Vec::new();
     let mut devices = Vec::new();
     // PostgreSQL's data directory: its own file system, never throttled (only the log is slow).
@@ -240,20 +233,7 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
     for &device in &plan.devices {
         let log_fixture = Fixture::create(plan.fs, LOG_DEVICE_BYTES)?;
         let report = describe_device(&log_fixture, device, &plan)?;
-        crate::report::say(
-            &bar,
-            format!(
-                "{} log device {}: 4 KiB write + fdatasync mean {:.2} ms, median {:.2} ms{}",
-                device.name(),
-                report.block_device,
-                report.sync_write_ms_mean,
-                report.sync_write_ms_median,
-                report
-                    .throttle
-                    .as_deref()
-                    .map_or(String::new(), |t| format!(" ({t})"))
-            ),
-        );
+        crate::report::say(&bar, device_line(device, &report));
         devices.push(report);
         for &engine in &plan.engines {
             let result = run_engine(
@@ -270,27 +250,7 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
                     return Err(LabError::Interrupted);
                 }
                 crate::report::say(&bar, format!("{} on {}: {e}", engine.name(), device.name()));
-                // Every run of this engine and device that has no row yet gets the error.
-                for &workload in &plan.workloads {
-                    for &sessions in &plan.sessions {
-                        let has_row = rows.iter().any(|r: &Row| {
-                            r.engine == engine.name()
-                                && r.device == device.name()
-                                && r.sessions == sessions
-                                && (r.transactions, r.row_bytes) == workload
-                        });
-                        if !has_row {
-                            rows.push(Row::failed(
-                                engine,
-                                device,
-                                sessions,
-                                workload,
-                                e.to_string(),
-                            ));
-                            bar.inc(1);
-                        }
-                    }
-                }
+                add_failed_rows(&plan, engine, device, &e, &mut rows, &bar);
             }
             log_fixture.clear()?;
         }
@@ -305,6 +265,65 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn progress_bar(plan: &Plan) -> indicatif::ProgressBar {
+    let runs =
+        (plan.engines.len() * plan.devices.len() * plan.workloads.len() * plan.sessions.len())
+            as u64;
+    let bar = indicatif::ProgressBar::new(runs);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// One line on what a log device costs per synchronous write.
+fn device_line(device: Device, report: &DeviceReport) -> String {
+    format!(
+        "{} log device {}: 4 KiB write + fdatasync mean {:.2} ms, median {:.2} ms{}",
+        device.name(),
+        report.block_device,
+        report.sync_write_ms_mean,
+        report.sync_write_ms_median,
+        report
+            .throttle
+            .as_deref()
+            .map_or(String::new(), |t| format!(" ({t})"))
+    )
+}
+
+/// After `engine` failed on `device`: every run of the two that has no row yet gets one with the
+/// error.
+fn add_failed_rows(
+    plan: &Plan,
+    engine: Engine,
+    device: Device,
+    error: &LabError,
+    rows: &mut Vec<Row>,
+    bar: &indicatif::ProgressBar,
+) {
+    for &workload in &plan.workloads {
+        for &sessions in &plan.sessions {
+            let has_row = rows.iter().any(|r: &Row| {
+                r.engine == engine.name()
+                    && r.device == device.name()
+                    && r.sessions == sessions
+                    && (r.transactions, r.row_bytes) == workload
+            });
+            if !has_row {
+                rows.push(Row::failed(
+                    engine,
+                    device,
+                    sessions,
+                    workload,
+                    error.to_string(),
+                ));
+                bar.inc(1);
+            }
+        }
+    }
 }
 
 /// The slow device's throttle, when `device` is the slow one.
@@ -494,48 +513,24 @@ fn run_embedded(
     ));
     std::fs::create_dir_all(&dir).map_err(|e| LabError::io(&dir, e))?;
     let total_tx = u64::from(sessions) * transactions;
+    let throttle = || throttle_for(log_fixture, device, plan);
     let (totals, syncs, source, detail) = match engine {
-        Engine::Sqlite => {
-            let path = sessions::sqlite_prepare(&dir)?;
-            log_fixture.quiesce()?;
-            let before = crate::sqlite::vfs::SyncCounts::read();
-            let throttle = throttle_for(log_fixture, device, plan)?;
-            let totals = sessions::sqlite_sessions(&path, sessions, transactions, row_bytes)?;
-            drop(throttle);
-            let syncs = crate::sqlite::vfs::SyncCounts::read().delta(&before);
-            let count = syncs.delegated_syncs + syncs.fsync_calls;
-            (
-                totals,
-                count,
-                "client: time inside COMMIT (WAL append + fdatasync) / session time",
-                serde_json::json!({"sync_calls": syncs, "journal_mode": "wal", "synchronous": "full"}),
-            )
-        }
-        Engine::Roamkv => {
-            // Engine::open (segment preallocation) happens before the throttle goes on.
-            let (totals, counters) = {
-                log_fixture.quiesce()?;
-                let throttle_slot = std::cell::RefCell::new(None);
-                let result = sessions::roamkv_sessions_with(
-                    &dir,
-                    sessions,
-                    transactions,
-                    row_bytes,
-                    &|| {
-                        *throttle_slot.borrow_mut() = throttle_for(log_fixture, device, plan)?;
-                        Ok(())
-                    },
-                );
-                drop(throttle_slot);
-                result?
-            };
-            (
-                totals,
-                counters.group_commits,
-                "client: time inside put_batch (append + group fdatasync) / session time",
-                serde_json::json!({"engine_stats_delta": counters, "durability": "sync"}),
-            )
-        }
+        Engine::Sqlite => sqlite_run(
+            &dir,
+            log_fixture,
+            &throttle,
+            sessions,
+            transactions,
+            row_bytes,
+        )?,
+        Engine::Roamkv => roamkv_run(
+            &dir,
+            log_fixture,
+            &throttle,
+            sessions,
+            transactions,
+            row_bytes,
+        )?,
         Engine::Postgresql => {
             return Err(LabError::Unsupported(
                 "PostgreSQL runs through its cluster".into(),
@@ -563,6 +558,69 @@ fn run_embedded(
         detail,
         error: None,
     })
+}
+
+/// What one embedded engine's sessions measured: their totals, the log syncs they made, where
+/// the commit-wait share comes from, and the engine's own detail.
+type EmbeddedRun = (
+    sessions::SessionTotals,
+    u64,
+    &'static str,
+    serde_json::Value,
+);
+
+/// The log device's throttle (none on the fast device), held while it exists.
+type ThrottleOn<'a> = dyn Fn() -> Result<Option<WriteThrottle>, LabError> + 'a;
+
+/// SQLite's sessions in WAL mode, synchronous=full, throttled while they run.
+fn sqlite_run(
+    dir: &std::path::Path,
+    log_fixture: &Fixture,
+    throttle: &ThrottleOn<'_>,
+    sessions: u32,
+    transactions: u64,
+    row_bytes: usize,
+) -> Result<EmbeddedRun, LabError> {
+    let path = sessions::sqlite_prepare(dir)?;
+    log_fixture.quiesce()?;
+    let before = crate::sqlite::vfs::SyncCounts::read();
+    let throttle = throttle()?;
+    let totals = sessions::sqlite_sessions(&path, sessions, transactions, row_bytes)?;
+    drop(throttle);
+    let syncs = crate::sqlite::vfs::SyncCounts::read().delta(&before);
+    let count = syncs.delegated_syncs + syncs.fsync_calls;
+    Ok((
+        totals,
+        count,
+        "client: time inside COMMIT (WAL append + fdatasync) / session time",
+        serde_json::json!({"sync_calls": syncs, "journal_mode": "wal", "synchronous": "full"}),
+    ))
+}
+
+/// roamkv's sessions at sync durability; Engine::open (segment preallocation) happens before the
+/// throttle goes on.
+fn roamkv_run(
+    dir: &std::path::Path,
+    log_fixture: &Fixture,
+    throttle: &ThrottleOn<'_>,
+    sessions: u32,
+    transactions: u64,
+    row_bytes: usize,
+) -> Result<EmbeddedRun, LabError> {
+    log_fixture.quiesce()?;
+    let throttle_slot = std::cell::RefCell::new(None);
+    let result = sessions::roamkv_sessions_with(dir, sessions, transactions, row_bytes, &|| {
+        *throttle_slot.borrow_mut() = throttle()?;
+        Ok(())
+    });
+    drop(throttle_slot);
+    let (totals, counters) = result?;
+    Ok((
+        totals,
+        counters.group_commits,
+        "client: time inside put_batch (append + group fdatasync) / session time",
+        serde_json::json!({"engine_stats_delta": counters, "durability": "sync"}),
+    ))
 }
 
 #[cfg(test)]

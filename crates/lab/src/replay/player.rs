@@ -174,78 +174,18 @@ impl Player<'_> {
             .ok_or_else(|| std::io::Error::other("descriptor vanished"))
     }
 
+    /// Replays one call.
     fn apply(&mut self, call: &Call) -> std::io::Result<()> {
         let bytes = call.bytes.unwrap_or(0);
         let offset = call.offset.unwrap_or(0);
         match call.op {
-            Op::Open => {
-                let path = self.path(call);
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                let has = |f: OpenFlag| call.flags.contains(&f);
-                let file = if has(OpenFlag::Directory) || path.is_dir() {
-                    File::open(&path)?
-                } else {
-                    let write = has(OpenFlag::Wronly) || has(OpenFlag::Rdwr);
-                    OpenOptions::new()
-                        .read(!has(OpenFlag::Wronly))
-                        .write(write && !has(OpenFlag::Append))
-                        .append(has(OpenFlag::Append))
-                        // O_EXCL is not replayed: a file the replay made earlier than the
-                        // recording did (lazily, see above) must not fail the open.
-                        .create(has(OpenFlag::Create) && write)
-                        .truncate(has(OpenFlag::Trunc) && write)
-                        .open(&path)?
-                };
-                self.files.insert(Player::key(call), file);
-            }
+            Op::Open => self.open(call)?,
             Op::Close => {
                 self.files.remove(&Player::key(call));
             }
-            Op::Read => {
-                let mut left = bytes as usize;
-                while left > 0 {
-                    let n = left.min(CHUNK_BYTES_MAX);
-                    let mut buf = std::mem::take(&mut self.read_buffer);
-                    let got = self.file(call)?.read(&mut buf[..n]);
-                    self.read_buffer = buf;
-                    let got = got?;
-                    if got == 0 {
-                        break;
-                    }
-                    left -= got;
-                }
-            }
-            Op::Pread => {
-                let mut done = 0u64;
-                while done < bytes {
-                    let n = ((bytes - done) as usize).min(CHUNK_BYTES_MAX);
-                    let mut buf = std::mem::take(&mut self.read_buffer);
-                    let got = self.file(call)?.read_at(&mut buf[..n], offset + done);
-                    self.read_buffer = buf;
-                    let got = got?;
-                    if got == 0 {
-                        break;
-                    }
-                    done += got as u64;
-                }
-            }
-            Op::Write | Op::Pwrite => {
-                let mut done = 0u64;
-                while done < bytes {
-                    let n = ((bytes - done) as usize).min(CHUNK_BYTES_MAX);
-                    let pattern = std::mem::take(&mut self.pattern);
-                    let written = if call.op == Op::Write {
-                        self.file(call)?.write_all(&pattern[..n])
-                    } else {
-                        self.file(call)?.write_all_at(&pattern[..n], offset + done)
-                    };
-                    self.pattern = pattern;
-                    written?;
-                    done += n as u64;
-                }
-            }
+            Op::Read => self.read(call, bytes)?,
+            Op::Pread => self.pread(call, bytes, offset)?,
+            Op::Write | Op::Pwrite => self.write(call, bytes, offset)?,
             Op::Lseek => {
                 self.file(call)?.seek(SeekFrom::Start(offset))?;
             }
@@ -256,18 +196,7 @@ impl Player<'_> {
                 .write(true)
                 .open(self.path(call))?
                 .set_len(bytes)?,
-            Op::Fallocate => {
-                use std::os::fd::AsRawFd;
-                let fd = self.file(call)?.as_raw_fd();
-                let (off, len) = (
-                    i64::try_from(offset).map_err(std::io::Error::other)?,
-                    i64::try_from(bytes).map_err(std::io::Error::other)?,
-                );
-                // SAFETY: fd belongs to a File held in self.files for the duration of the call.
-                if unsafe { libc::fallocate(fd, 0, off, len) } != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
+            Op::Fallocate => self.fallocate(call, bytes, offset)?,
             Op::Rename => {
                 let to = self.root.join(call.to.as_deref().unwrap_or(""));
                 if let Some(parent) = to.parent() {
@@ -281,6 +210,98 @@ impl Player<'_> {
                 _ => {}
             },
             Op::Rmdir => std::fs::remove_dir(self.path(call))?,
+        }
+        Ok(())
+    }
+
+    /// Opens the call's file with the recorded flags (creating its directories).
+    fn open(&mut self, call: &Call) -> std::io::Result<()> {
+        let path = self.path(call);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let has = |f: OpenFlag| call.flags.contains(&f);
+        let file = if has(OpenFlag::Directory) || path.is_dir() {
+            File::open(&path)?
+        } else {
+            let write = has(OpenFlag::Wronly) || has(OpenFlag::Rdwr);
+            OpenOptions::new()
+                .read(!has(OpenFlag::Wronly))
+                .write(write && !has(OpenFlag::Append))
+                .append(has(OpenFlag::Append))
+                // O_EXCL is not replayed: a file the replay made earlier than the
+                // recording did (lazily, see above) must not fail the open.
+                .create(has(OpenFlag::Create) && write)
+                .truncate(has(OpenFlag::Trunc) && write)
+                .open(&path)?
+        };
+        self.files.insert(Player::key(call), file);
+        Ok(())
+    }
+
+    /// Reads `bytes` at the file's position, in chunks, stopping early at its end.
+    fn read(&mut self, call: &Call, bytes: u64) -> std::io::Result<()> {
+        let mut left = bytes as usize;
+        while left > 0 {
+            let n = left.min(CHUNK_BYTES_MAX);
+            let mut buf = std::mem::take(&mut self.read_buffer);
+            let got = self.file(call)?.read(&mut buf[..n]);
+            self.read_buffer = buf;
+            let got = got?;
+            if got == 0 {
+                break;
+            }
+            left -= got;
+        }
+        Ok(())
+    }
+
+    /// Reads `bytes` at `offset`, in chunks, stopping early at the file's end.
+    fn pread(&mut self, call: &Call, bytes: u64, offset: u64) -> std::io::Result<()> {
+        let mut done = 0u64;
+        while done < bytes {
+            let n = ((bytes - done) as usize).min(CHUNK_BYTES_MAX);
+            let mut buf = std::mem::take(&mut self.read_buffer);
+            let got = self.file(call)?.read_at(&mut buf[..n], offset + done);
+            self.read_buffer = buf;
+            let got = got?;
+            if got == 0 {
+                break;
+            }
+            done += got as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` of the pattern, in chunks: at the file's position (write) or at `offset`
+    /// (pwrite).
+    fn write(&mut self, call: &Call, bytes: u64, offset: u64) -> std::io::Result<()> {
+        let mut done = 0u64;
+        while done < bytes {
+            let n = ((bytes - done) as usize).min(CHUNK_BYTES_MAX);
+            let pattern = std::mem::take(&mut self.pattern);
+            let written = if call.op == Op::Write {
+                self.file(call)?.write_all(&pattern[..n])
+            } else {
+                self.file(call)?.write_all_at(&pattern[..n], offset + done)
+            };
+            self.pattern = pattern;
+            written?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    fn fallocate(&mut self, call: &Call, bytes: u64, offset: u64) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.file(call)?.as_raw_fd();
+        let (off, len) = (
+            i64::try_from(offset).map_err(std::io::Error::other)?,
+            i64::try_from(bytes).map_err(std::io::Error::other)?,
+        );
+        // SAFETY: fd belongs to a File held in self.files for the duration of the call.
+        if unsafe { libc::fallocate(fd, 0, off, len) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
         Ok(())
     }

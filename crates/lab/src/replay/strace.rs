@@ -85,36 +85,41 @@ impl Parser {
         let t_us = ((raw.time_s - start_s).max(0.0) * 1e6).round() as u64;
         let dur_us = (raw.dur_s * 1e6).round() as u64;
         let mut call = Call::new(t_us, dur_us, raw.pid, Op::Open);
-        let ret_number = || leading_number(&raw.ret);
-        let fd_arg = |i: usize| raw.args.get(i).and_then(|a| decorated(a));
-        let set_fd = |call: &mut Call, i: usize| -> Option<()> {
-            let (fd, path) = fd_arg(i)?;
-            call.fd = Some(fd);
-            call.path = Some(self.relative(&path)?);
-            Some(())
-        };
         match raw.name.as_str() {
-            "open" | "openat" | "creat" => {
-                let (fd, path) = decorated(&raw.ret)?;
-                call.fd = Some(fd);
-                call.path = Some(self.relative(&path)?);
-                call.flags = match raw.name.as_str() {
-                    "creat" => vec![OpenFlag::Wronly, OpenFlag::Create, OpenFlag::Trunc],
-                    "open" => open_flags(raw.args.get(1)?),
-                    _ => open_flags(raw.args.get(2)?),
-                };
-            }
-            "close" => {
-                call.op = Op::Close;
-                set_fd(&mut call, 0)?;
-            }
+            "open" | "openat" | "creat" => self.open_call(raw, &mut call)?,
+            "truncate" | "rename" | "renameat" | "renameat2" | "unlink" | "rmdir" | "unlinkat"
+            | "mkdir" | "mkdirat" => self.path_call(raw, &mut call)?,
+            _ => self.descriptor_call(raw, &mut call)?,
+        }
+        call.validate().ok()?;
+        Some(call)
+    }
+
+    /// open, openat, creat: the new descriptor and its path are in the return value.
+    fn open_call(&self, raw: &RawCall, call: &mut Call) -> Option<()> {
+        let (fd, path) = decorated(&raw.ret)?;
+        call.fd = Some(fd);
+        call.path = Some(self.relative(&path)?);
+        call.flags = match raw.name.as_str() {
+            "creat" => vec![OpenFlag::Wronly, OpenFlag::Create, OpenFlag::Trunc],
+            "open" => open_flags(raw.args.get(1)?),
+            _ => open_flags(raw.args.get(2)?),
+        };
+        Some(())
+    }
+
+    /// Calls on an open descriptor, its first argument (None: not a call the trace keeps).
+    fn descriptor_call(&self, raw: &RawCall, call: &mut Call) -> Option<()> {
+        let ret_number = || leading_number(&raw.ret);
+        let arg_number = |i: usize| leading_number(raw.args.get(i)?);
+        match raw.name.as_str() {
+            "close" => call.op = Op::Close,
             "read" | "readv" | "write" | "writev" => {
                 call.op = if raw.name.starts_with("read") {
                     Op::Read
                 } else {
                     Op::Write
                 };
-                set_fd(&mut call, 0)?;
                 call.bytes = Some(ret_number()?);
             }
             "pread64" | "preadv" | "pwrite64" | "pwritev" => {
@@ -123,79 +128,81 @@ impl Parser {
                 } else {
                     Op::Pwrite
                 };
-                set_fd(&mut call, 0)?;
                 call.bytes = Some(ret_number()?);
-                call.offset = Some(leading_number(raw.args.get(3)?)?);
+                call.offset = Some(arg_number(3)?);
             }
             "lseek" => {
                 // Stored as the absolute position it moved to (the return value).
                 call.op = Op::Lseek;
-                set_fd(&mut call, 0)?;
                 call.offset = Some(ret_number()?);
                 call.whence = Some(Whence::Set);
             }
-            "fsync" | "fdatasync" => {
-                call.op = if raw.name == "fsync" {
-                    Op::Fsync
-                } else {
-                    Op::Fdatasync
-                };
-                set_fd(&mut call, 0)?;
-            }
+            "fsync" => call.op = Op::Fsync,
+            "fdatasync" => call.op = Op::Fdatasync,
             "ftruncate" => {
                 call.op = Op::Ftruncate;
-                set_fd(&mut call, 0)?;
-                call.bytes = Some(leading_number(raw.args.get(1)?)?);
-            }
-            "truncate" => {
-                call.op = Op::Truncate;
-                call.path = Some(self.resolve(None, raw.args.first()?)?);
-                call.bytes = Some(leading_number(raw.args.get(1)?)?);
+                call.bytes = Some(arg_number(1)?);
             }
             "fallocate" => {
                 call.op = Op::Fallocate;
-                set_fd(&mut call, 0)?;
-                call.offset = Some(leading_number(raw.args.get(2)?)?);
-                call.bytes = Some(leading_number(raw.args.get(3)?)?);
-            }
-            "rename" => {
-                call.op = Op::Rename;
-                call.path = Some(self.resolve(None, raw.args.first()?)?);
-                call.to = Some(self.resolve(None, raw.args.get(1)?)?);
-            }
-            "renameat" | "renameat2" => {
-                call.op = Op::Rename;
-                call.path = Some(self.resolve(raw.args.first(), raw.args.get(1)?)?);
-                call.to = Some(self.resolve(raw.args.get(2), raw.args.get(3)?)?);
-            }
-            "unlink" | "rmdir" => {
-                call.op = if raw.name == "unlink" {
-                    Op::Unlink
-                } else {
-                    Op::Rmdir
-                };
-                call.path = Some(self.resolve(None, raw.args.first()?)?);
-            }
-            "unlinkat" => {
-                call.op = if raw.args.get(2).is_some_and(|f| f.contains("AT_REMOVEDIR")) {
-                    Op::Rmdir
-                } else {
-                    Op::Unlink
-                };
-                call.path = Some(self.resolve(raw.args.first(), raw.args.get(1)?)?);
-            }
-            "mkdir" => {
-                call.op = Op::Mkdir;
-                call.path = Some(self.resolve(None, raw.args.first()?)?);
-            }
-            "mkdirat" => {
-                call.op = Op::Mkdir;
-                call.path = Some(self.resolve(raw.args.first(), raw.args.get(1)?)?);
+                call.offset = Some(arg_number(2)?);
+                call.bytes = Some(arg_number(3)?);
             }
             _ => return None,
         }
-        call.validate().ok()?;
-        Some(call)
+        let (fd, path) = decorated(raw.args.first()?)?;
+        call.fd = Some(fd);
+        call.path = Some(self.relative(&path)?);
+        Some(())
+    }
+
+    /// Calls that name paths, resolved against their directory descriptors (`...at`) or the
+    /// working directory.
+    fn path_call(&self, raw: &RawCall, call: &mut Call) -> Option<()> {
+        let arg = |i: usize| raw.args.get(i);
+        match raw.name.as_str() {
+            "truncate" => {
+                call.op = Op::Truncate;
+                call.path = Some(self.resolve(None, arg(0)?)?);
+                call.bytes = Some(leading_number(arg(1)?)?);
+            }
+            "rename" => {
+                call.op = Op::Rename;
+                call.path = Some(self.resolve(None, arg(0)?)?);
+                call.to = Some(self.resolve(None, arg(1)?)?);
+            }
+            "renameat" | "renameat2" => {
+                call.op = Op::Rename;
+                call.path = Some(self.resolve(arg(0), arg(1)?)?);
+                call.to = Some(self.resolve(arg(2), arg(3)?)?);
+            }
+            "unlink" => {
+                call.op = Op::Unlink;
+                call.path = Some(self.resolve(None, arg(0)?)?);
+            }
+            "rmdir" => {
+                call.op = Op::Rmdir;
+                call.path = Some(self.resolve(None, arg(0)?)?);
+            }
+            "unlinkat" => {
+                call.op = if arg(2).is_some_and(|f| f.contains("AT_REMOVEDIR")) {
+                    Op::Rmdir
+                } else {
+                    Op::Unlink
+                };
+                call.path = Some(self.resolve(arg(0), arg(1)?)?);
+            }
+            "mkdir" => {
+                call.op = Op::Mkdir;
+                call.path = Some(self.resolve(None, arg(0)?)?);
+            }
+            "mkdirat" => {
+                call.op = Op::Mkdir;
+                call.path = Some(self.resolve(arg(0), arg(1)?)?);
+            }
+            _ => return None,
+        }
+        Some(())
     }
 
     /// An absolute path under the root, made relative to it ("." for the root itself: SQLite
