@@ -316,7 +316,6 @@ fn cut_torn_tail(
             // followed by leftovers of the torn batch that happen to decode.
             let zeros = vec![0u8; (active.bytes - data_end) as usize];
             active.write_at(&zeros, data_end)?;
-            active.sync_data()?;
             Some(format!(
                 "{}@{} ({reason} at offset {offset})",
                 active.path.display(),
@@ -325,12 +324,12 @@ fn cut_torn_tail(
         }
         None => None,
     };
-    // What recovery read may have been only in the page cache (a process killed in None
-    // mode): make it durable before anything is written after it, so that the records this
-    // session writes can be flagged `synced_before` truthfully.
-    for segment in &segments[..=last] {
-        segment.sync_data()?;
-    }
+    // What recovery read (and the zeros of a cut) may be only in the page cache, if a process
+    // was killed in None mode: make it durable before anything is written after it, so that
+    // the records this session writes can be flagged `synced_before` truthfully. Only the
+    // segment holding the end of the log: every earlier one was fdatasync'd, with its
+    // SEGMENT_END, before the next got a byte (checked above).
+    active.sync_data()?;
     let synced: Vec<(u64, u64)> = segments[..=last]
         .iter()
         .map(|s| {

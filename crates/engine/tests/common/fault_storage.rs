@@ -146,8 +146,7 @@ impl FaultFs {
     }
 
     pub fn used_bytes(&self) -> u64 {
-        let st = self.state.lock();
-        st.inodes.values().map(|i| i.data.len() as u64).sum()
+        self.state.lock().used_bytes()
     }
 
     /// Flips a byte of a file, in the page cache and on disk (bit rot).
@@ -197,63 +196,61 @@ impl FaultFs {
 }
 
 fn cut(st: &mut FsState, rng: &mut StdRng) -> (usize, usize) {
-    {
-        // Some prefix of the unsynced name changes was committed by the journal.
-        let mut names = st.durable_names.clone();
-        let committed = rng.random_range(0..=st.dir_log.len());
-        for op in &st.dir_log[..committed] {
-            apply_dir_op(&mut names, op);
+    // Some prefix of the unsynced name changes was committed by the journal.
+    let mut names = st.durable_names.clone();
+    let committed = rng.random_range(0..=st.dir_log.len());
+    for op in &st.dir_log[..committed] {
+        apply_dir_op(&mut names, op);
+    }
+    let (mut kept, mut lost) = (0, 0);
+    let mut inodes = HashMap::new();
+    let live: Vec<u64> = names.values().copied().collect();
+    for ino in live {
+        if inodes.contains_key(&ino) {
+            continue;
         }
-        let (mut kept, mut lost) = (0, 0);
-        let mut inodes = HashMap::new();
-        let live: Vec<u64> = names.values().copied().collect();
-        for ino in live {
-            if inodes.contains_key(&ino) {
-                continue;
-            }
-            let Some(inode) = st.inodes.get(&ino) else {
-                continue;
-            };
-            let mut after = inode.durable.clone();
-            if inode.data.len() == inode.durable.len() {
-                for start in (0..inode.data.len()).step_by(PAGE_BYTES) {
-                    let end = (start + PAGE_BYTES).min(inode.data.len());
-                    if inode.data[start..end] == inode.durable[start..end] {
-                        continue;
+        let Some(inode) = st.inodes.get(&ino) else {
+            continue;
+        };
+        let mut after = inode.durable.clone();
+        if inode.data.len() == inode.durable.len() {
+            for start in (0..inode.data.len()).step_by(PAGE_BYTES) {
+                let end = (start + PAGE_BYTES).min(inode.data.len());
+                if inode.data[start..end] == inode.durable[start..end] {
+                    continue;
+                }
+                match rng.random_range(0..4) {
+                    0 | 1 => {
+                        after[start..end].copy_from_slice(&inode.data[start..end]);
+                        kept += 1;
                     }
-                    match rng.random_range(0..4) {
-                        0 | 1 => {
-                            after[start..end].copy_from_slice(&inode.data[start..end]);
-                            kept += 1;
-                        }
-                        2 => lost += 1,
-                        _ => {
-                            // Torn: a prefix of the page's sectors made it.
-                            let sectors = rng.random_range(0..(end - start).div_ceil(SECTOR_BYTES));
-                            let torn_end = (start + sectors * SECTOR_BYTES).min(end);
-                            after[start..torn_end].copy_from_slice(&inode.data[start..torn_end]);
-                            lost += 1;
-                        }
+                    2 => lost += 1,
+                    _ => {
+                        // Torn: a prefix of the page's sectors made it.
+                        let sectors = rng.random_range(0..(end - start).div_ceil(SECTOR_BYTES));
+                        let torn_end = (start + sectors * SECTOR_BYTES).min(end);
+                        after[start..torn_end].copy_from_slice(&inode.data[start..torn_end]);
+                        lost += 1;
                     }
                 }
             }
-            inodes.insert(
-                ino,
-                Inode {
-                    data: after.clone(),
-                    durable: after,
-                },
-            );
         }
-        st.generation += 1;
-        st.inodes = inodes;
-        st.names = names.clone();
-        st.durable_names = names;
-        st.dir_log.clear();
-        st.armed.clear();
-        st.short_writes = false;
-        (kept, lost)
+        inodes.insert(
+            ino,
+            Inode {
+                data: after.clone(),
+                durable: after,
+            },
+        );
     }
+    st.generation += 1;
+    st.inodes = inodes;
+    st.names = names.clone();
+    st.durable_names = names;
+    st.dir_log.clear();
+    st.armed.clear();
+    st.short_writes = false;
+    (kept, lost)
 }
 
 fn apply_dir_op(names: &mut BTreeMap<PathBuf, u64>, op: &DirOp) {
