@@ -20,9 +20,8 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::commit_log::LogState;
+use crate::commit_log::log_state::LogState;
 use crate::dir::DataDir;
-use crate::engine::{Inner, Recovery, State, apply};
 use crate::error::{Error, IoContext, Result};
 use crate::key;
 use crate::limits::SEGMENT_HEADER_BYTES;
@@ -32,6 +31,7 @@ use crate::options::Options;
 use crate::record::Body;
 use crate::segment::{self, ScanEnd, Segment};
 use crate::spares::{SegmentPlan, Spares};
+use crate::state::{Inner, Recovery, State};
 use crate::stats::Counters;
 use crate::storage::{PlainFiles, Storage};
 use crate::upper::LogPosition;
@@ -138,71 +138,71 @@ fn mid_log_damage(segment: &Segment, end: &ScanEnd, place: std::cmp::Ordering) -
     })
 }
 
-impl Inner {
-    pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
-        options.validate()?;
-        let started = Instant::now();
-        let dir = DataDir::open(path, Some(options.lower_tier))?;
-        let lower = open_lower(&dir, options.lower_memory_bytes)?;
-        let counters = Counters::default();
-        let log_dir = dir.log_dir();
+/// `Engine::open`: opens or creates the data directory, replays its log and readies the
+/// shared state (the caller starts the background threads).
+pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
+    options.validate()?;
+    let started = Instant::now();
+    let dir = DataDir::open(path, Some(options.lower_tier))?;
+    let lower = open_lower(&dir, options.lower_memory_bytes)?;
+    let counters = Counters::default();
+    let log_dir = dir.log_dir();
 
-        let mut map = MappingTable::default();
-        let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
-        let mut segments = open_segments(&log_dir, &options, &counters)?;
-        let next_seq = segments.last().map_or(1, |s| s.seq + 1);
-        let mut st = State {
-            map,
-            log: LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
-            poisoned: None,
-            lower_dirty: false,
-            index_bytes: 0,
-            last_maintenance_error: None,
-            lower_persisted_at_ms: options.clock.now_ms(),
-        };
-        let replayed = replay_log(&segments, &mut st, &mut catalog, lower.as_ref(), &counters)?;
-        let (last, cut) = cut_torn_tail(&segments, &replayed.ends, &mut st)?;
-        let ready = take_spares(&mut segments, last, &mut st)?;
+    let mut map = MappingTable::default();
+    let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
+    let mut segments = open_segments(&log_dir, &options, &counters)?;
+    let next_seq = segments.last().map_or(1, |s| s.seq + 1);
+    let mut st = State {
+        map,
+        log: LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
+        poisoned: None,
+        lower_dirty: false,
+        index_bytes: 0,
+        last_maintenance_error: None,
+        lower_persisted_at_ms: options.clock.now_ms(),
+    };
+    let replayed = replay_log(&segments, &mut st, &mut catalog, lower.as_ref(), &counters)?;
+    let (last, cut) = cut_torn_tail(&segments, &replayed.ends, &mut st)?;
+    let ready = take_spares(&mut segments, last, &mut st)?;
 
-        // Replayed departures freed space in an earlier session, not this one.
-        counters
-            .reclaimed_bytes_without_write
-            .store(0, std::sync::atomic::Ordering::Relaxed);
-        let recovery = Recovery {
-            ms: started.elapsed().as_millis() as u64,
-            records: replayed.records,
-            buffer_bytes_max: replayed.buffer_bytes_max,
-            cut,
-        };
-        let budget_bytes = options.log_budget_bytes(free_bytes(&*options.storage, &log_dir)?);
-        let plan = SegmentPlan {
-            storage: Arc::clone(&options.storage),
-            log_dir: log_dir.clone(),
-            segment_bytes: options.segment_bytes,
-            zero_fill: zero_fill_segments(&options),
-        };
-        let counters = Arc::new(counters);
-        let spares = Spares::new(ready, next_seq, budget_bytes, plan, Arc::clone(&counters));
-        let live_bytes = st.log.segments.values().map(|l| l.segment.bytes).sum();
-        spares
-            .live_bytes
-            .store(live_bytes, std::sync::atomic::Ordering::Relaxed);
-        Ok(Inner {
-            spares,
-            dir,
-            options,
-            state: Mutex::new(st),
-            group_done: Condvar::new(),
-            space_freed: Condvar::new(),
-            maintenance_wanted: AtomicBool::new(false),
-            lower,
-            counters,
-            migration: Mutex::new(()),
-            shutdown: Mutex::new(false),
-            shutdown_signal: Condvar::new(),
-            recovery,
-        })
-    }
+    // Replayed departures freed space in an earlier session, not this one.
+    counters
+        .reclaimed_bytes_without_write
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    let recovery = Recovery {
+        ms: started.elapsed().as_millis() as u64,
+        records: replayed.records,
+        buffer_bytes_max: replayed.buffer_bytes_max,
+        cut,
+    };
+    let budget_bytes = options.log_budget_bytes(free_bytes(&*options.storage, &log_dir)?);
+    let plan = SegmentPlan {
+        storage: Arc::clone(&options.storage),
+        log_dir: log_dir.clone(),
+        segment_bytes: options.segment_bytes,
+        zero_fill: zero_fill_segments(&options),
+    };
+    let counters = Arc::new(counters);
+    let spares = Spares::new(ready, next_seq, budget_bytes, plan, Arc::clone(&counters));
+    let live_bytes = st.log.segments.values().map(|l| l.segment.bytes).sum();
+    spares
+        .live_bytes
+        .store(live_bytes, std::sync::atomic::Ordering::Relaxed);
+    Ok(Inner {
+        spares,
+        dir,
+        options,
+        state: Mutex::new(st),
+        group_done: Condvar::new(),
+        space_freed: Condvar::new(),
+        maintenance_wanted: AtomicBool::new(false),
+        lower,
+        counters,
+        migration: Mutex::new(()),
+        shutdown: Mutex::new(false),
+        shutdown_signal: Condvar::new(),
+        recovery,
+    })
 }
 
 /// The live segments in order (refusing a log with a gap), or a first one for a new log.
@@ -467,7 +467,7 @@ fn replay(
             }
         }
     };
-    apply(counters, st, lower_ops, id, body, position, len);
+    st.apply(counters, lower_ops, id, body, position, len);
 }
 
 /// What `check` found.

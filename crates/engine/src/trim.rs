@@ -18,70 +18,57 @@
 //! and then trimmed again, and puts after the TRIM (which in-order retirement keeps live
 //! whenever the TRIM is live) are re-put after it.
 
-use crate::engine::{Engine, Inner, Stall, validate_id};
+use crate::commit_log::group_commit::{self, Stall};
 use crate::error::Result;
-use crate::limits;
 use crate::lower;
 use crate::mapping::Tier;
+use crate::reading::validate_device;
 use crate::record;
+use crate::state::Inner;
 use crate::stats::Counters;
 
-impl Engine {
-    /// Deletes every reading of `device` with ts < `before_ms`, in both tiers, durably: one
-    /// TRIM record (about 26 bytes + the name), acknowledged under the configured durability
-    /// like a write. Readings written after the call returns are not touched, whatever their
-    /// timestamps. Returns false, writing nothing, when the device is not here or holds no
-    /// reading older than the cutoff (a write racing with the call may then be kept; one
-    /// acknowledged before the call began is never missed).
-    ///
-    /// Cost: upper tier, a pass over the device's index under the engine's lock; lower tier,
-    /// one seek per sensor of the device to decide, and again when applied (one range delete
-    /// per sensor). Log space of trimmed upper-tier readings returns when the device settles
-    /// or departs; settled readings' space returns as the LSM compacts the range deletes.
-    pub fn trim_before(&self, device: &str, before_ms: i64) -> Result<bool> {
-        validate_id("device", device, limits::DEVICE_ID_BYTES_MAX)?;
-        let inner = &*self.inner;
-        if !inner.has_readings_before(device, before_ms)? {
-            return Ok(false);
-        }
-        let len = record::trim_len(device);
-        let mut st = inner.state.lock();
-        let mut stall = Stall::default();
-        let id = loop {
-            inner.check_poisoned(&st)?;
-            let Some(id) = st.map.id(device) else {
-                return Ok(false);
-            };
-            if inner.make_room(&mut st, len, &mut stall)? {
-                break id;
-            }
-        };
-        let (segment, offset) = inner.place(&mut st, len);
-        let mut bytes = Vec::with_capacity(len);
-        record::encode_trim(&mut bytes, segment.seq_low(), device, before_ms);
-        let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
-        inner.wait_for(st, ticket)?;
-        Counters::add(&inner.counters.trims, 1);
-        Ok(true)
+/// `Engine::trim_before`: logs one TRIM record when the device holds readings older than the
+/// cutoff.
+pub(crate) fn trim_before(inner: &Inner, device: &str, before_ms: i64) -> Result<bool> {
+    validate_device(device)?;
+    if !has_readings_before(inner, device, before_ms)? {
+        return Ok(false);
     }
+    let len = record::trim_len(device);
+    let mut st = inner.state.lock();
+    let mut stall = Stall::default();
+    let id = loop {
+        inner.check_poisoned(&st)?;
+        let Some(id) = st.map.id(device) else {
+            return Ok(false);
+        };
+        if group_commit::make_room(inner, &mut st, len, &mut stall)? {
+            break id;
+        }
+    };
+    let (segment, offset) = group_commit::place(inner, &mut st, len);
+    let mut bytes = Vec::with_capacity(len);
+    record::encode_trim(&mut bytes, segment.seq_low(), device, before_ms);
+    let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
+    group_commit::wait_for(inner, st, ticket)?;
+    Counters::add(&inner.counters.trims, 1);
+    Ok(true)
 }
 
-impl Inner {
-    /// Whether the device holds a reading with ts < `before_ms` (upper tier: its index; lower
-    /// tier: the oldest key of each sensor, read outside the state lock).
-    fn has_readings_before(&self, device: &str, before_ms: i64) -> Result<bool> {
-        let lower_id = {
-            let st = self.state.lock();
-            match st.map.lookup(device) {
-                None => return Ok(false),
-                Some((_, entry)) if entry.tier != Tier::Lower => {
-                    return Ok(entry.index.has_before(before_ms));
-                }
-                Some((_, entry)) => entry.lower_id,
+/// Whether the device holds a reading with ts < `before_ms` (upper tier: its index; lower
+/// tier: the oldest key of each sensor, read outside the state lock).
+fn has_readings_before(inner: &Inner, device: &str, before_ms: i64) -> Result<bool> {
+    let lower_id = {
+        let st = inner.state.lock();
+        match st.map.lookup(device) {
+            None => return Ok(false),
+            Some((_, entry)) if entry.tier != Tier::Lower => {
+                return Ok(entry.index.has_before(before_ms));
             }
-        };
-        Ok(lower::oldest_per_sensor(self.lower.as_ref(), lower_id)?
-            .iter()
-            .any(|(_, oldest_ms)| *oldest_ms < before_ms))
-    }
+            Some((_, entry)) => entry.lower_id,
+        }
+    };
+    Ok(lower::oldest_per_sensor(inner.lower.as_ref(), lower_id)?
+        .iter()
+        .any(|(_, oldest_ms)| *oldest_ms < before_ms))
 }

@@ -1,12 +1,11 @@
-//! The commit log: the one journal of both tiers (DESIGN.md property 3). Its live segments and
-//! what holds them, the queue of sealed records waiting for the next group commit, and the
-//! group's I/O — one pwrite per segment touched and, under `Durability::Sync`, one fdatasync
-//! per segment (papers 003/004: group commit, fdatasync, no journaling of the journal).
+//! The log's bookkeeping under the engine's state lock, and the group's I/O.
 //!
-//! Everything here but `Group::write` runs under the engine's state lock (`LogState` lives in
-//! `engine::State`, beside the mapping table, so that registering a device and placing its
-//! records are one step). `Group::write` runs without it, on the leader's thread: the engine's
-//! `lead_group` is the one place that calls it, so it is the one place that syncs the log.
+//! `LogState` (live segments and what holds them, placement in the active segment, the segment
+//! switch, the queue of sealed records and its tickets, the retirable prefix) lives in
+//! `state::State`, beside the mapping table, so that registering a device and placing its
+//! records are one step. `Group::write` runs without the lock, on the leader's thread:
+//! `group_commit::lead_group` is the one place that calls it, so it is the one place that
+//! writes and syncs the log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
