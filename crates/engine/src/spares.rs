@@ -38,6 +38,9 @@ pub(crate) struct SpareState {
     pub shutdown: bool,
     /// The last attempt to make a segment failed (handed to the next `take`, then retried).
     pub error: Option<Error>,
+    /// Writers waiting in `take` for a ready segment: while there are any, the preparer
+    /// zero-fills at full speed instead of paced.
+    pub takers_waiting: usize,
 }
 
 /// The spare pool and the log's space accounting against its budget.
@@ -82,6 +85,7 @@ impl Spares {
                 wanted: false,
                 shutdown: false,
                 error: None,
+                takers_waiting: 0,
             }),
             changed: Condvar::new(),
             budget_bytes,
@@ -127,7 +131,9 @@ impl Spares {
             if st.shutdown {
                 return Err(Error::Poisoned("the engine is shutting down".into()));
             }
+            st.takers_waiting += 1;
             self.changed.wait(&mut st);
+            st.takers_waiting -= 1;
         }
     }
 
@@ -241,12 +247,16 @@ impl Spares {
                 Ok(segment)
             }
             None => {
-                let (segment, written) = Segment::create(
+                // Paced while no writer waits for this segment (a gentler neighbour for the
+                // commits' fdatasyncs), at full speed once one does.
+                let nobody_waiting = || self.state.lock().takers_waiting == 0;
+                let (segment, written) = Segment::create_paced(
                     &plan.storage,
                     &plan.log_dir,
                     seq,
                     plan.segment_bytes,
                     plan.zero_fill,
+                    &nobody_waiting,
                 )?;
                 Counters::add(&self.counters.log_preallocated_bytes, written);
                 Ok(segment)
