@@ -29,7 +29,7 @@ use crate::limits::{
     MIGRATION_READ_WINDOW_BYTES, MIGRATION_RECORDS_PER_RUN_MAX, MIGRATION_RUN_BYTES_MAX,
 };
 use crate::lower::LowerOp;
-use crate::mapping::{DeviceId, Tier};
+use crate::mapping::{DeviceEntry, DeviceId, Tier};
 use crate::query::{AtIndex, at_index};
 use crate::segment::Segment;
 use crate::spares::Retired;
@@ -109,14 +109,7 @@ fn due_devices(inner: &Inner) -> Vec<DeviceId> {
                     >= e.registered_at_ms
                         .saturating_add(inner.options.management_time_ms)
         })
-        .map(|(id, e)| {
-            (
-                e.registered_at_ms,
-                id,
-                e.index.records,
-                e.index.record_bytes,
-            )
-        })
+        .map(|(id, e)| candidate(id, e))
         .collect();
     due.sort_unstable();
     take_one_pass(due, migration_run_bytes_max(inner))
@@ -151,14 +144,7 @@ fn devices_pinning_oldest_segment(inner: &Inner) -> Vec<DeviceId> {
                     .iter()
                     .any(|(seq, _)| *seq == oldest)
         })
-        .map(|(id, e)| {
-            (
-                e.registered_at_ms,
-                id,
-                e.index.records,
-                e.index.record_bytes,
-            )
-        })
+        .map(|(id, e)| candidate(id, e))
         .collect();
     pinning.sort_unstable();
     take_one_pass(pinning, migration_run_bytes_max(inner))
@@ -189,17 +175,7 @@ pub(crate) fn migrate_for_memory(inner: &Inner) -> Result<()> {
                 .map
                 .entries()
                 .filter(|(_, e)| e.tier == Tier::Upper)
-                .map(|(id, e)| {
-                    (
-                        (
-                            e.registered_at_ms,
-                            id,
-                            e.index.records,
-                            e.index.record_bytes,
-                        ),
-                        e.index.index_bytes(),
-                    )
-                })
+                .map(|(id, e)| (candidate(id, e), e.index.index_bytes()))
                 .collect();
             upper.sort_unstable();
             let mut excess = st.index_bytes - low_water;
@@ -515,6 +491,15 @@ pub(crate) fn run(inner: &Inner) {
 
 /// A device that may be migrated: (registered_at_ms, id, records, record bytes).
 type Candidate = (u64, DeviceId, u64, u64);
+
+fn candidate(id: DeviceId, e: &DeviceEntry) -> Candidate {
+    (
+        e.registered_at_ms,
+        id,
+        e.index.records,
+        e.index.record_bytes,
+    )
+}
 
 /// The first candidates (always at least one) up to MIGRATION_RECORDS_PER_RUN_MAX records and
 /// `bytes_max` bytes: one pass's sorted run.

@@ -16,7 +16,7 @@ use crate::reading::{Reading, validate_device, validate_sensor};
 use crate::record::{self, Body, Decode};
 use crate::segment::Segment;
 use crate::state::Inner;
-use crate::upper::IndexEntry;
+use crate::upper::{DeviceIndex, IndexEntry};
 
 /// Where a device's readings live now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,7 +202,7 @@ enum Located {
 fn locate(
     inner: &Inner,
     device: &str,
-    choose: impl FnOnce(&crate::upper::DeviceIndex) -> Vec<(&str, IndexEntry)>,
+    choose: impl FnOnce(&DeviceIndex) -> Vec<(&str, IndexEntry)>,
 ) -> Located {
     let st = inner.state.lock();
     let Some((_, entry)) = st.map.lookup(device) else {
@@ -343,35 +343,17 @@ fn read_once(
     to_ms: i64,
     point: bool,
 ) -> Result<Vec<Reading>, ReadError> {
-    let located: Vec<(String, IndexEntry, Arc<Segment>)> = {
-        let st = inner.state.lock();
-        let Some((_, entry)) = st.map.lookup(device) else {
-            return Ok(Vec::new());
-        };
-        if entry.tier == Tier::Lower {
-            let lower_id = entry.lower_id;
-            drop(st);
-            return Ok(read_lower(
-                inner, device, lower_id, sensor, from_ms, to_ms, point,
-            )?);
-        }
-        let hits = match (point, sensor) {
-            (true, Some(sensor)) => entry
-                .index
-                .get(sensor, from_ms)
-                .map(|e| (sensor, e))
-                .into_iter()
-                .collect(),
-            _ => entry.index.range(sensor, from_ms, to_ms),
-        };
-        hits.into_iter()
-            .map(|(sensor, e)| {
-                let segment = st.log.segment_of(&e);
-                (sensor.to_owned(), e, Arc::clone(segment))
-            })
-            .collect()
-    };
-    read_upper(device, located)
+    let chosen = locate(inner, device, |index| match (point, sensor) {
+        (true, Some(sensor)) => index.get(sensor, from_ms).into_iter().collect(),
+        _ => index.range(sensor, from_ms, to_ms),
+    });
+    match chosen {
+        Located::Absent => Ok(Vec::new()),
+        Located::Upper(chosen) => read_upper(device, chosen),
+        Located::Lower { lower_id } => Ok(read_lower(
+            inner, device, lower_id, sensor, from_ms, to_ms, point,
+        )?),
+    }
 }
 
 fn read_lower(

@@ -93,12 +93,13 @@ impl DeviceIndex {
         self.record_bytes += entry.len as u64;
     }
 
-    pub fn get(&self, sensor: &str, ts_ms: i64) -> Option<IndexEntry> {
-        let entries = self.sensors.get(sensor)?;
+    /// The entry of `sensor` at `ts_ms`, with the sensor's name as the index holds it.
+    pub fn get(&self, sensor: &str, ts_ms: i64) -> Option<(&str, IndexEntry)> {
+        let (name, entries) = self.sensors.get_key_value(sensor)?;
         entries
             .binary_search_by_key(&ts_ms, |e| e.ts_ms)
             .ok()
-            .map(|i| entries[i])
+            .map(|i| (&**name, entries[i]))
     }
 
     /// Entries with from <= ts < to, of one sensor or all, in (sensor, ts) order.
@@ -262,7 +263,7 @@ mod tests {
         index.insert("alt", entry(5, 5));
         assert_eq!(index.records, 4);
         assert_eq!(index.record_bytes, 400);
-        assert_eq!(index.get("speed", 20).map(|e| e.offset), Some(4));
+        assert_eq!(index.get("speed", 20).map(|(_, e)| e.offset), Some(4));
         let all: Vec<(&str, i64)> = index.all().map(|(s, e)| (s, e.ts_ms)).collect();
         assert_eq!(
             all,
