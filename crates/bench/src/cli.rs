@@ -223,14 +223,16 @@ fn mobility(args: &MobilityArgs) -> Result<(), String> {
     let (runs, failures) = run_sweep(args, &sweep, raw)?;
 
     // The db_bench cross-check of the plain-RocksDB configuration.
-    let db_bench = runner::db_bench_crosscheck(
-        sweep.fs,
-        sweep.image_bytes,
-        if sweep.quick { 100_000 } else { 1_000_000 },
-        args.value_bytes,
-        sweep.engine_memory_bytes,
-        false,
-    );
+    let db_bench = runner::db_bench_crosscheck(runner::DbBenchSpec {
+        fs: sweep.fs,
+        image_bytes: sweep.image_bytes,
+        num_per_thread: if sweep.quick { 100_000 } else { 1_000_000 },
+        threads: 1,
+        value_bytes: args.value_bytes,
+        memory_bytes: sweep.engine_memory_bytes,
+        cgroup_limit_bytes: None,
+        sync: false,
+    });
     println!("{}", report::terminal_table(&runs));
     let summary = summarize(&runs, raw, &db_bench);
     for line in &summary {

@@ -218,6 +218,26 @@ impl BenchEngine for RoamkvEngine {
             "lower_persists": s.lower_persists,
             "pending_bytes": s.pending_bytes,
             "last_maintenance_error": s.last_maintenance_error,
+            "maintenance_read_bytes": s.maintenance_read_bytes,
+            "lower_flush_write_bytes": s.lower_diagnostics.flush_write_bytes,
+            "lower_compaction_read_bytes": s.lower_diagnostics.compaction_read_bytes,
+            "lower_compaction_write_bytes": s.lower_diagnostics.compaction_write_bytes,
+            "lower_write_stall_us": s.lower_diagnostics.write_stall_us,
+            "ingested_files_by_level": s.lower_diagnostics.ingested_files_by_level,
+            "lock_holds": s.state_lock.holds,
+            "lock_hold_ns_total": s.state_lock.total_ns,
+            "lock_hold_ns_max": s.state_lock.max_ns,
+            "lock_buckets": s.state_lock.buckets,
+            "lock_long_holds": s.state_lock.long_holds,
+            "passes": s.passes.passes,
+            "pass_us_total": s.passes.total_us,
+            "pass_us_max": s.passes.max_us,
+            "pass_snapshot_us": s.passes.snapshot_us,
+            "pass_read_us": s.passes.read_us,
+            "pass_write_us": s.passes.write_us,
+            "pass_catalog_us": s.passes.catalog_us,
+            "pass_commit_us": s.passes.commit_us,
+            "pass_retire_us": s.passes.retire_us,
         })
     }
     fn close(self: Box<Self>) -> Result<()> {
@@ -255,6 +275,8 @@ fn device_range(device: &str) -> (Vec<u8>, Vec<u8>) {
 
 struct RocksEngine {
     db: rocksdb::DB,
+    /// Kept for its statistics (flush and compaction bytes).
+    options: rocksdb::Options,
     sync: bool,
 }
 
@@ -273,8 +295,9 @@ impl RocksEngine {
         table.set_block_cache(&cache);
         table.set_bloom_filter(10.0, false);
         options.set_block_based_table_factory(&table);
+        options.enable_statistics();
         let db = rocksdb::DB::open(&options, dir).map_err(|e| e.to_string())?;
-        Ok(RocksEngine { db, sync })
+        Ok(RocksEngine { db, options, sync })
     }
     fn write_options(&self) -> rocksdb::WriteOptions {
         let mut wo = rocksdb::WriteOptions::default();
@@ -290,6 +313,10 @@ impl BenchEngine for RocksEngine {
             "live_sst_bytes": property("rocksdb.live-sst-files-size"),
             "pending_compaction_bytes": property("rocksdb.estimate-pending-compaction-bytes"),
             "memtable_bytes": property("rocksdb.cur-size-all-mem-tables"),
+            "lower_flush_write_bytes": self.options.get_ticker_count(rocksdb::statistics::Ticker::FlushWriteBytes),
+            "lower_compaction_read_bytes": self.options.get_ticker_count(rocksdb::statistics::Ticker::CompactReadBytes),
+            "lower_compaction_write_bytes": self.options.get_ticker_count(rocksdb::statistics::Ticker::CompactWriteBytes),
+            "lower_write_stall_us": self.options.get_ticker_count(rocksdb::statistics::Ticker::StallMicros),
         })
     }
     fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {

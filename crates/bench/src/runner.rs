@@ -24,25 +24,109 @@ use crate::workload::WorkloadConfig;
 
 pub type Result<T> = std::result::Result<T, String>;
 
-const CGROUP_ROOT: &str = "/sys/fs/cgroup/memory";
+/// Where cgroup v1 mounts its memory controller.
+const CGROUP_V1_MEMORY: &str = "/sys/fs/cgroup/memory";
+/// Where cgroup v2 (the unified hierarchy) is mounted: on its own, or beside v1 (hybrid).
+const CGROUP_V2_ROOTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
 
-/// A memory cgroup (v1) that is removed when dropped.
+/// Which cgroup interface a group speaks: the files differ, the meaning is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CgroupVersion {
+    V1,
+    V2,
+}
+
+impl CgroupVersion {
+    fn limit_file(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        }
+    }
+    fn usage_file(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "memory.usage_in_bytes",
+            CgroupVersion::V2 => "memory.current",
+        }
+    }
+    fn peak_file(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "memory.max_usage_in_bytes",
+            // Linux 5.19 and later; older kernels lack it (the peak then reads 0).
+            CgroupVersion::V2 => "memory.peak",
+        }
+    }
+    /// The file with an "oom_kill N" line.
+    fn oom_file(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        }
+    }
+}
+
+/// A memory cgroup whose limit covers the page cache as well as the heap (v1 or v2), removed
+/// when dropped.
 pub struct MemoryCgroup {
     path: PathBuf,
+    version: CgroupVersion,
+}
+
+/// The parent directory for a new memory cgroup: v1's memory controller if mounted, else the
+/// v2 root with the memory controller enabled for its children (it is enabled if it can be).
+fn memory_cgroup_parent() -> Result<(PathBuf, CgroupVersion)> {
+    let v1 = Path::new(CGROUP_V1_MEMORY);
+    if v1.join("memory.limit_in_bytes").exists() {
+        return Ok((v1.to_path_buf(), CgroupVersion::V1));
+    }
+    for root in CGROUP_V2_ROOTS.iter().map(Path::new) {
+        let Ok(controllers) = std::fs::read_to_string(root.join("cgroup.controllers")) else {
+            continue;
+        };
+        if !controllers.split_whitespace().any(|c| c == "memory") {
+            continue;
+        }
+        let subtree = root.join("cgroup.subtree_control");
+        let enabled = std::fs::read_to_string(&subtree)
+            .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"));
+        if !enabled {
+            std::fs::write(&subtree, "+memory").map_err(|e| {
+                format!(
+                    "enabling the memory controller in {}: {e}",
+                    subtree.display()
+                )
+            })?;
+        }
+        return Ok((root.to_path_buf(), CgroupVersion::V2));
+    }
+    Err(format!(
+        "no memory cgroup controller: neither cgroup v1 at {CGROUP_V1_MEMORY} nor cgroup v2 with \
+         the memory controller at {}",
+        CGROUP_V2_ROOTS.join(" or ")
+    ))
 }
 
 impl MemoryCgroup {
     pub fn create(name: &str, limit_bytes: u64) -> Result<MemoryCgroup> {
-        let root = Path::new(CGROUP_ROOT);
-        if !root.join("memory.limit_in_bytes").exists() {
-            return Err(format!("no cgroup-v1 memory controller at {CGROUP_ROOT}"));
-        }
-        let path = root.join(name);
+        let (parent, version) = memory_cgroup_parent()?;
+        let path = parent.join(name);
         let _ = std::fs::remove_dir(&path);
         std::fs::create_dir(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-        let cgroup = MemoryCgroup { path };
-        cgroup.write("memory.limit_in_bytes", &limit_bytes.to_string())?;
+        let cgroup = MemoryCgroup { path, version };
+        cgroup.write(version.limit_file(), &limit_bytes.to_string())?;
+        if version == CgroupVersion::V2 {
+            // As v1's limit does, make the group reclaim (and finally OOM-kill) rather than swap.
+            let _ = cgroup.write("memory.swap.max", "0");
+        }
         Ok(cgroup)
+    }
+
+    /// "cgroup v1" or "cgroup v2", for reports.
+    pub fn describe(&self) -> &'static str {
+        match self.version {
+            CgroupVersion::V1 => "cgroup v1",
+            CgroupVersion::V2 => "cgroup v2",
+        }
     }
 
     fn write(&self, file: &str, value: &str) -> Result<()> {
@@ -61,14 +145,24 @@ impl MemoryCgroup {
         self.write("cgroup.procs", &pid.to_string())
     }
 
-    pub fn max_usage_bytes(&self) -> u64 {
-        self.read_u64("memory.max_usage_in_bytes")
+    /// The file a process writes its pid to to join the group.
+    pub fn procs_path(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
     }
 
-    /// Processes of this group the kernel killed for lack of memory ("oom_kill" in
-    /// memory.oom_control; 0 on kernels that do not report it).
+    pub fn max_usage_bytes(&self) -> u64 {
+        self.read_u64(self.version.peak_file())
+    }
+
+    /// The file holding the group's current usage (heap + page cache).
+    pub fn usage_path(&self) -> PathBuf {
+        self.path.join(self.version.usage_file())
+    }
+
+    /// Processes of this group the kernel killed for lack of memory (0 on kernels that do not
+    /// report it).
     pub fn oom_kills(&self) -> u64 {
-        std::fs::read_to_string(self.path.join("memory.oom_control"))
+        std::fs::read_to_string(self.path.join(self.version.oom_file()))
             .ok()
             .and_then(|text| {
                 text.lines()
@@ -78,14 +172,16 @@ impl MemoryCgroup {
     }
 
     pub fn limit_bytes(&self) -> u64 {
-        self.read_u64("memory.limit_in_bytes")
+        self.read_u64(self.version.limit_file())
     }
 }
 
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
-        // Charged page cache may keep the group busy for a moment: move it to the parent first.
-        let _ = std::fs::write(self.path.join("memory.force_empty"), "0");
+        if self.version == CgroupVersion::V1 {
+            // Charged page cache may keep the group busy for a moment: move it to the parent.
+            let _ = std::fs::write(self.path.join("memory.force_empty"), "0");
+        }
         for _ in 0..50 {
             if std::fs::remove_dir(&self.path).is_ok() {
                 return;
@@ -260,6 +356,17 @@ impl RunningWorker {
             Ok(c) => c.add(child.id()).is_ok(),
             Err(_) => false,
         };
+        if !memory_capped {
+            let why = match &cgroup {
+                Ok(c) => format!("could not join the {} memory group", c.describe()),
+                Err(e) => e.clone(),
+            };
+            eprintln!(
+                "\n*** WARNING: the {} worker runs WITHOUT a memory cap ({why}): its page cache is \
+                 unbounded, so its figures measure the page cache, not the device. ***\n",
+                spec.engine.kind.name()
+            );
+        }
         child
             .stdin
             .take()
@@ -277,10 +384,7 @@ impl RunningWorker {
     /// The file that holds the cgroup's current usage (heap + page cache), to read while
     /// `finish` owns the worker.
     pub fn cgroup_usage_path(&self) -> Option<PathBuf> {
-        self.cgroup
-            .as_ref()
-            .ok()
-            .map(|c| c.path.join("memory.usage_in_bytes"))
+        self.cgroup.as_ref().ok().map(MemoryCgroup::usage_path)
     }
 
     /// Reads the worker's output until it exits, handing every `TICK` line's JSON to `on_tick`,
@@ -365,17 +469,36 @@ pub fn disk_usage(dir: &Path) -> u64 {
     total
 }
 
+/// How to run RocksDB's own db_bench fillrandom beside our RocksDB adapter.
+#[derive(Debug, Clone, Copy)]
+pub struct DbBenchSpec {
+    pub fs: FsSpec,
+    pub image_bytes: u64,
+    /// Keys each thread writes.
+    pub num_per_thread: u64,
+    pub threads: usize,
+    pub value_bytes: usize,
+    /// The adapter's engine memory (write buffers and block cache are derived as for it).
+    pub memory_bytes: u64,
+    /// Run inside a memory cgroup of this limit (page cache included), as the adapter's worker.
+    pub cgroup_limit_bytes: Option<u64>,
+    pub sync: bool,
+}
+
 /// RocksDB's own db_bench (Debian's rocksdb-tools, RocksDB 7.8) on the same file system with
 /// the same value size and comparable buffers: a cross-check that our plain-RocksDB setup is
 /// not misconfigured. Returns (command, ops/s) or why it could not run.
-pub fn db_bench_crosscheck(
-    fs: FsSpec,
-    image_bytes: u64,
-    num: u64,
-    value_bytes: usize,
-    memory_bytes: u64,
-    sync: bool,
-) -> Result<(String, f64)> {
+pub fn db_bench_crosscheck(spec: DbBenchSpec) -> Result<(String, f64)> {
+    let DbBenchSpec {
+        fs,
+        image_bytes,
+        num_per_thread,
+        threads,
+        value_bytes,
+        memory_bytes,
+        cgroup_limit_bytes,
+        sync,
+    } = spec;
     let binary = ["db_bench", "rocksdb_db_bench"]
         .into_iter()
         .find(|b| {
@@ -392,10 +515,10 @@ pub fn db_bench_crosscheck(
     let args = vec![
         "--benchmarks=fillrandom".to_string(),
         format!("--db={}", db.display()),
-        format!("--num={num}"),
+        format!("--num={num_per_thread}"),
         format!("--value_size={value_bytes}"),
         "--key_size=32".into(),
-        "--threads=1".into(),
+        format!("--threads={threads}"),
         // Our writers put batches of 16 readings (one WriteBatch each): so does db_bench here.
         "--batch_size=16".into(),
         format!("--sync={}", sync as u8),
@@ -406,15 +529,43 @@ pub fn db_bench_crosscheck(
         "--max_background_jobs=2".into(),
         "--bloom_bits=10".into(),
     ];
-    let command = format!("{binary} {}", args.join(" "));
-    let out = Command::new(binary)
+    let cgroup = cgroup_limit_bytes
+        .map(|limit| {
+            MemoryCgroup::create(&format!("roamkv-db-bench-{}", std::process::id()), limit)
+        })
+        .transpose()?;
+    let command = match &cgroup {
+        Some(c) => format!(
+            "{binary} {} (in a {} MiB {} memory group)",
+            args.join(" "),
+            c.limit_bytes() >> 20,
+            c.describe()
+        ),
+        None => format!("{binary} {}", args.join(" ")),
+    };
+    // The child joins the group before it execs db_bench, so all of its memory is charged.
+    let procs = cgroup
+        .as_ref()
+        .map(|c| c.procs_path().display().to_string())
+        .unwrap_or_else(|| "/dev/null".into());
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0" && exec "$@""#)
+        .arg(&procs)
+        .arg(binary)
         .args(&args)
         .output()
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let ops = parse_db_bench_ops(&text).ok_or_else(|| {
+        let killed = cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0);
         format!(
-            "could not read db_bench's result: {}",
+            "could not read db_bench's result{}: {}",
+            if killed {
+                " (killed by its memory cgroup)"
+            } else {
+                ""
+            },
             String::from_utf8_lossy(&out.stderr)
         )
     })?;

@@ -33,8 +33,22 @@ pub struct SteadyArgs {
     /// Unmeasured warm-up per engine, in seconds (same workload, continued).
     #[arg(long, default_value_t = 120)]
     pub warmup_seconds: u64,
-    #[arg(long, default_value_t = 4)]
-    pub threads: usize,
+    /// Writer threads; a list (`1,2,4,8`) runs every engine at each: the sweep of paper 002's
+    /// Fig. 7 and 8, at steady state.
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    pub threads: Vec<usize>,
+    /// Probability that a device leaves before its management time ends (the workload's 0.9).
+    #[arg(long, default_value_t = 0.9)]
+    pub depart_probability: f64,
+    /// Also run roamkv with every device leaving before its management time
+    /// (`roamkv-log-only`): nothing ever leaves the log, so its rate is the ceiling roamkv's own
+    /// run is measured against, in the same harness.
+    #[arg(long)]
+    pub with_log_only: bool,
+    /// After the RocksDB engine's run, run RocksDB's own db_bench fillrandom with the same
+    /// volume, threads, buffers, file system and memory cgroup (a cross-check of the adapter).
+    #[arg(long)]
+    pub db_bench: bool,
     #[arg(long, value_enum, default_value = "none")]
     pub durability: Durability,
     /// File system made for each engine on a loop device.
@@ -58,7 +72,10 @@ pub struct SteadyArgs {
 /// One second of one engine's run.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Point {
+    /// The run's label (SteadyRun::engine).
     pub engine: String,
+    /// Cumulative puts since the worker started.
+    pub puts: u64,
     pub t_s: f64,
     pub phase: String,
     pub ops_per_sec: f64,
@@ -76,12 +93,27 @@ pub struct Point {
     pub backlog_bytes: u64,
     pub rss_bytes: u64,
     pub cgroup_bytes: u64,
+    /// What the device read, and of it what maintenance read from the log (roamkv).
+    pub device_read_bytes_per_sec: f64,
+    pub maintenance_read_bytes_per_sec: f64,
+    /// The lower tier's own writes (RocksDB statistics; roamkv's lower tier and the baseline).
+    pub flush_write_bytes_per_sec: f64,
+    pub compaction_write_bytes_per_sec: f64,
+    /// roamkv: the state lock's longest hold in this second (a histogram bucket's bound) and
+    /// its 99th percentile.
+    pub lock_hold_p99_us: f64,
+    pub lock_hold_max_us: f64,
 }
 
 /// One engine's long run, as results.json lists it.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SteadyRun {
+    /// The engine, with its thread count when threads are swept (`roamkv 4t`).
     pub engine: String,
+    pub engine_kind: String,
+    pub depart_probability: f64,
+    /// Whether the worker ran inside its memory cgroup (if not, the page cache was unbounded).
+    pub memory_capped: bool,
     pub durability: String,
     pub threads: usize,
     pub completed: bool,
@@ -109,6 +141,42 @@ pub struct SteadyRun {
     pub read_checks: u64,
     pub read_check_failures: u64,
     pub config: String,
+    pub diagnosis: Diagnosis,
+}
+
+/// Where the measured phase's work went: what the device read beside what it wrote, the lower
+/// tier's own writes, where ingested runs landed, the state lock, the maintenance passes.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Diagnosis {
+    pub device_bytes_read: u64,
+    /// Device bytes read / device bytes written.
+    pub read_write_ratio: f64,
+    /// roamkv: bytes maintenance read from the log, and per user byte.
+    pub maintenance_read_bytes: u64,
+    pub maintenance_read_per_user_byte: f64,
+    pub flush_write_bytes: u64,
+    pub compaction_read_bytes: u64,
+    pub compaction_write_bytes: u64,
+    pub lower_write_stall_us: u64,
+    /// roamkv: files ingested per level over the whole run (index = level).
+    pub ingested_files_by_level: Vec<u64>,
+    pub lock_holds: u64,
+    pub lock_hold_p50_us: f64,
+    pub lock_hold_p99_us: f64,
+    pub lock_hold_p999_us: f64,
+    /// Bound of the longest hold in the measured phase (its histogram bucket's upper bound).
+    pub lock_hold_max_us: f64,
+    /// Share of wall time the lock was held.
+    pub lock_held_share: f64,
+    /// Call sites that held the lock over 1 ms (whole run): "file:line holds max_us".
+    pub lock_long_holds: Vec<String>,
+    pub passes: u64,
+    pub pass_ms_mean: f64,
+    pub pass_ms_max: f64,
+    /// Share of pass time per step: snapshot, read, write, catalog, commit, retire.
+    pub pass_step_shares: Vec<(String, f64)>,
+    pub put_p50_us: u64,
+    pub put_p999_us: u64,
 }
 
 pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
@@ -117,8 +185,11 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
         .fs
         .parse()
         .map_err(|e: roamkv_lab::LabError| e.to_string())?;
-    if args.threads == 0 || args.seconds == 0 {
+    if args.threads.contains(&0) || args.seconds == 0 {
         return Err("--threads and --seconds must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&args.depart_probability) {
+        return Err("--depart-probability must be within 0..=1".into());
     }
     let engines_list = args
         .engines
@@ -128,10 +199,11 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
     let header = MachineHeader::collect();
     let memory_bytes = args.memory_mib << 20;
     println!(
-        "roamkv bench steady: {} s warm-up + {} s measured per engine, {} threads, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, seed {}",
+        "roamkv bench steady: {} s warm-up + {} s measured per engine, {:?} threads, departure probability {}, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, seed {}",
         args.warmup_seconds,
         args.seconds,
         args.threads,
+        args.depart_probability,
         args.durability.name(),
         args.disk_gib,
         fs.name(),
@@ -142,24 +214,35 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
     );
     let mut runs = Vec::new();
     let mut points = Vec::new();
-    for kind in &engines_list {
-        let (run, series) = run_engine(args, fs, *kind)?;
+    let mut db_bench = Vec::new();
+    for variant in variants(args, &engines_list) {
+        let (run, series) = run_engine(args, fs, &variant)?;
         println!("{}", describe_run(&run));
+        if args.db_bench && variant.kind == EngineKind::Rocksdb {
+            let (puts, seconds) = series.last().map_or((0, 0.0), |p| (p.puts, p.t_s));
+            db_bench.push(db_bench_beside(args, fs, &run, puts, seconds));
+        }
         runs.push(run);
         points.extend(series);
     }
     println!("{}", terminal_table(&runs));
+    for line in &db_bench {
+        println!("{line}");
+    }
+    println!("{}", diagnosis_table(&runs));
     let json = serde_json::json!({
         "machine": header,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "config": {
             "fs": fs.name(), "disk_bytes": args.disk_gib << 30, "seconds": args.seconds,
             "warmup_seconds": args.warmup_seconds, "threads": args.threads,
+            "depart_probability": args.depart_probability,
             "durability": args.durability.name(), "memory_budget_bytes": memory_bytes,
             "value_bytes": args.value_bytes, "management_time_ms": args.management_time_ms,
             "seed": args.seed,
         },
         "runs": runs,
+        "db_bench": db_bench,
     });
     roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
     write_timeseries(&args.out.join("timeseries.csv"), &points)?;
@@ -179,12 +262,93 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
     })
 }
 
+/// RocksDB's db_bench fillrandom with the volume (keys) and threads of the RocksDB adapter's
+/// run just made, in a memory cgroup of the same size, on the same kind of file system: a line
+/// for the report with both rates.
+fn db_bench_beside(
+    args: &SteadyArgs,
+    fs: FsSpec,
+    adapter: &SteadyRun,
+    puts: u64,
+    seconds: f64,
+) -> String {
+    let spec = runner::DbBenchSpec {
+        fs,
+        image_bytes: args.disk_gib << 30,
+        num_per_thread: puts / adapter.threads.max(1) as u64,
+        threads: adapter.threads,
+        value_bytes: args.value_bytes,
+        memory_bytes: (args.memory_mib << 20) / 4,
+        cgroup_limit_bytes: Some(args.memory_mib << 20),
+        sync: args.durability == Durability::Sync,
+    };
+    match runner::db_bench_crosscheck(spec) {
+        Ok((command, ops)) => {
+            let adapter_rate = puts as f64 / seconds.max(1e-9);
+            format!(
+                "db_bench beside {}: {ops:.0} ops/s vs the adapter's {adapter_rate:.0} readings/s, both over {puts} keys from an empty store ({:.2}x); the adapter's measured phase: {:.0} ops/s; {command}",
+                adapter.engine,
+                ops / adapter_rate.max(1e-9),
+                adapter.ops_per_sec
+            )
+        }
+        Err(e) => format!("db_bench beside {}: did not run: {e}", adapter.engine),
+    }
+}
+
+/// One engine at one thread count (and departure probability) of the run.
+struct Variant {
+    kind: EngineKind,
+    threads: usize,
+    depart_probability: f64,
+    /// How reports name it: the engine, with its thread count when threads are swept.
+    label: String,
+}
+
+/// Every (engine, threads) of the run, engines outermost, plus roamkv's log-only ceiling.
+fn variants(args: &SteadyArgs, engines: &[EngineKind]) -> Vec<Variant> {
+    let sweep = args.threads.len() > 1;
+    let label = |name: &str, threads: usize| {
+        if sweep {
+            format!("{name} {threads}t")
+        } else {
+            name.to_string()
+        }
+    };
+    let mut variants = Vec::new();
+    for kind in engines {
+        for &threads in &args.threads {
+            variants.push(Variant {
+                kind: *kind,
+                threads,
+                depart_probability: args.depart_probability,
+                label: label(kind.name(), threads),
+            });
+        }
+    }
+    if args.with_log_only {
+        for &threads in &args.threads {
+            variants.push(Variant {
+                kind: EngineKind::Roamkv,
+                threads,
+                depart_probability: 1.0,
+                label: label(LOG_ONLY_LABEL, threads),
+            });
+        }
+    }
+    variants
+}
+
+/// The label of roamkv's run with no device staying (`--with-log-only`).
+const LOG_ONLY_LABEL: &str = "roamkv-log-only";
+
 /// Runs one engine on a fresh file system; returns its record and its time series.
 fn run_engine(
     args: &SteadyArgs,
     fs: FsSpec,
-    kind: EngineKind,
+    variant: &Variant,
 ) -> Result<(SteadyRun, Vec<Point>), String> {
+    let kind = variant.kind;
     let memory_bytes = args.memory_mib << 20;
     // As in `bench mobility`: the engine's own caches get a quarter of the budget.
     let config = runner::engine_config(
@@ -194,16 +358,18 @@ fn run_engine(
         args.management_time_ms,
     );
     let fixture = Fixture::create(fs, args.disk_gib << 30).map_err(|e| e.to_string())?;
-    let spec = worker_spec(args, config.clone(), &fixture);
+    let spec = worker_spec(args, variant, config.clone(), &fixture);
     fixture.quiesce().map_err(|e| e.to_string())?;
     let base_used = used_bytes(fixture.mount_dir());
     let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
     let total_s = args.warmup_seconds + args.seconds;
-    let bar = progress_bar(kind.name(), total_s)?;
+    let bar = progress_bar(&variant.label, total_s)?;
 
     let worker = RunningWorker::start(&spec, memory_bytes)?;
+    let memory_capped = worker.memory_capped;
     let mut points: Vec<Point> = Vec::new();
     let mut previous: Option<(Tick, DevStat, Instant)> = None;
+    let mut first_measured: Option<Tick> = None;
     let cgroup_reader = CgroupReader::new(&worker);
     let (result, cgroup) = worker.finish(|line| {
         let Ok(tick) = serde_json::from_str::<Tick>(line) else {
@@ -213,6 +379,7 @@ fn run_engine(
         let device = DevStat::read(fixture.device_name()).unwrap_or(before);
         let point = to_point(
             kind,
+            &variant.label,
             &tick,
             previous.as_ref(),
             &device,
@@ -229,15 +396,22 @@ fn run_engine(
             point.cgroup_bytes as f64 / 1048576.0
         ));
         points.push(point);
+        if tick.phase == "measure" && first_measured.is_none() {
+            // The tick before the first measured one is the nearest to the phase's start.
+            first_measured = previous.as_ref().map(|(t, _, _)| t.clone());
+        }
         previous = Some((tick, device, now));
     });
     bar.finish_and_clear();
     fixture.quiesce().map_err(|e| e.to_string())?;
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
     let mut run = SteadyRun {
-        engine: kind.name().into(),
+        engine: variant.label.clone(),
+        engine_kind: kind.name().into(),
+        depart_probability: variant.depart_probability,
+        memory_capped,
         durability: args.durability.name().into(),
-        threads: args.threads,
+        threads: variant.threads,
         memory_bytes_max: cgroup.as_ref().map_or(0, |c| c.max_usage_bytes()),
         memory_limit_bytes: memory_bytes,
         space_bytes_end: used_bytes(fixture.mount_dir()).saturating_sub(base_used),
@@ -247,7 +421,19 @@ fn run_engine(
     drop(cgroup);
     summarize_points(&mut run, &points);
     match result {
-        Ok(w) => record_result(&mut run, &w, before, after),
+        Ok(w) => {
+            record_result(&mut run, &w, before, after);
+            if let (Some(first), Some((last, _, _))) = (&first_measured, &previous) {
+                let device = std::mem::take(&mut run.diagnosis);
+                run.diagnosis = Diagnosis {
+                    device_bytes_read: device.device_bytes_read,
+                    read_write_ratio: device.read_write_ratio,
+                    put_p50_us: w.put_p50_us,
+                    put_p999_us: w.put_p999_us,
+                    ..diagnose(first, last, w.user_bytes)
+                };
+            }
+        }
         Err(e) => {
             let at = points.last().map_or(0.0, |p| p.t_s);
             run.failure = Some(format!("after {at:.0} s: {e}"));
@@ -258,18 +444,24 @@ fn run_engine(
 
 /// The worker's instructions: the mobility workload with TPCx-IoT's query pair at its own sizes
 /// (the last 30 s, and a 30 s window in the 1800 s before), a tick every second.
-fn worker_spec(args: &SteadyArgs, engine: EngineConfig, fixture: &Fixture) -> WorkerSpec {
+fn worker_spec(
+    args: &SteadyArgs,
+    variant: &Variant,
+    engine: EngineConfig,
+    fixture: &Fixture,
+) -> WorkerSpec {
     WorkerSpec {
         engine,
         workload: WorkloadConfig {
             value_bytes: args.value_bytes,
+            depart_probability: variant.depart_probability,
             management_time_ms: args.management_time_ms,
             seed: args.seed,
             query_window_ms: 30_000,
             query_history_ms: 1_800_000,
             ..WorkloadConfig::default()
         },
-        threads: args.threads,
+        threads: variant.threads,
         warmup_ms: args.warmup_seconds * 1000,
         duration_ms: args.seconds * 1000,
         dir: fixture.mount_dir().join("db"),
@@ -290,6 +482,12 @@ fn record_result(run: &mut SteadyRun, w: &WorkerResult, before: DevStat, after: 
             ..before
         });
     let device_bytes = after.delta(&start).bytes_written();
+    let read_start = w
+        .device_sectors_read_at_measure_start
+        .unwrap_or(before.sectors_read);
+    let device_bytes_read = after.sectors_read.saturating_sub(read_start) * 512;
+    run.diagnosis.device_bytes_read = device_bytes_read;
+    run.diagnosis.read_write_ratio = device_bytes_read as f64 / device_bytes.max(1) as f64;
     run.completed = true;
     run.ops_per_sec = (w.puts + w.queries) as f64 / w.elapsed_s.max(1e-9);
     run.write_amplification = write_amplification(device_bytes, w.user_bytes);
@@ -337,33 +535,39 @@ fn progress_bar(engine: &str, total_s: u64) -> Result<indicatif::ProgressBar, St
 
 fn to_point(
     kind: EngineKind,
+    label: &str,
     tick: &Tick,
     previous: Option<&(Tick, DevStat, Instant)>,
     device: &DevStat,
     space_bytes: u64,
     cgroup_bytes: u64,
 ) -> Point {
-    let (ops_per_sec, device_write_bytes_per_sec) = match previous {
-        Some((p, d, _)) => {
-            let dt = (tick.t_s - p.t_s).max(1e-3);
-            (
-                (tick.puts + tick.queries).saturating_sub(p.puts + p.queries) as f64 / dt,
-                device.delta(d).bytes_written() as f64 / dt,
-            )
-        }
-        None => (0.0, 0.0),
-    };
     let field = |name: &str| tick.engine.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    let mut point = Point::default();
+    if let Some((p, d, _)) = previous {
+        let dt = (tick.t_s - p.t_s).max(1e-3);
+        let rate = |name: &str| engine_delta(tick, p, name) as f64 / dt;
+        let delta = device.delta(d);
+        point.ops_per_sec =
+            (tick.puts + tick.queries).saturating_sub(p.puts + p.queries) as f64 / dt;
+        point.device_write_bytes_per_sec = delta.bytes_written() as f64 / dt;
+        point.device_read_bytes_per_sec = delta.bytes_read() as f64 / dt;
+        point.maintenance_read_bytes_per_sec = rate("maintenance_read_bytes");
+        point.flush_write_bytes_per_sec = rate("lower_flush_write_bytes");
+        point.compaction_write_bytes_per_sec = rate("lower_compaction_write_bytes");
+        let holds = lock_hold_times(&tick.engine).since(&lock_hold_times(&p.engine));
+        point.lock_hold_p99_us = holds.percentile_ns(0.99) as f64 / 1e3;
+        point.lock_hold_max_us = holds.max_bucket_ns() as f64 / 1e3;
+    }
     let (lower_bytes, backlog_bytes) = match kind {
         EngineKind::Rocksdb => (field("live_sst_bytes"), field("pending_compaction_bytes")),
         _ => (field("lower_bytes"), field("migration_backlog_bytes")),
     };
     Point {
-        engine: kind.name().into(),
+        engine: label.into(),
+        puts: tick.puts,
         t_s: tick.t_s,
         phase: tick.phase.clone(),
-        ops_per_sec,
-        device_write_bytes_per_sec,
         space_bytes,
         live_user_bytes: tick.live_user_bytes,
         upper_bytes: field("upper_bytes"),
@@ -373,6 +577,82 @@ fn to_point(
         backlog_bytes,
         rss_bytes: tick.rss_bytes,
         cgroup_bytes,
+        ..point
+    }
+}
+
+/// A cumulative counter of the engine's sample, from `earlier` to `later`.
+fn engine_delta(later: &Tick, earlier: &Tick, name: &str) -> u64 {
+    let field = |t: &Tick| t.engine.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    field(later).saturating_sub(field(earlier))
+}
+
+/// The state lock's hold times as the roamkv sample carries them (empty for other engines).
+fn lock_hold_times(sample: &serde_json::Value) -> roamkv_engine::HoldTimes {
+    let field = |name: &str| sample.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    roamkv_engine::HoldTimes {
+        holds: field("lock_holds"),
+        total_ns: field("lock_hold_ns_total"),
+        max_ns: field("lock_hold_ns_max"),
+        buckets: sample
+            .get("lock_buckets")
+            .and_then(|b| serde_json::from_value(b.clone()).ok())
+            .unwrap_or_default(),
+        long_holds: sample
+            .get("lock_long_holds")
+            .and_then(|b| serde_json::from_value(b.clone()).ok())
+            .unwrap_or_default(),
+    }
+}
+
+/// The measured phase's diagnosis, from its first and last ticks.
+fn diagnose(first: &Tick, last: &Tick, user_bytes: u64) -> Diagnosis {
+    let delta = |name: &str| engine_delta(last, first, name);
+    let holds = lock_hold_times(&last.engine).since(&lock_hold_times(&first.engine));
+    let passes = delta("passes");
+    let pass_us = delta("pass_us_total");
+    let steps = ["snapshot", "read", "write", "catalog", "commit", "retire"];
+    let wall_ns = ((last.t_s - first.t_s) * 1e9).max(1.0);
+    Diagnosis {
+        maintenance_read_bytes: delta("maintenance_read_bytes"),
+        maintenance_read_per_user_byte: delta("maintenance_read_bytes") as f64
+            / user_bytes.max(1) as f64,
+        flush_write_bytes: delta("lower_flush_write_bytes"),
+        compaction_read_bytes: delta("lower_compaction_read_bytes"),
+        compaction_write_bytes: delta("lower_compaction_write_bytes"),
+        lower_write_stall_us: delta("lower_write_stall_us"),
+        ingested_files_by_level: last
+            .engine
+            .get("ingested_files_by_level")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
+        lock_holds: holds.holds,
+        lock_hold_p50_us: holds.percentile_ns(0.5) as f64 / 1e3,
+        lock_hold_p99_us: holds.percentile_ns(0.99) as f64 / 1e3,
+        lock_hold_p999_us: holds.percentile_ns(0.999) as f64 / 1e3,
+        lock_hold_max_us: holds.max_bucket_ns() as f64 / 1e3,
+        lock_held_share: holds.total_ns as f64 / wall_ns,
+        lock_long_holds: holds
+            .long_holds
+            .iter()
+            .map(|(site, n, max)| format!("{site} {n} holds, max {} us", max / 1000))
+            .collect(),
+        passes,
+        pass_ms_mean: pass_us as f64 / passes.max(1) as f64 / 1e3,
+        pass_ms_max: last
+            .engine
+            .get("pass_us_max")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0) as f64
+            / 1e3,
+        pass_step_shares: steps
+            .iter()
+            .map(|s| {
+                let us = delta(&format!("pass_{s}_us"));
+                (s.to_string(), us as f64 / pass_us.max(1) as f64)
+            })
+            .collect(),
+        ..Diagnosis::default()
     }
 }
 
@@ -496,13 +776,17 @@ fn terminal_table(runs: &[SteadyRun]) -> String {
         ]);
     }
     let mut text = table.to_string();
+    let completed = |r: &&SteadyRun| r.completed;
     for r in runs
         .iter()
-        .filter(|r| r.engine.starts_with("roamkv") && r.completed)
+        .filter(completed)
+        .filter(|r| r.engine_kind == "roamkv")
     {
+        let log_only = r.depart_probability >= 1.0;
         for other in runs
             .iter()
-            .filter(|o| !o.engine.starts_with("roamkv") && o.completed)
+            .filter(completed)
+            .filter(|o| o.threads == r.threads && o.engine_kind != "roamkv" && !log_only)
         {
             text.push_str(&format!(
                 "\n{} / {}: {:.2}x ops/s",
@@ -511,13 +795,96 @@ fn terminal_table(runs: &[SteadyRun]) -> String {
                 r.ops_per_sec / other.ops_per_sec.max(1e-9)
             ));
         }
-        if best_baseline > 0.0 {
+        if let Some(ceiling) = runs.iter().filter(completed).find(|o| {
+            o.engine_kind == "roamkv" && o.depart_probability >= 1.0 && o.threads == r.threads
+        }) && !log_only
+        {
+            text.push_str(&format!(
+                "\n{} / {}: {:.2} of the log-only rate",
+                r.engine,
+                ceiling.engine,
+                r.ops_per_sec / ceiling.ops_per_sec.max(1e-9)
+            ));
+        }
+        if best_baseline > 0.0 || log_only {
             text.push_str(&format!(
                 "\n{}: space bound (1.3 x live + log budget) exceeded in {} second(s)",
                 r.engine,
                 r.space_bound_violations.unwrap_or(0)
             ));
         }
+    }
+    for r in runs.iter().filter(|r| !r.memory_capped) {
+        text.push_str(&format!(
+            "\n*** {}: NO MEMORY CAP (no usable memory cgroup): its figures include an unbounded page cache ***",
+            r.engine
+        ));
+    }
+    text
+}
+
+/// The measured phase's diagnosis of each engine, as a table.
+fn diagnosis_table(runs: &[SteadyRun]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.set_header(vec![
+        "engine",
+        "device read/written",
+        "maintenance read / user",
+        "flush + compaction MB",
+        "ingested per level",
+        "lock p50/p99/max µs",
+        "lock held",
+        "passes (mean/max ms)",
+        "put p50/p99/p99.9 µs",
+    ]);
+    for r in runs.iter().filter(|r| r.completed) {
+        let d = &r.diagnosis;
+        table.add_row(vec![
+            r.engine.clone(),
+            format!(
+                "{:.2} ({:.0} MB)",
+                d.read_write_ratio,
+                d.device_bytes_read as f64 / 1e6
+            ),
+            format!("{:.2}", d.maintenance_read_per_user_byte),
+            format!(
+                "{:.0} + {:.0}",
+                d.flush_write_bytes as f64 / 1e6,
+                d.compaction_write_bytes as f64 / 1e6
+            ),
+            format!("{:?}", d.ingested_files_by_level),
+            format!(
+                "{:.0}/{:.0}/{:.0}",
+                d.lock_hold_p50_us, d.lock_hold_p99_us, d.lock_hold_max_us
+            ),
+            format!("{:.1} %", d.lock_held_share * 100.0),
+            format!("{} ({:.1}/{:.1})", d.passes, d.pass_ms_mean, d.pass_ms_max),
+            format!("{}/{}/{}", d.put_p50_us, r.put_p99_us, d.put_p999_us),
+        ]);
+    }
+    let mut text = table.to_string();
+    for r in runs
+        .iter()
+        .filter(|r| !r.diagnosis.lock_long_holds.is_empty())
+    {
+        text.push_str(&format!(
+            "\n{}: state-lock holds over 1 ms by site: {}",
+            r.engine,
+            r.diagnosis.lock_long_holds.join("; ")
+        ));
+    }
+    for r in runs.iter().filter(|r| r.diagnosis.passes > 0) {
+        let steps: Vec<String> = r
+            .diagnosis
+            .pass_step_shares
+            .iter()
+            .map(|(s, share)| format!("{s} {:.0} %", share * 100.0))
+            .collect();
+        text.push_str(&format!(
+            "\n{}: pass time by step: {}",
+            r.engine,
+            steps.join(", ")
+        ));
     }
     text
 }
@@ -542,6 +909,12 @@ fn write_report(
     for run in runs {
         html.paragraph(&describe_run(run));
     }
+    html.heading("Where the work went (measured phase)");
+    html.preformatted(&diagnosis_table(runs));
+    if args.threads.len() > 1 {
+        html.heading("Writer threads at steady state (cf. paper 002, Fig. 7 and 8)");
+        sweep_charts(&mut html, runs, args.seconds);
+    }
     html.heading("Over time");
     over_time_charts(&mut html, runs, points);
     for run in runs.iter().filter(|r| r.engine.starts_with("roamkv")) {
@@ -553,6 +926,54 @@ fn write_report(
         html.paragraph(&format!("{}: {}", run.engine, run.config));
     }
     html.write(path).map_err(|e| e.to_string())
+}
+
+/// Throughput and device writes against writer threads, one line per engine.
+fn sweep_charts(html: &mut Html, runs: &[SteadyRun], seconds: u64) {
+    let mut names: Vec<String> = Vec::new();
+    let series_name = |r: &SteadyRun| {
+        if r.depart_probability >= 1.0 && r.engine_kind == "roamkv" {
+            LOG_ONLY_LABEL.to_string()
+        } else {
+            r.engine_kind.clone()
+        }
+    };
+    for r in runs.iter().filter(|r| r.completed) {
+        if !names.contains(&series_name(r)) {
+            names.push(series_name(r));
+        }
+    }
+    let series = |y: &dyn Fn(&SteadyRun) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        names
+            .iter()
+            .map(|name| {
+                let line = runs
+                    .iter()
+                    .filter(|r| r.completed && series_name(r) == *name)
+                    .map(|r| (r.threads as f64, y(r)))
+                    .collect();
+                (name.clone(), line)
+            })
+            .collect()
+    };
+    html.svg(&line_chart_svg(
+        "Throughput at steady state",
+        "writer threads",
+        "operations/s",
+        &series(&|r| r.ops_per_sec),
+    ));
+    html.svg(&line_chart_svg(
+        "Device writes at steady state",
+        "writer threads",
+        "MB/s",
+        &series(&|r| r.device_bytes_written as f64 / seconds.max(1) as f64 / 1e6),
+    ));
+    html.svg(&line_chart_svg(
+        "Write amplification at steady state",
+        "writer threads",
+        "device bytes / user bytes",
+        &series(&|r| r.write_amplification),
+    ));
 }
 
 /// A chart over the run's seconds.
@@ -600,6 +1021,21 @@ fn over_time_charts(html: &mut Html, runs: &[SteadyRun], points: &[Point]) {
         "Device writes",
         "MB/s",
         &per_engine(&|p| p.device_write_bytes_per_sec / 1e6),
+    ));
+    html.svg(&time_chart(
+        "Device reads",
+        "MB/s",
+        &per_engine(&|p| p.device_read_bytes_per_sec / 1e6),
+    ));
+    html.svg(&time_chart(
+        "Lower tier's own writes: flushes + compactions",
+        "MB/s",
+        &per_engine(&|p| (p.flush_write_bytes_per_sec + p.compaction_write_bytes_per_sec) / 1e6),
+    ));
+    html.svg(&time_chart(
+        "roamkv: longest state-lock hold in each second (histogram bucket bound)",
+        "ms",
+        &per_engine(&|p| p.lock_hold_max_us / 1e3),
     ));
     html.svg(&time_chart(
         "Memory (cgroup: heap + page cache)",

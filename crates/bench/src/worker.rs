@@ -75,6 +75,9 @@ pub struct WorkerResult {
     /// The device's counters when the measured phase began (after the warm-up and a syncfs):
     /// (writes, sectors written, flushes).
     pub device_at_measure_start: Option<(u64, u64, u64)>,
+    /// Sectors the device had read when the measured phase began.
+    #[serde(default)]
+    pub device_sectors_read_at_measure_start: Option<u64>,
 }
 
 /// A reading remembered for the read check: (device, sensor, ts, still present?).
@@ -212,8 +215,7 @@ fn run_phases(
     let device_at_measure_start = match &spec.device_name {
         Some(name) => {
             sync_file_system(&spec.dir)?;
-            let stat = roamkv_lab::devstat::DevStat::read(name).map_err(|e| e.to_string())?;
-            Some((stat.writes, stat.sectors_written, stat.flushes))
+            Some(roamkv_lab::devstat::DevStat::read(name).map_err(|e| e.to_string())?)
         }
         None => None,
     };
@@ -224,7 +226,9 @@ fn run_phases(
     let elapsed_s = started.elapsed().as_secs_f64();
     let mut result = WorkerResult {
         elapsed_s,
-        device_at_measure_start,
+        device_at_measure_start: device_at_measure_start
+            .map(|s| (s.writes, s.sectors_written, s.flushes)),
+        device_sectors_read_at_measure_start: device_at_measure_start.map(|s| s.sectors_read),
         ..WorkerResult::default()
     };
     let mut put_latency = histogram();

@@ -100,7 +100,7 @@ impl Engine {
         let mut stall = Stall::default();
         let (new_devices, register_bytes) = loop {
             while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
-                inner.group_done.wait(&mut st);
+                st.wait(&inner.group_done);
             }
             inner.check_poisoned(&st)?;
             let (new_names, register_bytes) =
@@ -456,5 +456,9 @@ fn stats(inner: &Inner) -> Stats {
     stats.recovered_records = inner.recovery.records;
     stats.recovery_buffer_bytes_max = inner.recovery.buffer_bytes_max;
     stats.recovery_cut = inner.recovery.cut.clone();
+    stats.state_lock = inner.state.hold_times();
+    stats.passes = c.pass_times();
+    stats.maintenance_read_bytes = Counters::get(&c.maintenance_read_bytes);
+    stats.lower_diagnostics = inner.lower.diagnostics();
     stats
 }

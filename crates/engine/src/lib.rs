@@ -44,6 +44,7 @@ mod spares;
 mod state;
 mod stats;
 pub mod storage;
+mod timed_mutex;
 mod trim;
 mod upper;
 
@@ -56,4 +57,5 @@ pub use options::{Durability, Options};
 pub use query::{DeviceInfo, DeviceTier, SCAN_PAGE_READINGS_MAX, ScanCursor, ScanPage};
 pub use reading::{Reading, Record, validate_record};
 pub use recovery::{CheckReport, check};
-pub use stats::{Stats, TierStats};
+pub use stats::{LowerDiagnostics, PassTimes, Stats, TierStats};
+pub use timed_mutex::{HoldTimes, bucket_upper_ns};

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::commit_log::group_commit;
 use crate::error::{Error, Result};
@@ -84,7 +84,9 @@ pub(crate) fn maintain(inner: &Inner, explicit: bool) -> Result<()> {
             break;
         }
         let migrated = migrate(inner, &pass, reason);
+        let retiring = Instant::now();
         retire_segments(inner, explicit)?;
+        Counters::add_us_since(&inner.counters.pass_retire_us, retiring);
         if let Err(e) = migrated {
             // The pass was rolled back; its devices are retried at the next round. Other
             // work this round would pick the same devices again: stop here.
@@ -201,21 +203,29 @@ pub(crate) fn migrate_for_memory(inner: &Inner) -> Result<()> {
 /// device is back in the upper tier with its index and holds, as before the call, and is
 /// retried by a later pass; nothing is lost (the log still holds every record).
 fn migrate(inner: &Inner, ids: &[DeviceId], reason: Reason) -> Result<()> {
+    let c = &inner.counters;
+    let started = Instant::now();
     let (mut moving, snapshot_end) = begin_migration(inner, ids);
+    let mut step = Counters::add_us_since(&c.pass_snapshot_us, started);
     let ingested = inner
         .options
         .fail_points
         .check(MigrationStep::ReadLog)
         .and_then(|()| {
-            let runs = build_run(&mut moving)?;
+            let runs = build_run(inner, &mut moving)?;
+            step = Counters::add_us_since(&c.pass_read_us, step);
             inner.options.fail_points.check(MigrationStep::Ingest)?;
             // An ingested run is durable at once: the log records it was read from must be
             // too (None/Periodic modes), or a power cut could keep the run and lose a DEPART
             // or REGISTER logged before it.
             group_commit::sync_unsynced(inner)?;
-            inner.lower.ingest_sorted(&runs)
+            let written = inner.lower.ingest_sorted(&runs);
+            step = Counters::add_us_since(&c.pass_write_us, step);
+            written
         });
     let outcome = ingested.and_then(|_| finish_migration(inner, &moving, snapshot_end, reason));
+    Counters::add_us_since(&c.pass_commit_us, step);
+    c.pass_done(started);
     if outcome.is_err() {
         Counters::add(&inner.counters.migration_failures, 1);
         roll_back_migration(inner, &moving);
@@ -301,6 +311,7 @@ fn finish_migration(
         {
             let segment = st.log.segment_of(&e);
             let value = read_put_value(segment, &e)?;
+            Counters::add(&inner.counters.maintenance_read_bytes, e.len as u64);
             ops.push(LowerOp::Put(
                 key::reading_key(m.lower_id, sensor, e.ts_ms),
                 value,
@@ -377,12 +388,12 @@ fn roll_back_migration(inner: &Inner, moving: &[Moving]) {
 /// Reads the moving devices' records and returns the two runs to ingest: their readings,
 /// and one mapping record per device. Both lie above every key already in the lower tier
 /// (fresh lower ids), so the LSM can place them in its last level without rewriting.
-fn build_run(moving: &mut [Moving]) -> Result<Vec<Run>> {
+fn build_run(inner: &Inner, moving: &mut [Moving]) -> Result<Vec<Run>> {
     let located: Vec<Located> = moving
         .iter_mut()
         .flat_map(|m| m.entries.drain(..))
         .collect();
-    let values = read_values_in_log_order(&located)?;
+    let values = read_values_in_log_order(&inner.counters, &located)?;
     let readings: Run = located.into_iter().map(|(k, _, _)| k).zip(values).collect();
     let devices: Run = moving
         .iter()
@@ -521,7 +532,7 @@ fn take_one_pass(candidates: Vec<Candidate>, bytes_max: u64) -> Vec<DeviceId> {
 
 /// Reads the values of many records, visiting the log in order and reading each stretch of up
 /// to MIGRATION_READ_WINDOW_BYTES once. Returns the values in the order of `located`.
-fn read_values_in_log_order(located: &[Located]) -> Result<Vec<Vec<u8>>> {
+fn read_values_in_log_order(counters: &Counters, located: &[Located]) -> Result<Vec<Vec<u8>>> {
     let mut order: Vec<usize> = (0..located.len()).collect();
     order.sort_unstable_by_key(|&i| located[i].1.position());
     let mut values = vec![Vec::new(); located.len()];
@@ -541,6 +552,7 @@ fn read_values_in_log_order(located: &[Located]) -> Result<Vec<Vec<u8>>> {
             end += 1;
         }
         let window = segment.read_at(window_start, (window_end - window_start) as usize)?;
+        Counters::add(&counters.maintenance_read_bytes, window.len() as u64);
         for &i in &order[at..end] {
             let e = &located[i].1;
             let from = (e.offset as u64 - window_start) as usize;

@@ -34,6 +34,7 @@ use crate::spares::{SegmentPlan, Spares};
 use crate::state::{Inner, Recovery, State};
 use crate::stats::Counters;
 use crate::storage::{PlainFiles, Storage};
+use crate::timed_mutex::TimedMutex;
 use crate::upper::LogPosition;
 
 /// Lower-tier writes are replayed in batches of this many operations.
@@ -192,7 +193,7 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         spares,
         dir,
         options,
-        state: Mutex::new(st),
+        state: TimedMutex::new(st),
         group_done: Condvar::new(),
         space_freed: Condvar::new(),
         maintenance_wanted: AtomicBool::new(false),

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::timed_mutex::TimedMutex;
+
 use crate::commit_log::log_state::LogState;
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
@@ -47,7 +49,7 @@ pub(crate) struct Recovery {
 pub(crate) struct Inner {
     pub dir: DataDir,
     pub options: Options,
-    pub state: Mutex<State>,
+    pub state: TimedMutex<State>,
     /// Signalled when a group is committed (or the engine is poisoned).
     pub group_done: Condvar,
     /// Signalled when segments retire (writers stalled for log room wait on it).

@@ -1,6 +1,9 @@
 //! What the engine reports about itself: enough to compute write amplification exactly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::timed_mutex::HoldTimes;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TierStats {
@@ -78,6 +81,47 @@ pub struct Stats {
     pub recovery_cut: Option<String>,
     /// The last background maintenance failure, if any (maintenance retries every interval).
     pub last_maintenance_error: Option<String>,
+    /// How long the state lock was held, and which lines held it over a millisecond.
+    pub state_lock: HoldTimes,
+    /// Maintenance passes and where their time went.
+    pub passes: PassTimes,
+    /// Bytes maintenance read from the log (to move records out of it).
+    pub maintenance_read_bytes: u64,
+    /// What the lower tier did by itself: flushes, compactions, write stalls, and the level each
+    /// ingested file landed in.
+    pub lower_diagnostics: LowerDiagnostics,
+}
+
+/// Maintenance passes, and the microseconds spent in each step of them (summed over passes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassTimes {
+    pub passes: u64,
+    pub total_us: u64,
+    pub max_us: u64,
+    /// Choosing what to move, under the state lock.
+    pub snapshot_us: u64,
+    /// Reading it from the log.
+    pub read_us: u64,
+    /// Sorting it and writing the run, and handing the run to the lower tier.
+    pub write_us: u64,
+    /// The pass's bookkeeping in the lower tier (what moved where, what left).
+    pub catalog_us: u64,
+    /// Switching the in-memory state over, under the state lock.
+    pub commit_us: u64,
+    /// Retiring log segments and dropping dead runs.
+    pub retire_us: u64,
+}
+
+/// The lower tier's own work, from its statistics (zeros where it reports none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LowerDiagnostics {
+    pub flush_write_bytes: u64,
+    pub compaction_read_bytes: u64,
+    pub compaction_write_bytes: u64,
+    pub write_stall_us: u64,
+    /// Files ingested per level (index = level): runs that land above the last level are
+    /// rewritten by compaction later.
+    pub ingested_files_by_level: Vec<u64>,
 }
 
 impl Stats {
@@ -114,6 +158,16 @@ pub(crate) struct Counters {
     pub fdatasyncs: AtomicU64,
     pub group_commits: AtomicU64,
     pub segments_recycled: AtomicU64,
+    pub maintenance_read_bytes: AtomicU64,
+    pub passes: AtomicU64,
+    pub pass_us_total: AtomicU64,
+    pub pass_us_max: AtomicU64,
+    pub pass_snapshot_us: AtomicU64,
+    pub pass_read_us: AtomicU64,
+    pub pass_write_us: AtomicU64,
+    pub pass_catalog_us: AtomicU64,
+    pub pass_commit_us: AtomicU64,
+    pub pass_retire_us: AtomicU64,
 }
 
 impl Counters {
@@ -122,5 +176,31 @@ impl Counters {
     }
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+    /// Adds the microseconds since `since` to `counter`; returns now, the next step's start.
+    pub fn add_us_since(counter: &AtomicU64, since: Instant) -> Instant {
+        let now = Instant::now();
+        Counters::add(counter, now.duration_since(since).as_micros() as u64);
+        now
+    }
+    /// Counts one finished pass that began at `started`.
+    pub fn pass_done(&self, started: Instant) {
+        let us = started.elapsed().as_micros() as u64;
+        Counters::add(&self.passes, 1);
+        Counters::add(&self.pass_us_total, us);
+        self.pass_us_max.fetch_max(us, Ordering::Relaxed);
+    }
+    pub fn pass_times(&self) -> PassTimes {
+        PassTimes {
+            passes: Counters::get(&self.passes),
+            total_us: Counters::get(&self.pass_us_total),
+            max_us: Counters::get(&self.pass_us_max),
+            snapshot_us: Counters::get(&self.pass_snapshot_us),
+            read_us: Counters::get(&self.pass_read_us),
+            write_us: Counters::get(&self.pass_write_us),
+            catalog_us: Counters::get(&self.pass_catalog_us),
+            commit_us: Counters::get(&self.pass_commit_us),
+            retire_us: Counters::get(&self.pass_retire_us),
+        }
     }
 }

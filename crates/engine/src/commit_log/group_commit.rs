@@ -12,8 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use parking_lot::MutexGuard;
-
 use crate::commit_log::log_state::{self, Chunk, QueuedRecord};
 use crate::error::{Error, Result};
 use crate::options::Durability;
@@ -21,6 +19,7 @@ use crate::record::{self, Decode};
 use crate::segment::Segment;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
+use crate::timed_mutex::TimedGuard;
 use crate::upper::LogPosition;
 
 /// A write's time waiting for log room, over all its attempts.
@@ -53,7 +52,7 @@ impl Drop for LeaderGuard<'_> {
 /// the caller must then re-check what it read under the lock.
 pub(crate) fn make_room(
     inner: &Inner,
-    st: &mut MutexGuard<'_, State>,
+    st: &mut TimedGuard<'_, State>,
     len: usize,
     stall: &mut Stall,
 ) -> Result<bool> {
@@ -77,7 +76,7 @@ pub(crate) fn make_room(
         }
         inner.wake_maintenance();
         let timeout = (bound - waited).min(Duration::from_millis(50));
-        inner.space_freed.wait_for(st, timeout);
+        st.wait_for(&inner.space_freed, timeout);
         return Ok(false);
     }
     let segment = match inner.spares.take() {
@@ -103,7 +102,7 @@ pub(crate) fn make_room(
 /// there, under the same lock).
 pub(crate) fn place(
     inner: &Inner,
-    st: &mut MutexGuard<'_, State>,
+    st: &mut TimedGuard<'_, State>,
     len: usize,
 ) -> (Arc<Segment>, u64) {
     let (segment, offset, want_spare) = st.log.place(len);
@@ -116,7 +115,7 @@ pub(crate) fn place(
 /// Waits until `ticket` is committed, leading a group commit when no one else is.
 pub(crate) fn wait_for<'a>(
     inner: &'a Inner,
-    mut st: MutexGuard<'a, State>,
+    mut st: TimedGuard<'a, State>,
     ticket: u64,
 ) -> Result<()> {
     loop {
@@ -125,7 +124,7 @@ pub(crate) fn wait_for<'a>(
         }
         inner.check_poisoned(&st)?;
         if st.log.leader_active {
-            inner.group_done.wait(&mut st);
+            st.wait(&inner.group_done);
         } else {
             st = lead_group(inner, st)?;
         }
@@ -136,8 +135,8 @@ pub(crate) fn wait_for<'a>(
 /// (`Group::write`), then applies it in log order and wakes its writers.
 fn lead_group<'a>(
     inner: &'a Inner,
-    mut st: MutexGuard<'a, State>,
-) -> Result<MutexGuard<'a, State>> {
+    mut st: TimedGuard<'a, State>,
+) -> Result<TimedGuard<'a, State>> {
     let group = st.log.take_group();
     let sync = inner.options.durability == Durability::Sync;
     drop(st);

@@ -130,4 +130,8 @@ pub trait LowerTier: Send + Sync {
     fn estimate(&self) -> (u64, u64);
     /// Reads every key with checksum verification; returns the number of keys.
     fn verify(&self) -> Result<u64>;
+    /// What the tier did by itself (flushes, compactions, stalls, ingest levels).
+    fn diagnostics(&self) -> crate::stats::LowerDiagnostics {
+        crate::stats::LowerDiagnostics::default()
+    }
 }

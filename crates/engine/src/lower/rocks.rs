@@ -18,6 +18,8 @@ pub struct RocksLower {
     ingest_dir: PathBuf,
     ingest_seq: AtomicU64,
     ingested_bytes: AtomicU64,
+    /// Files ingested per level (RocksDB's 7 levels): where each run landed.
+    ingested_by_level: [AtomicU64; 7],
 }
 
 fn lower_err(e: rocksdb::Error) -> Error {
@@ -63,7 +65,25 @@ impl RocksLower {
             ingest_dir,
             ingest_seq: AtomicU64::new(0),
             ingested_bytes: AtomicU64::new(0),
+            ingested_by_level: Default::default(),
         })
+    }
+
+    /// Notes the level each run's file landed in (found by its first key): a run placed above
+    /// the last level will be rewritten by compaction.
+    fn count_ingest_levels(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) {
+        let Ok(files) = self.db.live_files() else {
+            return;
+        };
+        for first in runs.iter().filter_map(|run| run.first()) {
+            let level = files
+                .iter()
+                .find(|f| f.start_key.as_deref() == Some(first.0.as_slice()))
+                .map(|f| f.level);
+            if let Some(counter) = level.and_then(|l| self.ingested_by_level.get(l as usize)) {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn no_wal() -> WriteOptions {
@@ -107,6 +127,7 @@ impl LowerTier for RocksLower {
         }
         outcome?;
         self.ingested_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.count_ingest_levels(runs);
         Ok(bytes)
     }
 
@@ -193,6 +214,21 @@ impl LowerTier for RocksLower {
             prop("rocksdb.estimate-num-keys"),
             prop("rocksdb.live-sst-files-size"),
         )
+    }
+
+    fn diagnostics(&self) -> crate::stats::LowerDiagnostics {
+        let ticker = |t| self.options.get_ticker_count(t);
+        crate::stats::LowerDiagnostics {
+            flush_write_bytes: ticker(Ticker::FlushWriteBytes),
+            compaction_read_bytes: ticker(Ticker::CompactReadBytes),
+            compaction_write_bytes: ticker(Ticker::CompactWriteBytes),
+            write_stall_us: ticker(Ticker::StallMicros),
+            ingested_files_by_level: self
+                .ingested_by_level
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed))
+                .collect(),
+        }
     }
 
     fn verify(&self) -> Result<u64> {
