@@ -33,20 +33,32 @@ def depart(seq, device):
     d = device.encode()
     return record(3, struct.pack("<H", len(d)) + d, seq, True)
 
-def trim(seq, device, before_ms):
+def trim(seq, device, before_ns):
     d = device.encode()
-    return record(5, struct.pack("<Hq", len(d), before_ms) + d, seq, True)
+    return record(5, struct.pack("<Hq", len(d), before_ns) + d, seq, True)
+
+def segment_end(seq, next_seq, sealed_at_ms):
+    return record(4, struct.pack("<QQ", next_seq, sealed_at_ms), seq, True)
 
 def segment(seq, size, records):
     """The first bytes of a segment file of `size` bytes: the fuzz target (and the corpus test)
     extend the file with zeros to the size its header claims, so seeds stay small."""
-    fields = b"RKVLOG01" + struct.pack("<IIQQ", 1, 0, seq, size)
+    fields = b"RKVLOG01" + struct.pack("<IIQQ", 2, 0, seq, size)
     header = fields + struct.pack("<I", crc32c(fields))
     header += b"\0" * (4096 - len(header))
     return header + records
 
-def reading_key(lower_id, sensor, ts):
-    return b"\x01" + struct.pack(">Q", lower_id) + sensor.encode() + b"\0" + struct.pack(">Q", (ts & (2**64 - 1)) ^ (1 << 63))
+def settled_key(lower_id, sensor, ts):
+    return struct.pack(">Q", lower_id) + sensor.encode() + b"\0" + struct.pack(">Q", (ts & (2**64 - 1)) ^ (1 << 63))
+
+def run_key(win, lower_id, sensor, ts):
+    return struct.pack(">Q", win) + settled_key(lower_id, sensor, ts)
+
+def device_record(registered_at_ms, settled, trims, name):
+    out = struct.pack("<QBH", registered_at_ms, 1 if settled else 0, len(trims))
+    for before_ns, upto_win in trims:
+        out += struct.pack("<qQ", before_ns, upto_win)
+    return out + name.encode()
 
 def write(crate, target, name, data):
     path = os.path.join("crates", crate, "fuzz", "corpus", target)
@@ -55,17 +67,21 @@ def write(crate, target, name, data):
         f.write(data)
 
 batch = register(9, "car-1", 1234) + put(9, "car-1", "speed", 7, b"88.5", end=False) + put(9, "car-1", "rpm", 7, b"\xff\x00")  + depart(9, "car-1")
-write("engine", "record_decode", "put", put(9, "car-17", "speed", 1700000000000, b"88.5"))
+write("engine", "record_decode", "put", put(9, "car-17", "speed", 1700000000000000000, b"88.5"))
 write("engine", "record_decode", "register", register(9, "car-17", 42))
 write("engine", "record_decode", "depart", depart(9, "car-17"))
-write("engine", "record_decode", "trim", trim(9, "car-17", 1700000000000))
+write("engine", "record_decode", "trim", trim(9, "car-17", 1700000000000000000))
+write("engine", "record_decode", "segment-end", segment_end(9, 10, 1700000000000))
 write("engine", "record_decode", "batch", batch)
 write("engine", "segment_open", "segment-with-a-batch", segment(5, 1 << 20, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v")))
 write("engine", "segment_open", "empty-segment", segment(5, 1 << 20, b""))
 write("engine", "segment_open", "torn-tail", segment(5, 1 << 20, put(5, "car-1", "speed", 1, b"v", end=False)))
-write("engine", "key_decode", "reading-key", reading_key(42, "speed", -42))
-write("engine", "key_decode", "device-key", b"\x02" + struct.pack(">Q", 9))
-write("engine", "key_decode", "device-value", struct.pack("<Q", 77) + b"car-1")
+write("engine", "key_decode", "run-key", run_key(3, 42, "speed", -42))
+write("engine", "key_decode", "settled-key", settled_key(42, "speed", -42))
+write("engine", "key_decode", "catalog-device-key", b"\x01" + struct.pack(">Q", 9))
+write("engine", "key_decode", "membership-key", b"\x01" + struct.pack(">QQ", 9, 3))
+write("engine", "key_decode", "device-record", device_record(77, True, [(-1, 9)], "car-1"))
+write("engine", "key_decode", "catalog-meta", struct.pack("<IQQQ", 1, 3, 4, 5))
 for name, line in [
     ("text", {"device": "car-17", "sensor": "speed", "ts": 1700000000000, "value": "88.5"}),
     ("base64", {"device": "car-17", "sensor": "raw", "ts": -1, "value_b64": "/wA="}),

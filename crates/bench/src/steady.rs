@@ -1076,7 +1076,7 @@ fn space_bound_chart(engine: &str, points: &[Point]) -> String {
 /// The report's paragraph on how the run was made.
 fn method(args: &SteadyArgs) -> String {
     format!(
-        "Each engine: a fresh {} GiB {} file system on a direct-I/O loop device, the engine in a child process inside a {} MiB memory cgroup (heap and page cache), {} writer threads, {} s warm-up then {} s measured, durability {}. Every second: ops/s and device write bandwidth (the loop device's counters), bytes on disk (statvfs, minus what the empty file system used), live user bytes (key + value bytes of readings of devices that have not departed), the engine's own figures, the cgroup's usage. Throughput and write amplification cover the measured phase (device bytes after a syncfs at its start, through the final sync). Queries: TPCx-IoT's pair at 0.005 % of operations: the last 30 s of one sensor, and a random 30 s window in the 1800 s before.",
+        "Each engine: a fresh {} GiB {} file system on a direct-I/O loop device, the engine in a child process inside a {} MiB memory cgroup (heap and page cache), {:?} writer threads, {} s warm-up then {} s measured, durability {}. Every second: ops/s and device write bandwidth (the loop device's counters), bytes on disk (statvfs, minus what the empty file system used), live user bytes (key + value bytes of readings of devices that have not departed), the engine's own figures, the cgroup's usage. Throughput and write amplification cover the measured phase (device bytes after a syncfs at its start, through the final sync). Queries: TPCx-IoT's pair at 0.005 % of operations: the last 30 s of one sensor, and a random 30 s window in the 1800 s before.",
         args.disk_gib,
         args.fs,
         args.memory_mib,

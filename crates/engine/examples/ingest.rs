@@ -38,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         .map(|i| Record {
                             device: &device,
                             sensor: "s",
-                            ts_ms: ts + i,
+                            ts_ns: ts + i,
                             value: &value,
                         })
                         .collect();
@@ -61,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let elapsed = started.elapsed().as_secs_f64();
     let s = engine.stats();
     println!(
-        "{threads} threads {durability:?}: {:.0} records/s, {:.1} MB/s user, WA {:.3} (log {:.0} MB, prep {:.0} MB, lower {:.0} MB), {} groups, {} fdatasyncs, {} migrations",
+        "{threads} threads {durability:?}: {:.0} records/s, {:.1} MB/s user, WA {:.3} (log {:.0} MB, prep {:.0} MB, lower {:.0} MB), {} groups, {} fdatasyncs, {} segments left the log",
         records.load(Ordering::Relaxed) as f64 / elapsed,
         s.user_bytes as f64 / elapsed / 1e6,
         s.write_amplification(),
@@ -70,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.lower_bytes_written as f64 / 1e6,
         s.group_commits,
         s.fdatasyncs,
-        s.migrations
+        s.segments_aged
     );
     Ok(())
 }

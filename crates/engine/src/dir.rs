@@ -1,7 +1,7 @@
 //! The data directory: its identity file, its lock, and its layout (docs/FORMAT.md, "Directory").
 //!
 //! ```text
-//! DIR/ROAMKV        identity: "roamkv data directory\nformat 1\nlower rocksdb\n"
+//! DIR/ROAMKV        identity: "roamkv data directory\nformat 2\nlower rocksdb\n"
 //! DIR/LOCK          held with an exclusive flock while an Engine (or `roamkv check`) has it open
 //! DIR/log/*.seg     commit-log segments
 //! DIR/lower/        the lower tier's own files (rocksdb/ or leveldb/)
@@ -17,7 +17,11 @@ pub const IDENTITY_FILE: &str = "ROAMKV";
 pub const LOCK_FILE: &str = "LOCK";
 pub const LOG_DIR: &str = "log";
 pub const LOWER_DIR: &str = "lower";
-pub const FORMAT_VERSION: u32 = 1;
+/// The data directory's format. 2: timestamps in nanoseconds; the lower tier as windows, a
+/// settled space and a catalog (docs/FORMAT.md). A directory of another format is refused with
+/// both versions named; format 1 directories are not upgraded in place (their lower tier holds
+/// millisecond keys under another layout).
+pub const FORMAT_VERSION: u32 = 2;
 const IDENTITY_FIRST_LINE: &str = "roamkv data directory";
 
 /// An open data directory. The flock is released when this is dropped (or the process dies).

@@ -13,7 +13,7 @@ use crate::commit_log::group_commit::{self, Stall};
 use crate::error::{Error, Result};
 use crate::limits::{self, SEGMENT_HEADER_BYTES};
 use crate::maintenance;
-use crate::mapping::{DeviceId, Tier};
+use crate::mapping::DeviceId;
 use crate::options::{Durability, Options};
 use crate::query::{self, DeviceInfo, ScanCursor, ScanPage};
 use crate::reading::{Reading, Record, user_bytes, validate_device, validate_record};
@@ -78,28 +78,31 @@ impl Engine {
         })
     }
 
-    pub fn put(&self, device: &str, sensor: &str, ts_ms: i64, value: &[u8]) -> Result<()> {
+    /// Writes one reading; `ts_ns` is nanoseconds since the Unix epoch (see `put_batch`).
+    pub fn put(&self, device: &str, sensor: &str, ts_ns: i64, value: &[u8]) -> Result<()> {
         self.put_batch(&[Record {
             device,
             sensor,
-            ts_ms,
+            ts_ns,
             value,
         }])
     }
 
     /// Writes the records atomically (after a crash, all or none of them are there) and returns
     /// when they are acknowledged under the configured durability. On an input error nothing
-    /// is written.
+    /// is written. A record with the device, sensor and timestamp of one already stored replaces
+    /// it (a retried write is stored once).
     pub fn put_batch(&self, records: &[Record<'_>]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
-        let batch = encode_batch(records, self.inner.options.segment_bytes)?;
+        let mut batch = encode_batch(records, self.inner.options.segment_bytes)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
         let mut stall = Stall::default();
         let (new_devices, register_bytes) = loop {
-            while st.log.queued_bytes > limits::PENDING_BYTES_MAX && st.poisoned.is_none() {
+            while st.log.queued_bytes > limits::PENDING_BYTES_MAX {
+                inner.check_poisoned(&st)?;
                 st.wait(&inner.group_done);
             }
             inner.check_poisoned(&st)?;
@@ -121,7 +124,7 @@ impl Engine {
         let now_ms = inner.options.clock.now_ms();
         let new_devices: Vec<(DeviceId, &str)> = new_devices
             .into_iter()
-            .map(|d| (st.map.register(d, Tier::Upper, now_ms), d))
+            .map(|d| (st.map.register(d, now_ms), d))
             .collect();
         let ids: Vec<DeviceId> = records
             .iter()
@@ -130,41 +133,53 @@ impl Engine {
         let (segment, offset) =
             group_commit::place(inner, &mut st, register_bytes + batch.bytes.len());
         let seq_low = segment.seq_low();
-
-        let mut bytes = Vec::with_capacity(register_bytes + batch.bytes.len());
-        let mut placed = Vec::with_capacity(new_devices.len() + records.len());
-        for (id, device) in &new_devices {
-            let at = bytes.len();
-            record::encode_register(&mut bytes, seq_low, device, now_ms);
-            placed.push((*id, at, bytes.len() - at));
+        if !new_devices.is_empty() {
+            let mut registers = Vec::with_capacity(register_bytes);
+            let mut placed = Vec::with_capacity(new_devices.len());
+            for (id, device) in &new_devices {
+                let at = registers.len();
+                record::encode_register(&mut registers, seq_low, device, now_ms);
+                placed.push((*id, at, registers.len() - at));
+            }
+            st.log
+                .enqueue(Arc::clone(&segment), offset, registers, placed);
         }
-        let base = bytes.len();
-        bytes.extend_from_slice(&batch.bytes);
+        // The batch goes to the log as the writer encoded it: sealed in place, queued as one
+        // piece of the group's pwritev (never copied again).
         let last = batch.records.len() - 1;
+        let mut placed = Vec::with_capacity(records.len());
         for (i, (start, len, payload_crc)) in batch.records.iter().enumerate() {
-            let at = base + start;
-            record::seal(&mut bytes[at..at + len], seq_low, i == last, *payload_crc);
-            placed.push((ids[i], at, *len));
+            record::seal(
+                &mut batch.bytes[*start..start + len],
+                seq_low,
+                i == last,
+                *payload_crc,
+            );
+            placed.push((ids[i], *start, *len));
         }
-        let ticket = st.log.enqueue(segment, offset, bytes, placed);
+        let ticket = st
+            .log
+            .enqueue(segment, offset + register_bytes as u64, batch.bytes, placed);
+        let over_index_cap = st.index_bytes > inner.options.index_bytes_max;
         group_commit::wait_for(inner, st, ticket)?;
 
         Counters::add(&inner.counters.user_bytes, batch.user_bytes);
         Counters::add(&inner.counters.user_records, records.len() as u64);
-        if inner.state.lock().index_bytes > inner.options.index_bytes_max {
-            maintenance::migrate_for_memory(inner)?;
+        if over_index_cap {
+            maintenance::age_for_memory(inner)?;
         }
         Ok(())
     }
 
-    /// The device leaves this edge: its upper-tier data is dropped at once without rewriting
-    /// anything (one small DEPART record is logged); a settled device's readings are removed
-    /// from the lower tier with a range delete. Unknown devices are a no-op.
+    /// The device leaves this edge: its readings are dropped at once without rewriting anything
+    /// (one small DEPART record is logged): in the log they are simply no longer indexed; in the
+    /// lower tier their windows lose them, and a window drops whole once nobody reads it.
+    /// Unknown devices are a no-op.
     pub fn depart(&self, device: &str) -> Result<()> {
         validate_device(device)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
-        let len = record::HEADER_BYTES + 2 + device.len();
+        let len = record::depart_len(device);
         let mut stall = Stall::default();
         loop {
             inner.check_poisoned(&st)?;
@@ -188,23 +203,24 @@ impl Engine {
         Ok(())
     }
 
-    /// The reading of `device`'s `sensor` at `ts_ms`, if there is one.
-    pub fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
+    /// The reading of `device`'s `sensor` at `ts_ns`, if there is one.
+    pub fn get(&self, device: &str, sensor: &str, ts_ns: i64) -> Result<Option<Vec<u8>>> {
         // query::read checks the device, then the sensor.
-        let end_ms = ts_ms.saturating_add(1);
-        let mut found = query::read(&self.inner, device, Some(sensor), ts_ms, end_ms, true)?;
+        let end_ns = ts_ns.saturating_add(1);
+        let mut found = query::read(&self.inner, device, Some(sensor), ts_ns, end_ns, true)?;
         Ok(found.pop().map(|r| r.value))
     }
 
-    /// Readings of one device (one sensor, if given) with from_ms <= ts < to_ms, in (sensor, ts) order.
+    /// Readings of one device (one sensor, if given) with from_ns <= ts < to_ns, in (sensor, ts)
+    /// order.
     pub fn scan(
         &self,
         device: &str,
         sensor: Option<&str>,
-        from_ms: i64,
-        to_ms: i64,
+        from_ns: i64,
+        to_ns: i64,
     ) -> Result<Vec<Reading>> {
-        query::read(&self.inner, device, sensor, from_ms, to_ms, false)
+        query::read(&self.inner, device, sensor, from_ns, to_ns, false)
     }
 
     /// Every device mapped now, sorted by name. Costs one pass over the mapping table under
@@ -214,37 +230,37 @@ impl Engine {
     }
 
     /// The newest reading of each sensor of a device (of one sensor, if given), in sensor
-    /// order. Upper tier: the last index entry per sensor; lower tier: one reverse seek per
-    /// sensor. An unknown device has none.
+    /// order. The log: the last index entry per sensor; the lower tier: one reverse seek per
+    /// sensor and run. An unknown device has none.
     pub fn latest(&self, device: &str, sensor: Option<&str>) -> Result<Vec<Reading>> {
         query::latest(&self.inner, device, sensor)
     }
 
-    /// Up to `limit` readings of a device (one sensor, if given) with from_ms <= ts < to_ms, in
+    /// Up to `limit` readings of a device (one sensor, if given) with from_ns <= ts < to_ns, in
     /// (sensor, ts) order, starting strictly after `after`. `next` is set when more may follow:
     /// pass it back as `after` for the next page. A page costs its own size, not the window's.
     pub fn scan_page(
         &self,
         device: &str,
         sensor: Option<&str>,
-        from_ms: i64,
-        to_ms: i64,
+        from_ns: i64,
+        to_ns: i64,
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<ScanPage> {
-        query::scan_page(&self.inner, device, sensor, from_ms, to_ms, after, limit)
+        query::scan_page(&self.inner, device, sensor, from_ns, to_ns, after, limit)
     }
 
-    /// Retention at device granularity: if every reading of `device` is older than `cutoff_ms`
+    /// Retention at device granularity: if every reading of `device` is older than `cutoff_ns`
     /// (by reading timestamp), the device departs (one DEPART record, see `depart`) and this
     /// returns true. A device with any reading at or after the cutoff is left whole.
     ///
     /// A write to the device that races with this call (acknowledged after the check) departs
     /// with it, as any write racing with `depart` does.
-    pub fn depart_if_older_than(&self, device: &str, cutoff_ms: i64) -> Result<bool> {
+    pub fn depart_if_older_than(&self, device: &str, cutoff_ns: i64) -> Result<bool> {
         let latest = self.latest(device, None)?;
-        match latest.iter().map(|r| r.ts_ms).max() {
-            Some(newest_ms) if newest_ms < cutoff_ms => {
+        match latest.iter().map(|r| r.ts_ns).max() {
+            Some(newest_ns) if newest_ns < cutoff_ns => {
                 self.depart(device)?;
                 Ok(true)
             }
@@ -252,25 +268,25 @@ impl Engine {
         }
     }
 
-    /// Deletes every reading of `device` with ts < `before_ms`, in both tiers, durably: one
+    /// Deletes every reading of `device` with ts < `before_ns`, wherever it is, durably: one
     /// TRIM record (about 26 bytes + the name), acknowledged under the configured durability
     /// like a write. Readings written after the call returns are not touched, whatever their
     /// timestamps. Returns false, writing nothing, when the device is not here or holds no
     /// reading older than the cutoff (a write racing with the call may then be kept; one
     /// acknowledged before the call began is never missed).
     ///
-    /// Cost: upper tier, a pass over the device's index under the engine's lock; lower tier,
-    /// one seek per sensor of the device to decide, and again when applied (one range delete
-    /// per sensor). Log space of trimmed upper-tier readings returns when the device settles
-    /// or departs; settled readings' space returns as the LSM compacts the range deletes.
-    pub fn trim_before(&self, device: &str, before_ms: i64) -> Result<bool> {
-        trim::trim_before(&self.inner, device, before_ms)
+    /// Cost: a pass over the device's index under the engine's lock; for readings already in the
+    /// lower tier, one seek per sensor and run to decide, and no write at all: reads skip them at
+    /// once, and their space returns with their runs (trim.rs).
+    pub fn trim_before(&self, device: &str, before_ns: i64) -> Result<bool> {
+        trim::trim_before(&self.inner, device, before_ns)
     }
 
-    /// Runs due migrations and retires segments now (the background thread does this every
+    /// Runs due maintenance now: segments whose management time ended leave the log, runs are
+    /// consolidated and dropped (the background thread does this every
     /// `maintenance_interval_ms`; with `background_maintenance: false` the caller does).
     pub fn maintain(&self) -> Result<()> {
-        maintenance::maintain(&self.inner, true)
+        maintenance::maintain(&self.inner)
     }
 
     pub fn stats(&self) -> Stats {
@@ -282,7 +298,7 @@ impl Engine {
         &self.inner.dir.path
     }
 
-    /// Stops background work, syncs the log and persists the lower tier.
+    /// Stops background work and syncs the log.
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
     }
@@ -292,8 +308,7 @@ impl Engine {
             return Ok(());
         }
         self.stop_threads();
-        group_commit::sync_unsynced(&self.inner)?;
-        self.inner.lower.persist()
+        group_commit::sync_unsynced(&self.inner)
     }
 
     fn stop_threads(&mut self) {
@@ -306,9 +321,9 @@ impl Engine {
         }
     }
 
-    /// Stops as a killed process would: background threads end, and nothing more is synced or
-    /// persisted (the log keeps what reached it; the lower tier loses its memtable). For crash
-    /// and power-cut tests that run many "processes" in one (`tests/power_cut.rs`).
+    /// Stops as a killed process would: background threads end, and nothing more is synced
+    /// (the log keeps what reached it). For crash and power-cut tests that run many "processes"
+    /// in one (`tests/power_cut.rs`).
     #[doc(hidden)]
     pub fn abandon(mut self) {
         self.stop_threads();
@@ -345,10 +360,7 @@ fn devices_to_register<'a>(
             max: devices_max,
         });
     }
-    let register_bytes = new_names
-        .iter()
-        .map(|d| record::HEADER_BYTES + 10 + d.len())
-        .sum();
+    let register_bytes = new_names.iter().map(|d| record::register_len(d)).sum();
     Ok((new_names, register_bytes))
 }
 
@@ -359,7 +371,8 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
         total += record::put_len(r.device, r.sensor, r.value);
     }
     // Room for one REGISTER record per record, in the worst case, must also fit in a segment.
-    let worst = total + records.len() * (record::HEADER_BYTES + 10 + limits::DEVICE_ID_BYTES_MAX);
+    let worst =
+        total + records.len() * record::register_len(&"d".repeat(limits::DEVICE_ID_BYTES_MAX));
     let capacity = (segment_bytes - SEGMENT_HEADER_BYTES) as usize;
     if records.len() > limits::BATCH_RECORDS_MAX
         || total > limits::BATCH_BYTES_MAX
@@ -377,7 +390,7 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
     let mut user = 0;
     for r in records {
         let start = bytes.len();
-        let crc = record::encode_put_unsealed(&mut bytes, r.device, r.sensor, r.ts_ms, r.value);
+        let crc = record::encode_put_unsealed(&mut bytes, r.device, r.sensor, r.ts_ns, r.value);
         placed.push((start, bytes.len() - start, crc));
         user += user_bytes(r.device, r.sensor, r.value);
     }
@@ -388,34 +401,39 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
     })
 }
 
-/// `Engine::stats`: counters, tiers, and every limit beside its current value.
+/// `Engine::stats`: counters, tiers, and every limit beside its current value. Under the state
+/// lock it reads kept totals and walks the log's segments and the windows, never the mapping
+/// table.
 fn stats(inner: &Inner) -> Stats {
     let now_ms = inner.options.clock.now_ms();
     let mut stats = {
         let st = inner.state.lock();
+        let placed = st.map.placed();
+        let (window_file_bytes, window_live_bytes) = st.lower.window_bytes();
         let mut stats = Stats {
             index_bytes: st.index_bytes,
             live_segments: st.log.segments.len() as u64,
             pending_bytes: st.log.queued_bytes as u64,
             devices: st.map.len() as u64,
             last_maintenance_error: st.last_maintenance_error.clone(),
+            windows: st.lower.windows.len() as u64,
+            window_file_bytes,
+            window_live_bytes,
             ..Stats::default()
         };
-        for (_, entry) in st.map.entries() {
-            match entry.tier {
-                Tier::Upper | Tier::Migrating => {
-                    stats.upper.devices += 1;
-                    stats.upper.records += entry.index.records;
-                    stats.upper.bytes += entry.index.record_bytes;
-                    let due_at = entry
-                        .registered_at_ms
-                        .saturating_add(inner.options.management_time_ms);
-                    if now_ms >= due_at {
-                        stats.migration_backlog_devices += 1;
-                        stats.migration_backlog_bytes += entry.index.record_bytes;
-                    }
-                }
-                Tier::Lower => stats.lower.devices += 1,
+        stats.upper.devices = st.map.len() as u64 - placed;
+        stats.upper.records = st.log_readings;
+        stats.upper.bytes = st.log_reading_bytes;
+        stats.lower.devices = placed;
+        for (seq, live) in &st.log.segments {
+            let overdue = !live.aged
+                && *seq < st.log.active.seq
+                && live.sealed_at_ms.is_some_and(|at| {
+                    now_ms >= at.saturating_add(inner.options.management_time_ms)
+                });
+            if overdue {
+                stats.overdue_segments += 1;
+                stats.overdue_bytes += live.written_end;
             }
         }
         stats
@@ -430,11 +448,20 @@ fn stats(inner: &Inner) -> Stats {
     stats.reclaimed_bytes_without_write = Counters::get(&c.reclaimed_bytes_without_write);
     stats.lower.records = lower_records;
     stats.lower.bytes = lower_bytes;
+    stats.runs_per_device_max = inner.options.runs_per_device_max as u64;
+    stats.window_space_amplification_percent = (stats.window_file_bytes * 100)
+        .checked_div(stats.window_live_bytes)
+        .unwrap_or(100);
+    stats.window_space_amplification_percent_max = limits::WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX;
     stats.index_bytes_max = inner.options.index_bytes_max;
-    stats.migrations = Counters::get(&c.migrations);
-    stats.migrated_records = Counters::get(&c.migrated_records);
-    stats.early_migrations = Counters::get(&c.early_migrations);
-    stats.migration_failures = Counters::get(&c.migration_failures);
+    stats.segments_aged = Counters::get(&c.segments_aged);
+    stats.early_passes = Counters::get(&c.early_migrations);
+    stats.moved_records = Counters::get(&c.migrated_records);
+    stats.moved_bytes = Counters::get(&c.moved_bytes);
+    stats.pass_failures = Counters::get(&c.migration_failures);
+    stats.consolidations = Counters::get(&c.consolidations);
+    stats.consolidated_bytes = Counters::get(&c.consolidated_bytes);
+    stats.windows_dropped = Counters::get(&c.windows_dropped);
     stats.departures = Counters::get(&c.departures);
     stats.trims = Counters::get(&c.trims);
     stats.fdatasyncs = Counters::get(&c.fdatasyncs);
@@ -446,12 +473,11 @@ fn stats(inner: &Inner) -> Stats {
     stats.segments_retired = Counters::get(&c.segments_retired);
     stats.pending_bytes_max = limits::PENDING_BYTES_MAX as u64;
     stats.devices_max = inner.options.devices_max;
-    stats.migration_run_bytes_max = maintenance::migration_run_bytes_max(inner);
+    stats.run_bytes_max = limits::RUN_BYTES_MAX;
     stats.log_dirty_bytes_max = 2 * inner.options.log_writeback_bytes;
     stats.write_stalls = Counters::get(&c.write_stalls);
     stats.write_stall_ms = Counters::get(&c.write_stall_ms);
     stats.no_space_errors = Counters::get(&c.no_space_errors);
-    stats.lower_persists = Counters::get(&c.lower_persists);
     stats.recovery_ms = inner.recovery.ms;
     stats.recovered_records = inner.recovery.records;
     stats.recovery_buffer_bytes_max = inner.recovery.buffer_bytes_max;

@@ -28,11 +28,16 @@ pub enum Error {
     },
     #[error("invalid options: {0}")]
     InvalidOptions(String),
+    /// An argument of a call is out of its range (a page limit, a time window); nothing changed.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     #[error("{path} is not a roamkv data directory: {reason}")]
     NotADataDirectory { path: PathBuf, reason: String },
     #[error("{path} is locked by another process (its LOCK file is held)")]
     Locked { path: PathBuf },
-    #[error("{path} has format version {found}; this build reads version {expected}")]
+    #[error(
+        "{path} has data directory format {found}; this build reads format {expected} only (export the data with the roamkv that wrote it, then load it into a new directory)"
+    )]
     FormatVersion {
         path: PathBuf,
         found: u32,
@@ -93,6 +98,7 @@ impl Error {
                 | Error::IdContainsNul { .. }
                 | Error::ValueTooLarge { .. }
                 | Error::BatchTooLarge { .. }
+                | Error::InvalidArgument(_)
         )
     }
 

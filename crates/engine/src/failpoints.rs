@@ -1,30 +1,40 @@
-//! Test hooks that make one step of a background job fail, so tests can prove that a job which
-//! fails part-way leaves the state as it found it and is retried. Free when unused: one atomic
-//! load per migration step.
+//! Test hooks that make one step of a maintenance pass fail (or run a test's code there), so
+//! tests can prove that a pass interrupted at any step — by an error, or by a crash right
+//! after it — leaves a state that opens with every acknowledged reading. Free when unused: one
+//! atomic load per step.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 
-/// The steps of a migration pass (docs/ENGINE.md, "Migration").
+/// The steps of a pass (docs/ENGINE.md, "Leaving the log"). A failure armed at a step happens
+/// right after it: the step's effects are on disk, the next step's are not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
-pub enum MigrationStep {
-    /// Reading the moving devices' records from the log.
+pub enum PassStep {
+    /// The readings to move were read from the log (nothing written yet).
     ReadLog = 1,
-    /// Ingesting the sorted run into the lower tier.
-    Ingest = 2,
-    /// Reading the records written while the run was ingested (the catch-up).
-    CatchUp = 3,
+    /// The run's file is written (not yet part of the lower tier).
+    RunWritten = 2,
+    /// The run is ingested into the lower tier (the catalog does not name it yet).
+    Ingested = 3,
+    /// The catalog batch is durable (the in-memory state has not switched).
+    Cataloged = 4,
+    /// The in-memory state switched (the segment is not retired yet).
+    Committed = 5,
+    /// Segments that left the log are retired.
+    Retired = 6,
+    /// Dead windows are dropped.
+    WindowsDropped = 7,
 }
 
-/// A test's code run at one migration step (see `FailPoints::run_at_next_migration_step`).
+/// A test's code run at one pass step (see `FailPoints::run_at_next_pass_step`).
 type StepHook = Box<dyn FnOnce() + Send>;
 
 /// Armed failures. Shared through `Options::fail_points` (hidden: for tests).
 #[derive(Default)]
 pub struct FailPoints {
-    migration_step: AtomicU32,
+    pass_step: AtomicU32,
     group_commit_panic: AtomicBool,
     hook: parking_lot::Mutex<Option<(u32, StepHook)>>,
 }
@@ -32,7 +42,7 @@ pub struct FailPoints {
 impl std::fmt::Debug for FailPoints {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FailPoints")
-            .field("migration_step", &self.migration_step)
+            .field("pass_step", &self.pass_step)
             .field("group_commit_panic", &self.group_commit_panic)
             .field("hook_armed", &self.hook.lock().is_some())
             .finish()
@@ -40,24 +50,20 @@ impl std::fmt::Debug for FailPoints {
 }
 
 impl FailPoints {
-    /// Makes the next migration pass fail at `step` (once).
-    pub fn fail_next_migration_at(&self, step: MigrationStep) {
-        self.migration_step.store(step as u32, Ordering::SeqCst);
+    /// Makes the next pass fail right after `step` (once).
+    pub fn fail_next_pass_at(&self, step: PassStep) {
+        self.pass_step.store(step as u32, Ordering::SeqCst);
     }
 
-    /// Runs `hook` on the migrating thread when the next migration pass reaches `step`
-    /// (once), e.g. to make other calls while a run is between its snapshot and its switch.
-    /// At `ReadLog` and `Ingest` no engine lock is held (only the one-pass-at-a-time lock);
-    /// at `CatchUp` the state lock is held, so the hook must not call the engine there.
-    pub fn run_at_next_migration_step(
-        &self,
-        step: MigrationStep,
-        hook: impl FnOnce() + Send + 'static,
-    ) {
+    /// Runs `hook` on the maintenance thread when the next pass reaches `step` (once), e.g. to
+    /// make other calls while a run is between its snapshot and its switch. No engine lock is
+    /// held at any step (only the one-pass-at-a-time lock): the hook may call the engine, but
+    /// not `maintain`.
+    pub fn run_at_next_pass_step(&self, step: PassStep, hook: impl FnOnce() + Send + 'static) {
         *self.hook.lock() = Some((step as u32, Box::new(hook)));
     }
 
-    /// Makes the next group commit panic while its leader holds the state lock (once).
+    /// Makes the next group commit panic while its syncer holds the state lock (once).
     pub fn panic_in_next_group_commit(&self) {
         self.group_commit_panic.store(true, Ordering::SeqCst);
     }
@@ -70,7 +76,7 @@ impl FailPoints {
         }
     }
 
-    pub(crate) fn check(&self, step: MigrationStep) -> Result<()> {
+    pub(crate) fn check(&self, step: PassStep) -> Result<()> {
         let hook = {
             let mut armed = self.hook.lock();
             match armed.take() {
@@ -84,14 +90,14 @@ impl FailPoints {
         if let Some(hook) = hook {
             hook();
         }
-        if self.migration_step.load(Ordering::Relaxed) == step as u32
+        if self.pass_step.load(Ordering::Relaxed) == step as u32
             && self
-                .migration_step
+                .pass_step
                 .compare_exchange(step as u32, 0, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         {
             return Err(Error::Lower(format!(
-                "injected failure at migration step {step:?}"
+                "injected failure after pass step {step:?}"
             )));
         }
         Ok(())

@@ -2,12 +2,17 @@
 //! go at an edge gateway (paper 002, "Design and Implementation of an Efficient Key-Value
 //! Storage Engine for Mobile Edge Computing").
 //!
-//! - New devices live in the **upper tier**: their records are written once, to one shared,
-//!   group-committed commit log, and indexed in memory per device (point reads, time ranges).
-//! - When a device's **management time** ends and it is still here, it is **migrated**, sorted
-//!   and in bulk, into the **lower tier**, an LSM tree (RocksDB, or LevelDB as in the paper).
-//! - A device that **departs** is dropped at once: nothing is rewritten.
-//! - The commit log is the only journal: the lower tier runs with its own WAL off.
+//! - Every reading, of any device, is written once to one shared, group-committed commit log and
+//!   indexed in memory per device (point reads, time ranges): a new device lives there, in the
+//!   **upper tier**, for its **management time**.
+//! - About one management time after a reading was written, if its device is still here, it
+//!   leaves the log with the rest of its segment: read once, sorted, and written once as an
+//!   immutable run (a **window**) into the **lower tier**, an LSM tree (RocksDB, or LevelDB as in
+//!   the paper), which never compacts it.
+//! - A device that **departs** is dropped at once: nothing is rewritten; its windows drop whole
+//!   once no live device reads them.
+//! - The commit log is the only journal of readings: the lower tier gets bulk runs and one small
+//!   synced catalog batch per pass.
 //!
 //! Durability: with [`Durability::Sync`] (the default) a write returns after its group's
 //! fdatasync; after kill -9 or power loss no acknowledged write is lost (a torn tail is cut by
@@ -16,8 +21,9 @@
 //! ```no_run
 //! use roamkv_engine::{Engine, Options};
 //! let engine = Engine::open("/var/lib/roamkv", Options::default())?;
-//! engine.put("car-17", "speed", 1_700_000_000_000, b"88.5")?;
-//! assert_eq!(engine.get("car-17", "speed", 1_700_000_000_000)?, Some(b"88.5".to_vec()));
+//! let ts_ns = 1_700_000_000_000_000_000; // nanoseconds since the epoch
+//! engine.put("car-17", "speed", ts_ns, b"88.5")?;
+//! assert_eq!(engine.get("car-17", "speed", ts_ns)?, Some(b"88.5".to_vec()));
 //! engine.depart("car-17")?;
 //! # Ok::<(), roamkv_engine::Error>(())
 //! ```
@@ -29,7 +35,6 @@ mod dir;
 mod engine;
 mod error;
 mod failpoints;
-pub mod key;
 pub mod limits;
 mod lower;
 mod maintenance;
@@ -51,11 +56,12 @@ mod upper;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::Engine;
 pub use error::{Error, Result};
-pub use failpoints::{FailPoints, MigrationStep};
+pub use failpoints::{FailPoints, PassStep};
 pub use lower::LowerTierKind;
-pub use options::{Durability, Options};
+pub use lower::keys;
+pub use options::{Durability, MoveRule, Options};
 pub use query::{DeviceInfo, DeviceTier, SCAN_PAGE_READINGS_MAX, ScanCursor, ScanPage};
-pub use reading::{Reading, Record, validate_record};
+pub use reading::{NS_PER_MS, Reading, Record, ms_to_ns, validate_record};
 pub use recovery::{CheckReport, check};
 pub use stats::{LowerDiagnostics, PassTimes, Stats, TierStats};
 pub use timed_mutex::{HoldTimes, bucket_upper_ns};

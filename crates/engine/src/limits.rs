@@ -6,19 +6,36 @@
 pub const DEVICE_ID_BYTES_MAX: usize = 255;
 /// Sensor ids are names like "speed" (TPCx-IoT uses short ids); same reasoning as device ids.
 pub const SENSOR_ID_BYTES_MAX: usize = 255;
+/// What can be wrong with an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdProblem {
+    Empty,
+    TooLong { len: usize },
+    ContainsNul,
+}
+
 /// What is wrong with an id (device or sensor), if anything: ids are names, 1..=`max` bytes,
-/// without NUL (NUL ends a sensor in lower-tier keys). The one rule for input and for bytes read
-/// from disk.
-pub fn id_problem(id: &str, max: usize) -> Option<String> {
+/// without NUL (NUL ends a sensor in lower-tier keys). The one rule for input (`put` maps it to
+/// an `Error`) and for bytes read from disk (decoders word it with `id_problem`).
+pub fn id_rule(id: &str, max: usize) -> Option<IdProblem> {
     if id.is_empty() {
-        Some("is empty".into())
+        Some(IdProblem::Empty)
     } else if id.len() > max {
-        Some(format!("is {} bytes, the limit is {max}", id.len()))
+        Some(IdProblem::TooLong { len: id.len() })
     } else if id.as_bytes().contains(&0) {
-        Some("contains a NUL byte".into())
+        Some(IdProblem::ContainsNul)
     } else {
         None
     }
+}
+
+/// `id_rule`, in words.
+pub fn id_problem(id: &str, max: usize) -> Option<String> {
+    id_rule(id, max).map(|problem| match problem {
+        IdProblem::Empty => "is empty".to_string(),
+        IdProblem::TooLong { len } => format!("is {len} bytes, the limit is {max}"),
+        IdProblem::ContainsNul => "contains a NUL byte".to_string(),
+    })
 }
 
 /// Sensor readings are small; 256 KiB keeps one record far below the smallest segment, so a
@@ -41,10 +58,10 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 /// The segment header occupies the first page so that records start page-aligned.
 pub const SEGMENT_HEADER_BYTES: u64 = 4096;
 
-/// Default cap on the upper tier's index memory; beyond it the oldest devices migrate early.
+/// Default cap on the log's in-memory index; beyond it the oldest segments leave the log early.
 pub const INDEX_BYTES_MAX_DEFAULT: u64 = 256 * 1024 * 1024;
-/// After an early migration, the index is brought down to this fraction of the cap, so that
-/// early migrations come in bulk rather than one device per put.
+/// After leaving early for memory, the index is brought down to this fraction of the cap, so
+/// that early passes come in bulk rather than one per put.
 pub const INDEX_LOW_WATER_PERCENT: u64 = 80;
 
 /// Retired segments kept for reuse; more are deleted (space returns to the file system).
@@ -55,16 +72,32 @@ pub const INDEX_LOW_WATER_PERCENT: u64 = 80;
 /// against the log budget, so the pool is also capped at a quarter of it.
 pub const SPARE_SEGMENTS_MAX: usize = 16;
 
-/// Devices migrated together in one sorted run (one SST ingestion): bounds how long shutdown
-/// waits for a pass to end.
-pub const MIGRATION_RECORDS_PER_RUN_MAX: usize = 100_000;
-/// Bytes of values one migration pass holds in memory (the sorted run it ingests). Sized so that
-/// a pass is large enough to amortise an SST ingestion (tens of MiB) and small next to the
-/// memory budgets an edge gateway gives the engine (the bench's cgroups are 256-512 MiB).
-pub const MIGRATION_RUN_BYTES_MAX: u64 = 32 * 1024 * 1024;
+/// Bytes of values one run (one window, one file of the lower tier) holds, and so what a pass
+/// holds in memory while it sorts: a segment whose live readings are more is split into
+/// several windows. Large enough to amortise an SST ingestion, small next to the memory
+/// budgets an edge gateway gives the engine (the bench's cgroups are 256-512 MiB).
+pub const RUN_BYTES_MAX: u64 = 32 * 1024 * 1024;
+/// A pass reads the readings it moves in one sweep over their segment, skipping gaps between
+/// them longer than this (a gap shorter than about one disk latency's worth of bandwidth,
+/// ~150 us x 400 MB/s, is cheaper to read through than to seek over).
+pub const MOVE_READ_GAP_BYTES: u64 = 64 * 1024;
+/// The read buffer of a pass: the sweep reads its segment this much at a time.
+pub const MOVE_READ_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+/// Windows (runs) a device's readings may lie in before its windowed readings are consolidated
+/// into the settled store: a read of one device touches at most this many runs, plus the log
+/// and the settled store.
+pub const RUNS_PER_DEVICE_MAX: usize = 16;
+/// Bytes of window files may be at most this percentage of their live bytes (space
+/// amplification 1.5): past it, the windows with the least live data are consolidated away.
+pub const WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX: u64 = 150;
+/// ...unless their dead bytes are fewer than this: a small store is not worth rewriting.
+pub const WINDOW_DEAD_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// Readings one consolidation pass moves from windows into the settled store, bounding its
+/// memory as `RUN_BYTES_MAX` bounds a pass's.
+pub const CONSOLIDATION_BYTES_MAX: u64 = RUN_BYTES_MAX;
 
 /// Default log budget (`Options::log_bytes_max` = None): the log must hold about one management
-/// time of ingest (a segment retires once every device in it has left or settled), so the
+/// time of ingest (a segment leaves the log one management time after it was sealed), so the
 /// default is twice the management time at this ingest rate, which is the engine's measured peak
 /// on a 2-core gateway (about 300 MB/s) rounded up. It is then capped at half of the file
 /// system's free space at open, and never below LOG_SEGMENTS_MIN segments.
@@ -72,8 +105,9 @@ pub const LOG_INGEST_BYTES_PER_SEC_ASSUMED: u64 = 384 * 1024 * 1024;
 /// The smallest log budget, in segments: the active one, one ready spare, and room for the
 /// cleaner to work (a budget below this would stall writers while maintenance is healthy).
 pub const LOG_SEGMENTS_MIN: u64 = 8;
-/// Above this share of the budget, maintenance settles early the devices that pin the oldest
-/// segments (the log is filling faster than management time empties it).
+/// Above this share of the budget, maintenance moves the oldest segment's readings out of the
+/// log before their management time ends (the log is filling faster than management time
+/// empties it).
 pub const LOG_PRESSURE_PERCENT: u64 = 75;
 /// Default bound on how long a write waits for log space (RocksDB's write stall): past it the
 /// write fails with `Error::NoSpace` and changes nothing.
@@ -83,16 +117,9 @@ pub const WRITE_STALL_MS_MAX_DEFAULT: u64 = 10_000;
 /// the previous one: dirty log pages stay below about two windows, so a memory cgroup never
 /// fills with them.
 pub const LOG_WRITEBACK_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
-/// The lower tier is made durable (memtable flush) at most this often for retirement alone;
-/// under log pressure, at once. Each persist makes a small L0 file: bounding their rate bounds
-/// the compaction they cause.
-pub const LOWER_PERSIST_INTERVAL_MS: u64 = 1_000;
 /// Devices the mapping table may hold (upper and settled). About 200 bytes each: 16 M devices
 /// bound the table near 3 GiB; registering one more fails with `Error::TooManyDevices`.
 pub const DEVICES_MAX_DEFAULT: u64 = 16_000_000;
-/// Migration reads the log in windows of up to this many bytes (records of many devices are
-/// interleaved in the log; reading each record alone would be one random read per record).
-pub const MIGRATION_READ_WINDOW_BYTES: u64 = 4 * 1024 * 1024;
 
 // A batch of the largest size must fit in the smallest segment (after the header); a single
 // record of the largest size too.
@@ -106,3 +133,7 @@ const _: () = assert!(BATCH_BYTES_MAX <= PENDING_BYTES_MAX);
 const _: () =
     assert!(DEVICE_ID_BYTES_MAX <= u16::MAX as usize && SENSOR_ID_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(SEGMENT_BYTES_MAX <= u32::MAX as u64 + 1);
+// One record always fits in a run, and a read chunk holds the largest record.
+const _: () = assert!(VALUE_BYTES_MAX as u64 * 2 <= RUN_BYTES_MAX);
+const _: () = assert!(VALUE_BYTES_MAX * 2 <= MOVE_READ_CHUNK_BYTES);
+const _: () = assert!(WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX > 100);

@@ -1,5 +1,6 @@
-//! The Object Mapping Table (paper 002, Fig. 6): device -> {tier, first-seen time, store}.
-//! Every put, get, scan and depart goes through it.
+//! The Object Mapping Table (paper 002, Fig. 6): device -> {first-seen time, readings in the log
+//! (an in-memory index), readings in the lower tier (which windows, settled or not)}. Every put,
+//! get, scan and depart goes through it.
 //!
 //! Devices are named by the caller but held by an in-memory id, one per *incarnation*: a
 //! device that departs and comes back is a new incarnation, so that log records queued for the
@@ -7,67 +8,42 @@
 
 use std::collections::HashMap;
 
-use crate::lower::LowerOp;
-use crate::upper::{DeviceIndex, LogPosition};
+use crate::lower::keys::WindowTrim;
+use crate::upper::DeviceIndex;
 
+/// An incarnation of a device, in memory (never on disk).
 pub type DeviceId = u64;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
-    /// New device, inside its management time: records in the log, indexed in memory.
-    Upper,
-    /// Being moved to the lower tier; still served from the upper index until the switch.
-    Migrating,
-    /// Settled: its readings live in the LSM tree.
-    Lower,
+/// A device's readings in the lower tier, and what hides some of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LowerPlace {
+    /// The device's prefix in the lower tier's keys (lower/keys.rs); never reused.
+    pub lower_id: u64,
+    /// Windows holding its readings, ascending, each with the bytes of its readings there.
+    pub windows: Vec<(u64, u64)>,
+    /// It has readings in the settled space (consolidated out of windows).
+    pub settled: bool,
 }
 
 #[derive(Debug)]
 pub struct DeviceEntry {
     pub name: Box<str>,
-    pub tier: Tier,
+    /// Engine clock time of its first write in this incarnation.
     pub registered_at_ms: u64,
-    /// The upper-tier store (empty once settled).
+    /// Its readings in the log.
     pub index: DeviceIndex,
-    /// Departed while migrating: the migration finishes by deleting what it moved.
-    pub departed: bool,
-    /// Trimmed while migrating: the run being ingested still holds the trimmed readings, so
-    /// the migration finishes with a lower-tier trim. (largest cutoff, oldest TRIM's segment)
-    pub trimmed_while_migrating: Option<(i64, u64)>,
-    /// The prefix of its keys in the lower tier, given when it settles (key.rs); 0 = none yet.
-    pub lower_id: u64,
-}
-
-impl DeviceEntry {
-    /// Applies one TRIM record to the device (live path and recovery alike; trim.rs): the
-    /// upper index drops the older entries (a migrating device also notes the trim for the run
-    /// being ingested); a settled device gets a lower-tier trim op.
-    pub fn apply_trim(
-        &mut self,
-        index_bytes: &mut u64,
-        lower_ops: &mut Vec<LowerOp>,
-        before_ms: i64,
-        position: LogPosition,
-    ) {
-        match self.tier {
-            Tier::Upper | Tier::Migrating => {
-                let before = self.index.index_bytes();
-                self.index.trim_before(before_ms);
-                *index_bytes -= before - self.index.index_bytes();
-                if self.tier == Tier::Migrating {
-                    let (cutoff, first_seq) = self
-                        .trimmed_while_migrating
-                        .unwrap_or((before_ms, position.segment_seq));
-                    self.trimmed_while_migrating =
-                        Some((cutoff.max(before_ms), first_seq.min(position.segment_seq)));
-                }
-            }
-            Tier::Lower => lower_ops.push(LowerOp::TrimBefore {
-                lower_id: self.lower_id,
-                before_ms,
-            }),
-        }
-    }
+    /// The newest segment whose holder list names this device (log_state.rs).
+    pub holder_of_seq: u64,
+    /// Its place in the lower tier: given by the pass that takes the segment of its REGISTER
+    /// record (from then on the catalog knows it), None before.
+    pub lower: Option<LowerPlace>,
+    /// Trims that hide readings of its windows (lower/keys.rs): readings a pass was moving
+    /// when a TRIM came are hidden too, so trims are kept whether it has a lower place or not.
+    pub trims: Vec<WindowTrim>,
+    /// A TRIM whose segment has not left the log yet: settled readings older than this are
+    /// deleted but still on disk (reads skip them; the pass that takes the TRIM's segment
+    /// deletes them).
+    pub settled_trim_pending: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -75,8 +51,8 @@ pub struct MappingTable {
     names: HashMap<Box<str>, DeviceId>,
     devices: HashMap<DeviceId, DeviceEntry>,
     next_id: DeviceId,
-    /// Last lower id given out; ids only grow, so every migration run sorts after all earlier data.
-    last_lower_id: u64,
+    /// Devices with a place in the lower tier (kept as they change: stats never scan).
+    placed: u64,
 }
 
 impl MappingTable {
@@ -98,7 +74,7 @@ impl MappingTable {
     }
 
     /// A new incarnation of `name`, which must not be mapped now.
-    pub fn register(&mut self, name: &str, tier: Tier, registered_at_ms: u64) -> DeviceId {
+    pub fn register(&mut self, name: &str, registered_at_ms: u64) -> DeviceId {
         debug_assert!(!self.names.contains_key(name));
         self.next_id += 1;
         let id = self.next_id;
@@ -107,26 +83,15 @@ impl MappingTable {
             id,
             DeviceEntry {
                 name: name.into(),
-                tier,
                 registered_at_ms,
                 index: DeviceIndex::default(),
-                departed: false,
-                trimmed_while_migrating: None,
-                lower_id: 0,
+                holder_of_seq: 0,
+                lower: None,
+                trims: Vec::new(),
+                settled_trim_pending: None,
             },
         );
         id
-    }
-
-    /// A lower id never given out before (in this process or, via `saw_lower_id`, on disk).
-    pub fn allocate_lower_id(&mut self) -> u64 {
-        self.last_lower_id += 1;
-        self.last_lower_id
-    }
-
-    /// Records a lower id found on disk, so that new ones are larger.
-    pub fn saw_lower_id(&mut self, lower_id: u64) {
-        self.last_lower_id = self.last_lower_id.max(lower_id);
     }
 
     /// Unmaps the name (new puts start a new incarnation); the entry stays until `remove`.
@@ -139,7 +104,25 @@ impl MappingTable {
         if self.names.get(&entry.name) == Some(&id) {
             self.names.remove(&entry.name);
         }
+        if entry.lower.is_some() {
+            self.placed -= 1;
+        }
         Some(entry)
+    }
+
+    /// Gives a device its place in the lower tier.
+    pub fn place(&mut self, id: DeviceId, place: LowerPlace) {
+        if let Some(entry) = self.devices.get_mut(&id) {
+            if entry.lower.is_none() {
+                self.placed += 1;
+            }
+            entry.lower = Some(place);
+        }
+    }
+
+    /// Devices with a place in the lower tier.
+    pub fn placed(&self) -> u64 {
+        self.placed
     }
 
     /// Devices in the table (every incarnation not yet removed).

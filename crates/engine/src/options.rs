@@ -43,15 +43,42 @@ impl Durability {
     }
 }
 
+/// When readings leave the log (docs/ENGINE.md, "Leaving the log"; each rule's write
+/// amplification floor is there too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MoveRule {
+    /// A segment's readings leave the log one management time after it was sealed (so a reading
+    /// leaves about one management time after it was written), if its device is still here; or
+    /// earlier, when the log nears its budget or the index its cap. The default.
+    #[default]
+    AtManagementTime,
+    /// Only when the log nears its budget or the index its cap: the fewest bytes moved (devices
+    /// that leave within the budget's span cost nothing), the longest recovery.
+    Lazy,
+}
+
+impl MoveRule {
+    pub fn parse(text: &str) -> Option<MoveRule> {
+        match text {
+            "management-time" => Some(MoveRule::AtManagementTime),
+            "lazy" => Some(MoveRule::Lazy),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Options {
     pub durability: Durability,
-    /// How long a new device stays in the upper tier before it is migrated (if still present).
+    /// How long readings stay in the log before they move to the lower tier (if their device
+    /// is still here); a new device is in the upper tier this long.
     pub management_time_ms: u64,
+    /// When readings leave the log.
+    pub move_rule: MoveRule,
     /// Size of each preallocated log segment. Space returns in units of segments.
     pub segment_bytes: u64,
-    /// Cap on the upper tier's index memory; above it the oldest devices migrate early and
-    /// writers wait for that migration (back-pressure).
+    /// Cap on the log's index memory; above it the oldest segments leave the log early and
+    /// writers wait for that (back-pressure).
     pub index_bytes_max: u64,
     /// The log budget: bytes the upper tier's segment files (live and spare) may occupy.
     /// `None` derives it at open: two management times of ingest at the engine's peak rate,
@@ -69,9 +96,14 @@ pub struct Options {
     /// Lower tier for a new data directory. An existing directory keeps the one it was made
     /// with (recorded in its ROAMKV file), whatever this says.
     pub lower_tier: LowerTierKind,
-    /// Memtable + block-cache budget of the lower tier.
+    /// Memtable + block-cache budget of the lower tier (LevelDB: also bounds its runs' batches).
     pub lower_memory_bytes: u64,
-    /// Run migrations and segment retirement on a background thread.
+    /// Windows a device may have readings in before it is consolidated (at most
+    /// `limits::RUNS_PER_DEVICE_MAX`, the default; tests lower it to exercise consolidation).
+    #[doc(hidden)]
+    pub runs_per_device_max: usize,
+    /// Run maintenance (readings leaving the log, consolidation, retirement) on a background
+    /// thread.
     pub background_maintenance: bool,
     pub maintenance_interval_ms: u64,
     pub clock: Arc<dyn Clock>,
@@ -89,12 +121,14 @@ impl Default for Options {
         Options {
             durability: Durability::Sync,
             management_time_ms: 60_000,
+            move_rule: MoveRule::AtManagementTime,
             segment_bytes: limits::SEGMENT_BYTES_DEFAULT,
             index_bytes_max: limits::INDEX_BYTES_MAX_DEFAULT,
             log_bytes_max: None,
             write_stall_ms_max: limits::WRITE_STALL_MS_MAX_DEFAULT,
             log_writeback_bytes: limits::LOG_WRITEBACK_BYTES_DEFAULT,
             devices_max: limits::DEVICES_MAX_DEFAULT,
+            runs_per_device_max: limits::RUNS_PER_DEVICE_MAX,
             lower_tier: LowerTierKind::RocksDb,
             lower_memory_bytes: 64 << 20,
             background_maintenance: true,
@@ -111,6 +145,7 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("durability", &self.durability)
             .field("management_time_ms", &self.management_time_ms)
+            .field("move_rule", &self.move_rule)
             .field("segment_bytes", &self.segment_bytes)
             .field("index_bytes_max", &self.index_bytes_max)
             .field("log_bytes_max", &self.log_bytes_max)
@@ -159,6 +194,13 @@ impl Options {
         }
         if self.devices_max == 0 {
             return bad("devices_max must be > 0".into());
+        }
+        if !(1..=limits::RUNS_PER_DEVICE_MAX).contains(&self.runs_per_device_max) {
+            return bad(format!(
+                "runs_per_device_max {} is outside 1..={}",
+                self.runs_per_device_max,
+                limits::RUNS_PER_DEVICE_MAX
+            ));
         }
         if self.maintenance_interval_ms == 0 {
             return bad("maintenance_interval_ms must be > 0".into());

@@ -1,44 +1,49 @@
-//! Opening a data directory: rebuild the mapping table and the upper-tier indexes by reading
-//! the live log segments sequentially, cut a torn tail, and re-apply logged writes of settled
-//! devices to the lower tier (whose own WAL is off). Also the offline `check`.
+//! Opening a data directory: load the lower tier's catalog (which devices have readings where,
+//! which log segments have left the log), drop what a crash left half done, rebuild the mapping
+//! table and the log's index by reading the live segments sequentially, cut a torn tail. Also
+//! the offline `check`.
 //!
 //! Replay rules (docs/ENGINE.md, "Recovery"):
-//! - Settled devices are known first, from their mapping keys in the lower tier.
-//! - REGISTER of an unknown device starts an upper-tier incarnation (with its original time).
-//! - PUT of an upper device is indexed; of a settled device, re-put into the lower tier
-//!   (idempotent: the same key and value); of an unknown device, skipped (it departed and
-//!   its REGISTER was retired with everything before the departure).
-//! - DEPART drops the device: from the index, or with a range delete from the lower tier.
-//! - TRIM drops the device's older readings: from the index, or with range deletes from the
-//!   lower tier, in log order with the re-puts around it (crates/engine/src/trim.rs).
+//! - Devices the catalog names are known first, with their windows and settled readings.
+//! - REGISTER of an unknown device starts an incarnation (with its original time).
+//! - PUT is indexed; of an unknown device, skipped (it departed, and its REGISTER left the log
+//!   with everything before the departure).
+//! - DEPART drops the device: from the index, and its windows' live bytes.
+//! - TRIM drops the device's older readings from the index and hides its older windowed and
+//!   settled readings, as it did live.
+//!
+//! **A torn tail may span segments.** A segment is not made durable when the log moves past it,
+//! so after a power cut a later segment may hold data while an earlier one lost its tail. The
+//! log is cut at its first hole (damage, or a segment that ends without its SEGMENT_END while a
+//! later one holds data) unless a record after the hole was written when the whole log before
+//! it was durable (`FLAG_SYNCED_BEFORE`): then the hole is damage to durable data, and open
+//! fails naming the file and offset. Segments after the cut are removed before anything new is
+//! written.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::commit_log::log_state::LogState;
 use crate::dir::DataDir;
 use crate::error::{Error, IoContext, Result};
-use crate::key;
 use crate::limits::SEGMENT_HEADER_BYTES;
-use crate::lower::{LowerOp, LowerTier, LowerTierKind, rocks::RocksLower};
-use crate::mapping::{MappingTable, Tier};
+use crate::lower::keys::{self, CatalogMeta, DeviceRecord};
+use crate::lower::{LowerTier, LowerTierKind, Space, rocks::RocksLower};
+use crate::mapping::{LowerPlace, MappingTable};
 use crate::options::Options;
 use crate::record::Body;
 use crate::segment::{self, ScanEnd, Segment};
 use crate::spares::{SegmentPlan, Spares};
-use crate::state::{Inner, Recovery, State};
+use crate::state::{Inner, LowerBook, Recovery, State, Window};
 use crate::stats::Counters;
 use crate::storage::{PlainFiles, Storage};
 use crate::timed_mutex::TimedMutex;
 use crate::upper::LogPosition;
-
-/// Lower-tier writes are replayed in batches of this many operations.
-const REPLAY_LOWER_BATCH_OPS: usize = 10_000;
 
 fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
     match dir.lower_tier {
@@ -55,13 +60,13 @@ fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
     }
 }
 
-/// Live segment files of a log directory, in sequence order. Half-made or retired files left by
-/// a crash are deleted when `clean_up` is set (open), and left alone otherwise (check).
+/// Segment files of a log directory, in sequence order. Half-made or retired files left by a
+/// crash are deleted when `clean_up` is set (open), and left alone otherwise (check).
 fn list_segments(
     storage: &dyn Storage,
     log_dir: &Path,
     clean_up: bool,
-) -> Result<Vec<(u64, std::path::PathBuf)>> {
+) -> Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     let listed = storage
         .list(log_dir)
@@ -80,10 +85,25 @@ fn list_segments(
     Ok(found)
 }
 
-/// The live log is a contiguous run of sequence numbers (made in order, retired oldest first,
-/// each step durable): a gap means a segment was lost, and replaying around it could revive
-/// records whose DEPART was in the lost one.
-fn missing_segment(log_dir: &Path, listed: &[(u64, std::path::PathBuf)]) -> Option<Error> {
+/// The live log is a contiguous run of sequence numbers starting right after the last segment
+/// whose readings left the log (made in order, retired oldest first, each step durable): a gap
+/// means a segment was lost, and replaying around it could revive records whose DEPART was in
+/// the lost one.
+fn missing_segment(log_dir: &Path, listed: &[(u64, PathBuf)], last_aged_seq: u64) -> Option<Error> {
+    if last_aged_seq > 0
+        && let Some((first, _)) = listed.first()
+        && *first != last_aged_seq + 1
+    {
+        return Some(Error::Corrupt {
+            file: segment::segment_path(log_dir, last_aged_seq + 1),
+            offset: 0,
+            reason: format!(
+                "segment {} is missing: the catalog says the log continues after segment \
+                 {last_aged_seq}, and the first segment found is {first}",
+                last_aged_seq + 1
+            ),
+        });
+    }
     listed
         .windows(2)
         .find(|w| w[1].0 != w[0].0 + 1)
@@ -99,44 +119,142 @@ fn missing_segment(log_dir: &Path, listed: &[(u64, std::path::PathBuf)]) -> Opti
         })
 }
 
-/// The segment that holds the end of the log: the last one with data or damage.
-fn last_written(ends: &[ScanEnd]) -> usize {
-    ends.iter()
-        .rposition(|e| e.data_end > SEGMENT_HEADER_BYTES || e.damage.is_some())
-        .unwrap_or(0)
+/// What the catalog holds, loaded at open.
+#[derive(Default)]
+struct Catalog {
+    meta: CatalogMeta,
+    /// lower id -> record.
+    devices: HashMap<u64, DeviceRecord>,
+    /// lower id -> (window, bytes), ascending by window.
+    memberships: HashMap<u64, Vec<(u64, u64)>>,
 }
 
-/// Damage that is not a torn tail: a bad record anywhere but at the end of the log, or one
-/// with durable records of its segment after it; or a segment before the last that lacks its
-/// SEGMENT_END (it was fdatasync'd before the next segment got a byte, so its tail was lost).
-/// `place`: where the segment stands against the one holding the end of the log.
-fn mid_log_damage(segment: &Segment, end: &ScanEnd, place: std::cmp::Ordering) -> Option<Error> {
-    let is_last = place.is_eq();
-    if place.is_lt() && end.damage.is_none() && !end.sealed {
-        return Some(Error::Corrupt {
-            file: segment.path.clone(),
-            offset: end.data_end,
-            reason: "the segment ends without its SEGMENT_END record, yet later segments hold \
-                     data: its tail was lost"
-                .into(),
-        });
+fn load_catalog(lower: &dyn LowerTier) -> Result<Catalog> {
+    let mut catalog = Catalog::default();
+    if let Some(value) = lower.get(Space::Catalog, &keys::meta_key())? {
+        catalog.meta = CatalogMeta::decode(&value).ok_or_else(|| {
+            Error::Lower(format!("the catalog's meta record is malformed: {value:?}"))
+        })?;
     }
-    let (offset, reason) = end.damage.clone()?;
-    if let Some(valid) = end.valid_record_after {
-        return Some(Error::Corrupt {
-            file: segment.path.clone(),
-            offset,
-            reason: format!(
-                "{reason}; a record written after this point was durable follows at offset \
-                 {valid}, so this is not a torn tail"
-            ),
-        });
+    let (start, end) = keys::all_devices_range();
+    let mut bad = None;
+    lower.scan(Space::Catalog, &start, &end, &mut |k, v| {
+        match keys::parse_catalog_device_key(k) {
+            Some((lower_id, None)) => match DeviceRecord::decode(v) {
+                Some(record) => {
+                    catalog.devices.insert(lower_id, record);
+                }
+                None => bad = Some(k.to_vec()),
+            },
+            Some((lower_id, Some(win))) => match <[u8; 8]>::try_from(v) {
+                Ok(bytes) => catalog
+                    .memberships
+                    .entry(lower_id)
+                    .or_default()
+                    .push((win, u64::from_le_bytes(bytes))),
+                Err(_) => bad = Some(k.to_vec()),
+            },
+            None => bad = Some(k.to_vec()),
+        }
+        bad.is_none()
+    })?;
+    if let Some(k) = bad {
+        return Err(Error::Lower(format!(
+            "malformed catalog entry {k:?} in the lower tier"
+        )));
     }
-    (!is_last).then(|| Error::Corrupt {
-        file: segment.path.clone(),
-        offset,
-        reason: format!("{reason}; later segments hold data, so this is not a torn tail"),
-    })
+    Ok(catalog)
+}
+
+/// The mapping table and the lower tier's bookkeeping as the catalog describes them. A name
+/// with two records (a device that left while a pass gave it its place, then came back) keeps
+/// the newer incarnation; the older is forgotten.
+fn place_cataloged_devices(
+    lower: &dyn LowerTier,
+    catalog: Catalog,
+) -> Result<(MappingTable, LowerBook)> {
+    let mut map = MappingTable::default();
+    let mut book = LowerBook {
+        next_win: catalog.meta.next_win,
+        next_lower_id: catalog.meta.next_lower_id,
+        last_aged_seq: catalog.meta.last_aged_seq,
+        ..LowerBook::default()
+    };
+    let mut by_name: HashMap<&str, u64> = HashMap::new();
+    for (lower_id, record) in &catalog.devices {
+        match by_name.get(record.name.as_str()) {
+            Some(other) if *other > *lower_id => {
+                book.forget.push((*lower_id, LogPosition::at(0, 0)));
+                continue;
+            }
+            Some(other) => book.forget.push((*other, LogPosition::at(0, 0))),
+            None => {}
+        }
+        by_name.insert(&record.name, *lower_id);
+    }
+    let files: HashMap<u64, u64> = lower
+        .window_files()?
+        .into_iter()
+        .map(|f| (f.win, f.bytes))
+        .collect();
+    for (name, lower_id) in by_name {
+        let record = &catalog.devices[&lower_id];
+        let mut windows = catalog
+            .memberships
+            .get(&lower_id)
+            .cloned()
+            .unwrap_or_default();
+        windows.sort_unstable();
+        let id = map.register(name, record.registered_at_ms);
+        for (win, bytes) in &windows {
+            let window = book.windows.entry(*win).or_insert_with(|| Window {
+                file_bytes: files.get(win).copied().unwrap_or(0),
+                ..Window::default()
+            });
+            window.live_bytes += bytes;
+            window.members.push(id);
+        }
+        if let Some(entry) = map.entry_mut(id) {
+            entry.trims = record.trims.clone();
+        }
+        map.place(
+            id,
+            LowerPlace {
+                lower_id,
+                windows,
+                settled: record.settled,
+            },
+        );
+    }
+    // Window files nobody reads (their devices left and were forgotten): dead.
+    for (win, bytes) in &files {
+        if !book.windows.contains_key(win) && *win < book.next_win {
+            book.windows.insert(
+                *win,
+                Window {
+                    file_bytes: *bytes,
+                    ..Window::default()
+                },
+            );
+            book.dead.push((*win, LogPosition::at(0, 0)));
+        }
+    }
+    Ok((map, book))
+}
+
+/// Drops windows at or above the catalog's next id: ingested by a pass that crashed before its
+/// catalog batch named them.
+fn drop_orphan_windows(lower: &dyn LowerTier, meta: &CatalogMeta) -> Result<()> {
+    let orphans: Vec<u64> = lower
+        .window_files()?
+        .into_iter()
+        .map(|f| f.win)
+        .filter(|win| *win >= meta.next_win)
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    lower.drop_windows(&orphans)
 }
 
 /// `Engine::open`: opens or creates the data directory, replays its log and readies the
@@ -149,22 +267,21 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     let counters = Counters::default();
     let log_dir = dir.log_dir();
 
-    let mut map = MappingTable::default();
-    let mut catalog = load_settled_devices(lower.as_ref(), &mut map)?;
-    let mut segments = open_segments(&log_dir, &options, &counters)?;
-    let next_seq = segments.last().map_or(1, |s| s.seq + 1);
-    let mut st = State {
+    let catalog = load_catalog(lower.as_ref())?;
+    drop_orphan_windows(lower.as_ref(), &catalog.meta)?;
+    let last_aged_seq = catalog.meta.last_aged_seq;
+    let (map, book) = place_cataloged_devices(lower.as_ref(), catalog)?;
+    let segments = open_segments(&log_dir, &options, &counters, last_aged_seq)?;
+    let next_seq = segments.last().map_or(last_aged_seq + 1, |s| s.seq + 1);
+    let mut st = State::new(
         map,
-        log: LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
-        poisoned: None,
-        lower_dirty: false,
-        index_bytes: 0,
-        last_maintenance_error: None,
-        lower_persisted_at_ms: options.clock.now_ms(),
-    };
-    let replayed = replay_log(&segments, &mut st, &mut catalog, lower.as_ref(), &counters)?;
-    let (last, cut) = cut_torn_tail(&segments, &replayed.ends, &mut st)?;
-    let ready = take_spares(&mut segments, last, &mut st)?;
+        LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
+        book,
+    );
+    let replayed = replay_log(&segments, &mut st, &counters)?;
+    let (cut_at, cut) = cut_torn_tail(&options, &log_dir, &segments, &replayed, &mut st)?;
+    check_windows(lower.as_ref(), &st)?;
+    let (ready, next_seq) = take_spares(segments, cut_at, next_seq, &mut st)?;
 
     // Replayed departures freed space in an earlier session, not this one.
     counters
@@ -198,8 +315,9 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         space_freed: Condvar::new(),
         maintenance_wanted: AtomicBool::new(false),
         lower,
+        window_gate: RwLock::new(()),
         counters,
-        migration: Mutex::new(()),
+        maintenance: Mutex::new(()),
         shutdown: Mutex::new(false),
         shutdown_signal: Condvar::new(),
         recovery,
@@ -207,14 +325,31 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
 }
 
 /// The live segments in order (refusing a log with a gap), or a first one for a new log.
+/// Segments whose readings already left the log (a crash came between the catalog batch and
+/// their retirement) are removed.
 fn open_segments(
     log_dir: &Path,
     options: &Options,
     counters: &Counters,
+    last_aged_seq: u64,
 ) -> Result<Vec<Arc<Segment>>> {
     let storage = &options.storage;
-    let listed = list_segments(&**storage, log_dir, true)?;
-    if let Some(error) = missing_segment(log_dir, &listed) {
+    let mut listed = list_segments(&**storage, log_dir, true)?;
+    let aged: Vec<(u64, PathBuf)> = listed
+        .iter()
+        .filter(|(seq, _)| *seq <= last_aged_seq)
+        .cloned()
+        .collect();
+    if !aged.is_empty() {
+        for (_, path) in &aged {
+            storage
+                .remove(path)
+                .context(|| format!("removing {}", path.display()))?;
+        }
+        segment::sync_dir(&**storage, log_dir)?;
+        listed.retain(|(seq, _)| *seq > last_aged_seq);
+    }
+    if let Some(error) = missing_segment(log_dir, &listed, last_aged_seq) {
         return Err(error);
     }
     let mut segments = Vec::with_capacity(listed.len().max(1));
@@ -225,7 +360,7 @@ fn open_segments(
         let (segment, written) = Segment::create(
             storage,
             log_dir,
-            1,
+            last_aged_seq + 1,
             options.segment_bytes,
             zero_fill_segments(options),
         )?;
@@ -239,137 +374,207 @@ fn open_segments(
 struct Replayed {
     /// How each segment's scan ended.
     ends: Vec<ScanEnd>,
+    /// The first segment (index) where the log's data stops short of a SEGMENT_END or at
+    /// damage: nothing after it was applied.
+    stopped_at: Option<usize>,
     records: u64,
     buffer_bytes_max: u64,
 }
 
-/// Replays every segment in order (one segment in memory at a time) into the state, writing
-/// settled devices' logged records to the lower tier in batches.
-fn replay_log(
-    segments: &[Arc<Segment>],
-    st: &mut State,
-    catalog: &mut Catalog,
-    lower: &dyn LowerTier,
-    counters: &Counters,
-) -> Result<Replayed> {
+/// Replays the segments in order (one segment in memory at a time) into the state, up to the
+/// first segment that ends without its SEGMENT_END or at damage; the segments after it are only
+/// scanned (for the torn-tail decision), never applied.
+fn replay_log(segments: &[Arc<Segment>], st: &mut State, counters: &Counters) -> Result<Replayed> {
     let mut replayed = Replayed {
         ends: Vec::with_capacity(segments.len()),
+        stopped_at: None,
         records: 0,
         buffer_bytes_max: 0,
     };
-    let mut lower_ops: Vec<LowerOp> = Vec::new();
-    for segment in segments {
+    for (i, segment) in segments.iter().enumerate() {
         let data = segment.read_all()?;
         replayed.buffer_bytes_max = replayed.buffer_bytes_max.max(data.len() as u64);
+        let applying = replayed.stopped_at.is_none();
         let end = segment::scan(&data, segment.seq_low(), |offset, decoded| {
-            let position = LogPosition {
-                segment_seq: segment.seq,
-                offset,
-            };
-            let lower_ops_before = lower_ops.len();
-            replay(
-                counters,
-                st,
-                catalog,
-                &mut lower_ops,
-                &decoded.body,
-                position,
-                decoded.len as u32,
-            );
-            replayed.records += 1;
-            if lower_ops.len() > lower_ops_before {
-                st.log.mark_lower_write(segment.seq);
-            }
-            if lower_ops.len() >= REPLAY_LOWER_BATCH_OPS {
-                lower.write(&lower_ops)?;
-                lower_ops.clear();
-                st.lower_dirty = true;
+            if applying {
+                let position = LogPosition::at(segment.seq, offset);
+                replay(counters, st, &decoded.body, position, decoded.len as u32);
+                replayed.records += 1;
             }
             Ok(())
         })?;
+        if applying && (end.damage.is_some() || end.sealed_at_ms.is_none()) {
+            replayed.stopped_at = Some(i);
+        }
         replayed.ends.push(end);
-    }
-    if !lower_ops.is_empty() {
-        lower.write(&lower_ops)?;
-        st.lower_dirty = true;
     }
     Ok(replayed)
 }
 
-/// Refuses damage in the middle of the log; cuts (and zeroes) a torn tail; makes the segment
-/// that holds the end of the log the active one. Returns its index and where it was cut.
-fn cut_torn_tail(
-    segments: &[Arc<Segment>],
-    ends: &[ScanEnd],
-    st: &mut State,
-) -> Result<(usize, Option<String>)> {
-    let last = last_written(ends);
-    for (i, (segment, end)) in segments.iter().zip(ends).enumerate() {
-        if let Some(error) = mid_log_damage(segment, end, i.cmp(&last)) {
-            return Err(error);
-        }
-    }
-    let active = Arc::clone(&segments[last]);
-    let data_end = ends[last].data_end;
-    let cut = match &ends[last].damage {
-        Some((offset, reason)) => {
-            // Zero the torn bytes, so that records written after this point can never be
-            // followed by leftovers of the torn batch that happen to decode.
-            let zeros = vec![0u8; (active.bytes - data_end) as usize];
-            active.write_at(&zeros, data_end)?;
-            Some(format!(
-                "{}@{} ({reason} at offset {offset})",
-                active.path.display(),
-                data_end
-            ))
-        }
-        None => None,
-    };
-    // What recovery read (and the zeros of a cut) may be only in the page cache, if a process
-    // was killed in None mode: make it durable before anything is written after it, so that
-    // the records this session writes can be flagged `synced_before` truthfully. Only the
-    // segment holding the end of the log: every earlier one was fdatasync'd, with its
-    // SEGMENT_END, before the next got a byte (checked above).
-    active.sync_data()?;
-    let synced: Vec<(u64, u64)> = segments[..=last]
-        .iter()
-        .map(|s| {
-            (
-                s.seq,
-                if s.seq == active.seq {
-                    data_end
-                } else {
-                    s.bytes
-                },
-            )
-        })
-        .collect();
-    st.log.mark_synced(&synced);
-    st.log.sealed = ends[last].sealed && ends[last].damage.is_none();
-    st.log.applied_end = LogPosition {
-        segment_seq: active.seq,
-        offset: data_end,
-    };
-    st.log.active = active;
-    st.log.tail = data_end;
-    Ok((last, cut))
+/// The segment that holds the end of the log: the last one with data or damage.
+fn last_written(ends: &[ScanEnd]) -> usize {
+    ends.iter()
+        .rposition(|e| e.data_end > SEGMENT_HEADER_BYTES || e.damage.is_some())
+        .unwrap_or(0)
 }
 
-/// Empty segments after the end of the log were made ahead of need: they become the spares.
-fn take_spares(
-    segments: &mut Vec<Arc<Segment>>,
-    last: usize,
+/// Where the log ends: the first segment that stops short (its index in `segments`), cut there.
+/// Refuses damage that is not a torn tail. Removes the segments after the cut that hold
+/// records, zeroes a torn end, and makes everything kept durable before anything new is
+/// written. Returns the cut segment's index and a description of the cut, if any.
+fn cut_torn_tail(
+    options: &Options,
+    log_dir: &Path,
+    segments: &[Arc<Segment>],
+    replayed: &Replayed,
     st: &mut State,
-) -> Result<VecDeque<Segment>> {
+) -> Result<(usize, Option<String>)> {
+    let ends = &replayed.ends;
+    let last = last_written(ends);
+    // The first segment not sealed whole: the one holding the end of the log, or the empty one
+    // after it (made active before the crash), or a hole before the end.
+    let cut_at = replayed.stopped_at.unwrap_or(last);
+    let end = &ends[cut_at];
+    let at = segments[cut_at].as_ref();
+    let lost_tail = cut_at < last && end.damage.is_none();
+    let stop_offset = end.damage.as_ref().map_or(end.data_end, |(o, _)| *o);
+    if let Some(valid) = end.valid_record_after {
+        return Err(Error::Corrupt {
+            file: at.path.clone(),
+            offset: stop_offset,
+            reason: format!(
+                "{}; a record written after this point was durable follows at offset {valid}, \
+                 so this is not a torn tail",
+                end.damage
+                    .as_ref()
+                    .map_or("the segment's data stops", |(_, r)| r.as_str())
+            ),
+        });
+    }
+    if let Some((later, proof)) = segments
+        .iter()
+        .zip(ends)
+        .skip(cut_at + 1)
+        .find_map(|(s, e)| e.first_synced_record.map(|at| (s, at)))
+    {
+        let why = match &end.damage {
+            Some((_, reason)) => reason.clone(),
+            None => "the segment ends without its SEGMENT_END record".to_string(),
+        };
+        return Err(Error::Corrupt {
+            file: at.path.clone(),
+            offset: stop_offset,
+            reason: format!(
+                "{why}, yet {} holds a record written when the whole log before it was durable \
+                 (offset {proof}): data that was durable is lost here, not a torn tail",
+                later.path.display()
+            ),
+        });
+    }
+    let mut cut = None;
+    if end.damage.is_some() || lost_tail {
+        // Zero the torn bytes, so that records written after this point can never be
+        // followed by leftovers of the torn batch that happen to decode.
+        let zeros = vec![0u8; (at.bytes - end.data_end) as usize];
+        at.write_at(&zeros, end.data_end)?;
+        let reason = end
+            .damage
+            .as_ref()
+            .map_or("a later segment holds data".to_string(), |(o, r)| {
+                format!("{r} at offset {o}")
+            });
+        cut = Some(format!("{}@{} ({reason})", at.path.display(), end.data_end));
+    }
+    // Past a hole, later segments hold records never acknowledged as durable: they are removed
+    // (with any empty ones after them), so that their sequence numbers are given again to
+    // clean files.
+    let beyond: Vec<&Arc<Segment>> = if cut_at < last {
+        segments[cut_at + 1..].iter().collect()
+    } else {
+        Vec::new()
+    };
+    if !beyond.is_empty() {
+        for segment in beyond.iter().rev() {
+            options
+                .storage
+                .remove(&segment.path)
+                .context(|| format!("removing {}", segment.path.display()))?;
+            st.log.segments.remove(&segment.seq);
+        }
+        segment::sync_dir(&*options.storage, log_dir)?;
+    }
+    // What recovery read may be only in the page cache (a process killed in None mode): make
+    // every kept segment durable before anything is written after it, so that the records this
+    // session writes can be flagged `synced_before` truthfully.
+    let mut synced = Vec::new();
+    for (segment, end) in segments[..=cut_at].iter().zip(ends) {
+        segment.sync_data()?;
+        let live = st
+            .log
+            .segments
+            .get_mut(&segment.seq)
+            .expect("kept segments are live");
+        live.written_end = end.data_end;
+        live.sealed_end = end.data_end;
+        live.sealed_at_ms = if segment.seq == at.seq && cut.is_some() {
+            None
+        } else {
+            end.sealed_at_ms
+        };
+        synced.push((segment.seq, end.data_end));
+    }
+    st.log.sealed = st.log.segments[&at.seq].sealed_at_ms.is_some();
+    // Its records' times are not on disk: the active segment's age counts from now.
+    st.log.active_since_ms =
+        (!st.log.sealed && end.data_end > SEGMENT_HEADER_BYTES).then(|| options.clock.now_ms());
+    st.log.applied_end = LogPosition::at(at.seq, end.data_end);
+    st.log.active = Arc::clone(&segments[cut_at]);
+    st.log.tail = end.data_end;
+    st.log.mark_synced(&synced);
+    Ok((cut_at, cut))
+}
+
+/// Every window a present device reads must exist: a missing one is damage to the lower tier.
+fn check_windows(lower: &dyn LowerTier, st: &State) -> Result<()> {
+    let files: std::collections::HashSet<u64> =
+        lower.window_files()?.into_iter().map(|f| f.win).collect();
+    for (_, entry) in st.map.entries() {
+        let Some(place) = &entry.lower else { continue };
+        if let Some((win, _)) = place.windows.iter().find(|(w, _)| !files.contains(w)) {
+            return Err(Error::Lower(format!(
+                "the catalog says device {:?} has readings in window {win}, and the lower tier \
+                 has no such window",
+                entry.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Segments after the end of the log were made ahead of need: they become the spares. (Those
+/// holding records past a cut were removed by `cut_torn_tail`.) Returns them and the next
+/// sequence number to give.
+fn take_spares(
+    mut segments: Vec<Arc<Segment>>,
+    cut_at: usize,
+    next_seq: u64,
+    st: &mut State,
+) -> Result<(VecDeque<Segment>, u64)> {
     let mut ready = VecDeque::new();
-    for segment in segments.drain(last + 1..) {
+    let cut_seq = segments[cut_at].seq;
+    let after: Vec<Arc<Segment>> = segments.drain(cut_at + 1..).collect();
+    if after.iter().any(|s| !st.log.segments.contains_key(&s.seq)) {
+        // Removed past a hole (all of them): numbering resumes right after the cut.
+        return Ok((ready, cut_seq + 1));
+    }
+    for segment in after {
         st.log.segments.remove(&segment.seq);
         let segment = Arc::try_unwrap(segment).map_err(|_| {
             Error::Lower("internal: a spare segment is still referenced after recovery".into())
         })?;
         ready.push_back(segment);
     }
-    Ok(ready)
+    Ok((ready, next_seq))
 }
 
 /// New segments are zero-filled unless commits never fdatasync (see `Segment::create`).
@@ -389,86 +594,26 @@ fn free_bytes(storage: &dyn Storage, dir: &Path) -> Result<u64> {
     Ok(free + listed.iter().map(|(_, len)| len).sum::<u64>())
 }
 
-/// Device records of the lower tier, by name: every lower id found for it, ascending.
-type Catalog = HashMap<String, Vec<u64>>;
-
-/// Registers every settled device found in the lower tier (under its newest lower id) and
-/// returns the whole catalog. A name can have more than one id after a crash: it departed
-/// (deletes unsynced, lost) and settled again. The older ids are then stale, and the DEPART that
-/// made them stale is still in the live log (segments are retired only after the lower tier is
-/// persisted), so replay deletes them.
-fn load_settled_devices(lower: &dyn LowerTier, map: &mut MappingTable) -> Result<Catalog> {
-    let mut catalog: Catalog = HashMap::new();
-    let mut registered_at: HashMap<u64, u64> = HashMap::new();
-    let mut bad = None;
-    lower.scan(
-        &[key::DEVICE_TAG],
-        &[key::DEVICE_TAG + 1],
-        &mut |k, v| match (key::parse_device_key(k), key::decode_device_value(v)) {
-            (Some(lower_id), Some((at, name))) => {
-                catalog.entry(name.to_owned()).or_default().push(lower_id);
-                registered_at.insert(lower_id, at);
-                map.saw_lower_id(lower_id);
-                true
-            }
-            _ => {
-                bad = Some(k.to_vec());
-                false
-            }
-        },
-    )?;
-    if let Some(k) = bad {
-        return Err(Error::Lower(format!(
-            "malformed device record {k:?} in the lower tier"
-        )));
-    }
-    for (name, ids) in &catalog {
-        let newest = *ids.last().expect("catalog entries are non-empty");
-        let id = map.register(name, Tier::Lower, registered_at[&newest]);
-        if let Some(entry) = map.entry_mut(id) {
-            entry.lower_id = newest;
-        }
-    }
-    Ok(catalog)
-}
-
-fn replay(
-    counters: &Counters,
-    st: &mut State,
-    catalog: &mut Catalog,
-    lower_ops: &mut Vec<LowerOp>,
-    body: &Body<'_>,
-    position: LogPosition,
-    len: u32,
-) {
+fn replay(counters: &Counters, st: &mut State, body: &Body<'_>, position: LogPosition, len: u32) {
     let id = match *body {
         Body::Register {
             device,
             registered_at_ms,
         } => match st.map.id(device) {
-            Some(_) => return, // settled already (its device record is in the lower tier)
-            None => st.map.register(device, Tier::Upper, registered_at_ms),
+            Some(_) => return, // known already (the catalog's, whose REGISTER left the log)
+            None => st.map.register(device, registered_at_ms),
         },
         Body::Put { device, .. } | Body::Trim { device, .. } => match st.map.id(device) {
             Some(id) => id,
             None => return,
         },
         Body::SegmentEnd { .. } => return,
-        Body::Depart { device } => {
-            // Every incarnation the lower tier still holds for this name is gone: later ones
-            // are rebuilt from their records, which follow in the live log.
-            for lower_id in catalog.remove(device).unwrap_or_default() {
-                let (start, end) = key::device_reading_range(lower_id);
-                lower_ops.push(LowerOp::DeleteRange(start, end));
-                lower_ops.push(LowerOp::Delete(key::device_key(lower_id)));
-            }
-            match st.map.unmap(device) {
-                Some(id) => id,
-                None => return,
-            }
-        }
+        Body::Depart { device } => match st.map.unmap(device) {
+            Some(id) => id,
+            None => return,
+        },
     };
-    st.apply(counters, lower_ops, id, body, position, len);
+    st.apply(counters, id, body, position, len);
 }
 
 /// What `check` found.
@@ -494,12 +639,22 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     }
     let dir = DataDir::open(path, None)?;
     let mut report = CheckReport::default();
-    let mut opened = Vec::new();
+    let lower = open_lower(&dir, 16 << 20);
+    let catalog = match &lower {
+        Ok(l) => load_catalog(l.as_ref()).map(|c| c.meta.last_aged_seq),
+        Err(e) => Err(Error::Lower(e.to_string())),
+    };
+    let last_aged_seq = catalog.unwrap_or_else(|e| {
+        report.problems.push(e.to_string());
+        0
+    });
     let storage = PlainFiles::shared();
-    let listed = list_segments(&*storage, &dir.log_dir(), false)?;
-    if let Some(error) = missing_segment(&dir.log_dir(), &listed) {
+    let mut listed = list_segments(&*storage, &dir.log_dir(), false)?;
+    listed.retain(|(seq, _)| *seq > last_aged_seq);
+    if let Some(error) = missing_segment(&dir.log_dir(), &listed, last_aged_seq) {
         report.problems.push(error.to_string());
     }
+    let mut opened = Vec::new();
     for (seq, file) in listed {
         report.segments += 1;
         match Segment::open(&storage, &file, seq) {
@@ -516,22 +671,46 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         })?;
         ends.push(end);
     }
-    if !opened.is_empty() {
-        let last = last_written(&ends);
-        for (i, (segment, end)) in opened.iter().zip(&ends).enumerate() {
-            if let Some(error) = mid_log_damage(segment, end, i.cmp(&last)) {
-                report.problems.push(error.to_string());
-            } else if let Some((offset, reason)) = &end.damage {
-                report.torn_tail = Some(format!(
-                    "{} at offset {offset}: {reason}",
-                    segment.path.display()
-                ));
-            }
-        }
-    }
-    match open_lower(&dir, 16 << 20).and_then(|lower| lower.verify()) {
+    check_tail(&opened, &ends, &mut report);
+    match lower.and_then(|lower| lower.verify()) {
         Ok(keys) => report.lower_keys = keys,
         Err(e) => report.problems.push(e.to_string()),
     }
     Ok(report)
+}
+
+/// `check`'s judgement of the log's end, by the rules `open` cuts by.
+fn check_tail(segments: &[Segment], ends: &[ScanEnd], report: &mut CheckReport) {
+    if segments.is_empty() {
+        return;
+    }
+    let last = last_written(ends);
+    let Some(first_short) = ends
+        .iter()
+        .position(|e| e.damage.is_some() || e.sealed_at_ms.is_none())
+    else {
+        return;
+    };
+    if first_short >= last && ends[first_short].damage.is_none() {
+        return; // the active segment: the end of the log
+    }
+    let end = &ends[first_short];
+    let segment = &segments[first_short];
+    let offset = end.damage.as_ref().map_or(end.data_end, |(o, _)| *o);
+    let reason = end.damage.as_ref().map_or(
+        "the segment ends without its SEGMENT_END record while later segments hold data".into(),
+        |(_, r)| r.clone(),
+    );
+    let durable_after = end.valid_record_after.is_some()
+        || ends[first_short + 1..]
+            .iter()
+            .any(|e| e.first_synced_record.is_some());
+    let text = format!("{} at offset {offset}: {reason}", segment.path.display());
+    if durable_after {
+        report.problems.push(format!(
+            "{text}; records after it were durable: not a torn tail"
+        ));
+    } else {
+        report.torn_tail = Some(text);
+    }
 }

@@ -8,7 +8,7 @@
 //! header (the first 4096 bytes of the file):
 //! offset size field
 //!  0      8   magic "RKVLOG01"
-//!  8      4   format version (u32 LE) = 1
+//!  8      4   format version (u32 LE) = 2
 //! 12      4   reserved, zero
 //! 16      8   segment sequence number (u64 LE), also the file's name
 //! 24      8   segment size in bytes (u64 LE), the file's length
@@ -27,7 +27,8 @@ use crate::record::{self, Decode, Decoded};
 use crate::storage::{self, Storage, StorageFile};
 
 pub const MAGIC: &[u8; 8] = b"RKVLOG01";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: timestamps in nanoseconds, SEGMENT_END carries the sealing time (docs/FORMAT.md).
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER_FIELDS_BYTES: usize = 32;
 /// A new segment is zero-filled in writes of this size; paced, each is written back before the
 /// next (`Segment::create_paced`). A commit's fdatasync queued behind one waits about a
@@ -332,6 +333,39 @@ impl Segment {
             .context(|| format!("writing {} at {offset}", self.path.display()))
     }
 
+    /// Writes the buffers one after another from `offset` (pwritev: the group commit writes the
+    /// writers' own buffers, never copying them into one).
+    pub fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        debug_assert!(
+            offset >= SEGMENT_HEADER_BYTES
+                && offset + bufs.iter().map(|b| b.len() as u64).sum::<u64>() <= self.bytes
+        );
+        storage::write_all_vectored_at(&*self.file, bufs, offset)
+            .context(|| format!("writing {} at {offset}", self.path.display()))
+    }
+
+    /// Reads `len` bytes at `offset` into `buf`, which keeps its allocation between calls (a
+    /// pass reads its segment through one buffer, never zero-filling it again).
+    pub fn read_into(&self, buf: &mut Vec<u8>, offset: u64, len: usize) -> Result<()> {
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        storage::read_exact_at(&*self.file, &mut buf[..len], offset).context(|| {
+            format!(
+                "reading {} bytes of {} at {offset}",
+                len,
+                self.path.display()
+            )
+        })
+    }
+
+    /// Lets the page cache drop this range (read once by maintenance, not needed again):
+    /// a memory-capped process keeps its cache for what is read again.
+    pub fn drop_cache(&self, offset: u64, len: u64) {
+        // A hint: a failure changes nothing but memory.
+        let _ = self.file.drop_cache(offset, len);
+    }
+
     pub fn sync_data(&self) -> Result<()> {
         self.file
             .sync_data()
@@ -379,8 +413,13 @@ pub struct ScanEnd {
     /// to durable data, not a torn tail. Valid records after the stop without that flag were
     /// written with the torn bytes, in writes that never completed their fdatasync.
     pub valid_record_after: Option<u64>,
-    /// The last complete record is a SEGMENT_END: the segment was closed and made durable.
-    pub sealed: bool,
+    /// The last complete record is a SEGMENT_END: the segment was closed at this time (the
+    /// engine clock's milliseconds).
+    pub sealed_at_ms: Option<u64>,
+    /// The first record anywhere in the segment written when the whole log before it was
+    /// durable (`FLAG_SYNCED_BEFORE`): a hole in an *earlier* segment is then damage, not a
+    /// torn tail.
+    pub first_synced_record: Option<u64>,
 }
 
 /// Scans a segment's bytes, calling `visit(offset, record)` for each record of each complete
@@ -393,7 +432,7 @@ pub fn scan(
     let mut at = SEGMENT_HEADER_BYTES as usize;
     let mut batch_start = at;
     let mut batch: Vec<(u64, Decoded<'_>)> = Vec::new();
-    let mut sealed = false;
+    let mut sealed_at_ms = None;
     let stop = loop {
         match record::decode(&data[at.min(data.len())..], seq_low) {
             Decode::Record(d) => {
@@ -401,7 +440,10 @@ pub fn scan(
                 at += d.len;
                 if d.batch_end {
                     for (offset, record) in batch.drain(..) {
-                        sealed = matches!(record.body, record::Body::SegmentEnd { .. });
+                        sealed_at_ms = match record.body {
+                            record::Body::SegmentEnd { sealed_at_ms, .. } => Some(sealed_at_ms),
+                            _ => None,
+                        };
                         visit(offset, &record)?;
                     }
                     batch_start = at;
@@ -435,7 +477,8 @@ pub fn scan(
         data_end: batch_start as u64,
         valid_record_after,
         damage,
-        sealed: sealed && batch_start == at,
+        sealed_at_ms: sealed_at_ms.filter(|_| batch_start == at),
+        first_synced_record: find_record(data, SEGMENT_HEADER_BYTES as usize, seq_low, true),
     })
 }
 

@@ -107,30 +107,36 @@ impl Spares {
         SPARE_SEGMENTS_MAX.min(quarter.max(1))
     }
 
-    /// The next ready segment, now counted as live, waiting for the preparer if none is ready
-    /// yet. A failure to
-    /// make one (the file system is full, or over the budget) is returned, not kept: the next
-    /// call tries again.
-    pub fn take(&self) -> Result<Segment> {
+    /// The next ready segment, now counted as live; None if none is ready yet (the preparer is
+    /// asked for one: `wait_ready` waits for it). A failure to make one (the file system is
+    /// full, or over the budget) is returned once, not kept: the next call tries again.
+    pub fn try_take(&self) -> Result<Option<Segment>> {
+        let mut st = self.state.lock();
+        if let Some(segment) = st.ready.pop_front() {
+            // The spare becomes live (counted as live first: never understated).
+            self.live_bytes.fetch_add(segment.bytes, Ordering::Relaxed);
+            self.spare_bytes.fetch_sub(segment.bytes, Ordering::Relaxed);
+            self.changed.notify_all();
+            return Ok(Some(segment));
+        }
+        if let Some(e) = st.error.take() {
+            return Err(e);
+        }
+        if st.shutdown {
+            return Err(Error::Poisoned("the engine is shutting down".into()));
+        }
+        st.wanted = true;
+        self.changed.notify_all();
+        Ok(None)
+    }
+
+    /// Waits until a segment is ready, making one failed, or shutdown (then `try_take` says
+    /// which). While someone waits, the preparer zero-fills at full speed.
+    pub fn wait_ready(&self) {
         let mut st = self.state.lock();
         st.wanted = true;
-        // An earlier failure is stale (space may have come back since): the preparer tries again.
-        st.error = None;
         self.changed.notify_all();
-        loop {
-            if let Some(segment) = st.ready.pop_front() {
-                // The spare becomes live (counted as live first: never understated).
-                self.live_bytes.fetch_add(segment.bytes, Ordering::Relaxed);
-                self.spare_bytes.fetch_sub(segment.bytes, Ordering::Relaxed);
-                self.changed.notify_all();
-                return Ok(segment);
-            }
-            if let Some(e) = st.error.take() {
-                return Err(e);
-            }
-            if st.shutdown {
-                return Err(Error::Poisoned("the engine is shutting down".into()));
-            }
+        while st.ready.is_empty() && st.error.is_none() && !st.shutdown {
             st.takers_waiting += 1;
             self.changed.wait(&mut st);
             st.takers_waiting -= 1;
@@ -143,11 +149,14 @@ impl Spares {
         let mut st = self.state.lock();
         let pooled = st.ready.len() + st.retired.len();
         let fits = self.log_bytes() + retired.bytes <= self.budget_bytes;
+        // Space came back: an earlier failure to make a segment is stale now.
+        st.error = None;
         if pooled < self.pool_max(retired.bytes) && fits {
             self.spare_bytes.fetch_add(retired.bytes, Ordering::Relaxed);
             st.retired.push(retired);
             self.changed.notify_all();
         } else {
+            self.changed.notify_all();
             drop(st);
             let _ = self.plan.storage.remove(&retired.path);
         }

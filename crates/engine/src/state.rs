@@ -1,41 +1,112 @@
 //! What the engine's threads share (`Inner`) and what its one lock guards (`State`), and how a
 //! logged record changes that state (`State::apply`, the same on the live path and in recovery).
 //!
-//! Concurrency: one `Mutex<State>` guards the mapping table, the upper-tier indexes and the
-//! log's bookkeeping. It is never held across file I/O (docs/ARCHITECTURE.md, "Locks and
-//! threads"). The modules that act on the engine (commit_log, query, trim, maintenance,
-//! recovery) are functions over `&Inner`; `Inner`'s own methods are only the few below.
+//! Concurrency: one `TimedMutex<State>` guards the mapping table, the log's index, the log's
+//! bookkeeping and the lower tier's bookkeeping (which windows hold what). **The lock rule**:
+//! no file I/O while it is held — no log write, read or sync, no lower-tier read or write, and
+//! no wait for a ready segment (`make_room` releases it to wait). What runs under it is
+//! bookkeeping in memory; `Stats::state_lock` measures every hold, and names the call sites
+//! of holds over a millisecond. The modules that act on the engine (commit_log, query, trim,
+//! maintenance, recovery) are functions over `&Inner`; `Inner`'s own methods are the few below.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::timed_mutex::TimedMutex;
-
-use crate::commit_log::log_state::LogState;
+use crate::commit_log::log_state::{LogState, SegmentEvent};
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
-use crate::key;
-use crate::lower::{LowerOp, LowerTier};
-use crate::mapping::{DeviceId, MappingTable, Tier};
+use crate::lower::LowerTier;
+use crate::lower::keys::{WindowTrim, merge_trims};
+use crate::mapping::{DeviceId, MappingTable};
 use crate::options::Options;
 use crate::record::Body;
 use crate::spares::Spares;
 use crate::stats::Counters;
+use crate::timed_mutex::TimedMutex;
 use crate::upper::{IndexEntry, LogPosition};
+
+/// One window of the lower tier, as the engine keeps count of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// Bytes of readings in it that a live device still reads from it.
+    pub live_bytes: u64,
+    /// Bytes of its file.
+    pub file_bytes: u64,
+    /// Devices with readings in it (some may have left or been consolidated since): whom a
+    /// consolidation that empties it moves.
+    pub members: Vec<DeviceId>,
+}
+
+/// The lower tier's bookkeeping: ids given out, windows and what is live in them.
+#[derive(Debug, Default)]
+pub(crate) struct LowerBook {
+    pub windows: BTreeMap<u64, Window>,
+    /// Windows no live device reads any more, each with the position of the record that
+    /// killed its last reading: dropped once the log is durable past it.
+    pub dead: Vec<(u64, LogPosition)>,
+    pub next_win: u64,
+    pub next_lower_id: u64,
+    /// The last segment whose readings left the log (as the catalog says).
+    pub last_aged_seq: u64,
+    /// Devices whose windowed readings should be consolidated (too many windows or trims).
+    pub consolidation_wanted: Vec<DeviceId>,
+    /// Lower ids the catalog names for devices that left before they got their place (a pass
+    /// cataloged them while they departed): forgotten once the log is durable past `.1`.
+    pub forget: Vec<(u64, LogPosition)>,
+}
+
+impl LowerBook {
+    /// A device's readings left `windows`: what it had there is dead now; windows with nothing
+    /// live left are queued for dropping (after `killed_at` is durable).
+    pub fn release(&mut self, windows: &[(u64, u64)], killed_at: LogPosition) {
+        for (win, bytes) in windows {
+            if let Some(window) = self.windows.get_mut(win) {
+                window.live_bytes = window.live_bytes.saturating_sub(*bytes);
+                if window.live_bytes == 0 && !self.dead.iter().any(|(w, _)| w == win) {
+                    self.dead.push((*win, killed_at));
+                }
+            }
+        }
+    }
+
+    /// Bytes of window files, and of those the live bytes.
+    pub fn window_bytes(&self) -> (u64, u64) {
+        self.windows.values().fold((0, 0), |(file, live), w| {
+            (file + w.file_bytes, live + w.live_bytes)
+        })
+    }
+}
 
 pub(crate) struct State {
     pub map: MappingTable,
     pub log: LogState,
-    pub poisoned: Option<String>,
-    /// The lower tier has writes that are not yet persisted (its WAL is off).
-    pub lower_dirty: bool,
+    /// Set once by `Inner::poison`: every later write fails with it.
+    poisoned: Option<String>,
     pub index_bytes: u64,
+    /// Readings in the log's index, and their record bytes (kept as they change: stats never
+    /// scan the mapping table).
+    pub log_readings: u64,
+    pub log_reading_bytes: u64,
+    pub lower: LowerBook,
     pub last_maintenance_error: Option<String>,
-    /// When the lower tier was last made durable, on the engine's clock (retirement persists it
-    /// at most every LOWER_PERSIST_INTERVAL_MS unless the log is under pressure).
-    pub lower_persisted_at_ms: u64,
+}
+
+impl State {
+    pub fn new(map: MappingTable, log: LogState, lower: LowerBook) -> State {
+        State {
+            map,
+            log,
+            poisoned: None,
+            index_bytes: 0,
+            log_readings: 0,
+            log_reading_bytes: 0,
+            lower,
+            last_maintenance_error: None,
+        }
+    }
 }
 
 pub(crate) struct Recovery {
@@ -50,7 +121,7 @@ pub(crate) struct Inner {
     pub dir: DataDir,
     pub options: Options,
     pub state: TimedMutex<State>,
-    /// Signalled when a group is committed (or the engine is poisoned).
+    /// Signalled when a group is written or committed (or the engine is poisoned).
     pub group_done: Condvar,
     /// Signalled when segments retire (writers stalled for log room wait on it).
     pub space_freed: Condvar,
@@ -58,9 +129,13 @@ pub(crate) struct Inner {
     pub maintenance_wanted: AtomicBool,
     pub spares: Spares,
     pub lower: Box<dyn LowerTier>,
+    /// Readers of the lower tier hold it shared while they read windows; dropping window files
+    /// holds it exclusively: a reader that found a window in the bookkeeping reads it whole,
+    /// even if its last live reading goes meanwhile (RocksDB's file drops ignore snapshots).
+    pub window_gate: RwLock<()>,
     pub counters: Arc<Counters>,
-    /// Held for the whole of a migration pass: one at a time.
-    pub migration: Mutex<()>,
+    /// Held for the whole of a maintenance pass: one at a time.
+    pub maintenance: Mutex<()>,
     pub shutdown: Mutex<bool>,
     pub shutdown_signal: Condvar,
     pub recovery: Recovery,
@@ -74,6 +149,13 @@ impl Inner {
         }
     }
 
+    /// Refuses every later write (LevelDB's `RecordBackgroundError`): the first reason is kept,
+    /// and every waiting writer is woken to see it.
+    pub(crate) fn poison(&self, st: &mut State, reason: &str) {
+        st.poisoned.get_or_insert_with(|| reason.to_string());
+        self.group_done.notify_all();
+    }
+
     /// Asks the maintenance thread to run now rather than at its next interval.
     pub(crate) fn wake_maintenance(&self) {
         if !self.maintenance_wanted.swap(true, Ordering::Relaxed) {
@@ -81,95 +163,125 @@ impl Inner {
             self.shutdown_signal.notify_all();
         }
     }
-
-    /// Hands writes to the lower tier (unsynced: the log covers them until the next persist).
-    pub(crate) fn write_lower(&self, st: &mut State, ops: &[LowerOp]) -> Result<()> {
-        if ops.is_empty() {
-            return Ok(());
-        }
-        st.lower_dirty = true;
-        self.lower.write(ops)
-    }
 }
 
 impl State {
-    /// Applies one logged record to the in-memory state (live path and recovery alike). Writes
-    /// the record asks of the lower tier (a settled device's put, departure or trim) are added
-    /// to `lower_ops` for the caller to write.
+    /// Keeps `log_readings` and `log_reading_bytes` as an index went from `before` to `after`
+    /// (records, record bytes).
+    pub fn index_changed(&mut self, before: (u64, u64), after: (u64, u64)) {
+        self.log_readings = self.log_readings + after.0 - before.0;
+        self.log_reading_bytes = self.log_reading_bytes + after.1 - before.1;
+    }
+
+    /// Applies one logged record to the in-memory state (live path and recovery alike). Nothing
+    /// here touches a file: a reading, of any device, is indexed; a departure or a trim of
+    /// readings already in the lower tier is bookkeeping, noted for the pass that takes the
+    /// record's segment (which tells the catalog).
     pub(crate) fn apply(
         &mut self,
         counters: &Counters,
-        lower_ops: &mut Vec<LowerOp>,
         id: DeviceId,
         body: &Body<'_>,
         position: LogPosition,
         len: u32,
     ) {
-        let State {
-            map,
-            log,
-            index_bytes,
-            ..
-        } = self;
-        let Some(entry) = map.entry_mut(id) else {
-            return; // the incarnation is gone (departed and already dropped)
-        };
+        let seq = position.segment_seq;
         match *body {
             Body::Register { .. } => {
-                if entry.tier != Tier::Lower {
-                    let before = entry.index.index_bytes();
-                    entry.index.hold_segment(position.segment_seq);
-                    *index_bytes += entry.index.index_bytes() - before;
-                    log.hold(position.segment_seq);
+                if self.map.entry(id).is_some() {
+                    self.log.add_event(seq, SegmentEvent::Register(id));
                 }
             }
-            Body::Put {
-                sensor,
-                ts_ms,
-                value,
-                ..
-            } => match entry.tier {
-                Tier::Upper | Tier::Migrating => {
-                    let index_entry = IndexEntry {
-                        ts_ms,
-                        segment_seq: position.segment_seq,
-                        offset: u32::try_from(position.offset).expect("segment offsets fit in u32"),
-                        len,
-                    };
-                    let before = entry.index.index_bytes();
-                    entry.index.insert(sensor, index_entry);
-                    entry.index.hold_segment(position.segment_seq);
-                    *index_bytes += entry.index.index_bytes() - before;
-                    log.hold(position.segment_seq);
-                }
-                Tier::Lower => lower_ops.push(LowerOp::Put(
-                    key::reading_key(entry.lower_id, sensor, ts_ms),
-                    value.to_vec(),
-                )),
-            },
-            Body::Depart { .. } => match entry.tier {
-                Tier::Upper => {
-                    let Some(entry) = map.remove(id) else { return };
-                    Counters::add(
-                        &counters.reclaimed_bytes_without_write,
-                        entry.index.record_bytes,
+            Body::Put { sensor, ts_ns, .. } => self.apply_put(id, sensor, ts_ns, position, len),
+            Body::Depart { .. } => {
+                let Some(entry) = self.map.remove(id) else {
+                    return; // the incarnation is gone already
+                };
+                Counters::add(
+                    &counters.reclaimed_bytes_without_write,
+                    entry.index.record_bytes,
+                );
+                self.index_bytes -= entry.index.index_bytes();
+                self.index_changed((entry.index.records, entry.index.record_bytes), (0, 0));
+                if let Some(lower) = entry.lower {
+                    self.lower.release(&lower.windows, position);
+                    self.log.add_event(
+                        seq,
+                        SegmentEvent::Depart {
+                            lower_id: lower.lower_id,
+                        },
                     );
-                    *index_bytes -= entry.index.index_bytes();
-                    log.release(&entry.index);
                 }
-                Tier::Migrating => entry.departed = true,
-                Tier::Lower => {
-                    let (start, end) = key::device_reading_range(entry.lower_id);
-                    lower_ops.push(LowerOp::DeleteRange(start, end));
-                    lower_ops.push(LowerOp::Delete(key::device_key(entry.lower_id)));
-                    map.remove(id);
-                }
-            },
-            Body::Trim { before_ms, .. } => {
-                entry.apply_trim(index_bytes, lower_ops, before_ms, position);
             }
+            Body::Trim { before_ns, .. } => self.apply_trim(id, before_ns, seq),
             // Not a device's record: it only closes its segment (never queued for `apply`).
             Body::SegmentEnd { .. } => {}
         }
+    }
+
+    fn apply_put(&mut self, id: DeviceId, sensor: &str, ts_ns: i64, at: LogPosition, len: u32) {
+        let Some(entry) = self.map.entry_mut(id) else {
+            return; // departed while its batch was queued
+        };
+        let before = (entry.index.records, entry.index.record_bytes);
+        let index_before = entry.index.index_bytes();
+        entry.index.insert(
+            sensor,
+            IndexEntry {
+                ts_ns,
+                segment_seq: at.segment_seq,
+                offset: u32::try_from(at.offset).expect("segment offsets fit in u32"),
+                len,
+            },
+        );
+        let after = (entry.index.records, entry.index.record_bytes);
+        self.index_bytes = self.index_bytes + entry.index.index_bytes() - index_before;
+        let new_holder = entry.holder_of_seq != at.segment_seq;
+        entry.holder_of_seq = at.segment_seq;
+        if new_holder {
+            self.log.add_holder(at.segment_seq, id);
+        }
+        self.index_changed(before, after);
+    }
+
+    /// A TRIM: the index drops the older readings at once (memory returns); readings already in
+    /// windows are hidden from reads by a trim rule, settled ones until the pass that takes
+    /// this segment deletes them.
+    fn apply_trim(&mut self, id: DeviceId, before_ns: i64, seq: u64) {
+        let newest_win = self.lower.next_win.checked_sub(1);
+        let Some(entry) = self.map.entry_mut(id) else {
+            return;
+        };
+        let counts_before = (entry.index.records, entry.index.record_bytes);
+        let before = entry.index.index_bytes();
+        entry.index.trim_before(before_ns);
+        self.index_bytes -= before - entry.index.index_bytes();
+        let counts_after = (entry.index.records, entry.index.record_bytes);
+        // Every window given out so far may hold readings of the device from before the TRIM
+        // (a pass in flight included); none given out later does.
+        if let Some(upto_win) = newest_win {
+            merge_trims(
+                &mut entry.trims,
+                WindowTrim {
+                    before_ns,
+                    upto_win,
+                },
+            );
+        }
+        if entry.lower.as_ref().is_some_and(|l| l.settled) {
+            entry.settled_trim_pending = Some(
+                entry
+                    .settled_trim_pending
+                    .map_or(before_ns, |p| p.max(before_ns)),
+            );
+        }
+        self.index_changed(counts_before, counts_after);
+        self.log.add_event(
+            seq,
+            SegmentEvent::Trim {
+                device: id,
+                before_ns,
+            },
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! What the engine reports about itself: enough to compute write amplification exactly.
+//! What the engine reports about itself: enough to compute write amplification exactly, to see
+//! where maintenance spends its time, and every limit beside its current value.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -21,29 +22,52 @@ pub struct Stats {
     pub log_bytes_written: u64,
     /// Bytes written to make segments: zero-fill of new ones, headers of recycled ones.
     pub log_preallocated_bytes: u64,
-    /// Bytes the lower tier wrote itself: ingested runs, flushes, compactions, its own log.
+    /// Bytes the lower tier wrote itself: ingested runs, catalog batches, flushes,
+    /// compactions, its own log.
     pub lower_bytes_written: u64,
-    /// Upper-tier bytes of departed devices, freed without writing anything but a DEPART record.
+    /// Log bytes of departed devices' readings, freed without writing anything but a DEPART
+    /// record.
     pub reclaimed_bytes_without_write: u64,
+    /// The upper tier: devices inside their management time with no reading in the lower tier
+    /// yet; `records` and `bytes`: every reading in the log (of any device) and its record
+    /// bytes.
     pub upper: TierStats,
-    /// Devices exact; records and bytes are the LSM's own estimates (RocksDB: estimate-num-keys
-    /// and live SST bytes; LevelDB reports no key count).
+    /// The lower tier: devices with a place in it; records and bytes are the LSM's own
+    /// estimates (RocksDB: estimate-num-keys and live SST bytes; LevelDB reports no key count).
     pub lower: TierStats,
-    /// Memory held by the upper-tier index (measured allocations + per-sensor bookkeeping).
+    /// Windows (runs) in the lower tier, their files' bytes and the bytes of them live devices
+    /// still read.
+    pub windows: u64,
+    pub window_file_bytes: u64,
+    pub window_live_bytes: u64,
+    /// The bound consolidation keeps the windows of any one device under (a device's
+    /// `DeviceInfo::lower_runs` is its count now).
+    pub runs_per_device_max: u64,
+    /// Window file bytes per live byte, in percent, and the bound (limits.rs).
+    pub window_space_amplification_percent: u64,
+    pub window_space_amplification_percent_max: u64,
+    /// Memory held by the log's index (measured allocations + per-sensor bookkeeping).
     pub index_bytes: u64,
     pub index_bytes_max: u64,
-    pub migrations: u64,
-    /// Of `migrations`, devices settled before their management time ended: the log was near
-    /// its budget (or the index near its cap).
-    pub early_migrations: u64,
-    pub migrated_records: u64,
-    /// Migration passes that failed and were rolled back (their devices stay in the upper tier
-    /// and are retried).
-    pub migration_failures: u64,
-    /// Upper-tier devices whose management time has ended but that have not settled yet, and
-    /// their record bytes: the maintenance debt.
-    pub migration_backlog_devices: u64,
-    pub migration_backlog_bytes: u64,
+    /// Segments whose readings left the log (passes), and of them those taken early (the log
+    /// near its budget or the index over its cap).
+    pub segments_aged: u64,
+    pub early_passes: u64,
+    /// Readings moved out of the log, and the bytes of the runs they made (keys + values).
+    pub moved_records: u64,
+    pub moved_bytes: u64,
+    /// Passes that failed and were rolled back (their segment stays in the log and is taken
+    /// again).
+    pub pass_failures: u64,
+    /// Devices consolidated into the settled space, and the bytes moved there.
+    pub consolidations: u64,
+    pub consolidated_bytes: u64,
+    /// Windows dropped whole because no live device read them any more.
+    pub windows_dropped: u64,
+    /// Sealed segments whose management time ended but whose readings are still in the log, and
+    /// their bytes: the maintenance debt.
+    pub overdue_segments: u64,
+    pub overdue_bytes: u64,
     pub departures: u64,
     /// TRIM records written (`Engine::trim_before` calls that had readings to delete).
     pub trims: u64,
@@ -65,19 +89,17 @@ pub struct Stats {
     /// Encoded bytes queued for the next group commit, and the bound past which writers wait.
     pub pending_bytes: u64,
     pub pending_bytes_max: u64,
-    /// Devices in the mapping table (upper and settled), and the limit.
+    /// Devices in the mapping table, and the limit.
     pub devices: u64,
     pub devices_max: u64,
-    /// Values one migration pass may hold in memory.
-    pub migration_run_bytes_max: u64,
+    /// Values one run (one pass's window, one consolidation) holds in memory.
+    pub run_bytes_max: u64,
     /// Bound on the log's dirty page cache in `none`/`periodic` mode (two write-back windows).
     pub log_dirty_bytes_max: u64,
-    /// Lower-tier persists (memtable flushes) made so that segments could retire.
-    pub lower_persists: u64,
     pub recovery_ms: u64,
     pub recovered_records: u64,
     pub recovery_buffer_bytes_max: u64,
-    /// Where recovery cut a torn tail, if it did: "file@offset".
+    /// Where recovery cut a torn tail, if it did: "file@offset (why)".
     pub recovery_cut: Option<String>,
     /// The last background maintenance failure, if any (maintenance retries every interval).
     pub last_maintenance_error: Option<String>,
@@ -85,11 +107,23 @@ pub struct Stats {
     pub state_lock: HoldTimes,
     /// Maintenance passes and where their time went.
     pub passes: PassTimes,
-    /// Bytes maintenance read from the log (to move records out of it).
+    /// Bytes maintenance read from the log (to move readings out of it).
     pub maintenance_read_bytes: u64,
     /// What the lower tier did by itself: flushes, compactions, write stalls, and the level each
-    /// ingested file landed in.
+    /// ingested run landed in.
     pub lower_diagnostics: LowerDiagnostics,
+}
+
+impl Stats {
+    /// (log + preallocation + lower-tier bytes) / user bytes. Device-level write amplification
+    /// (file-system journal and metadata included) is what the benchmark measures.
+    pub fn write_amplification(&self) -> f64 {
+        if self.user_bytes == 0 {
+            return 0.0;
+        }
+        (self.log_bytes_written + self.log_preallocated_bytes + self.lower_bytes_written) as f64
+            / self.user_bytes as f64
+    }
 }
 
 /// Maintenance passes, and the microseconds spent in each step of them (summed over passes).
@@ -124,18 +158,6 @@ pub struct LowerDiagnostics {
     pub ingested_files_by_level: Vec<u64>,
 }
 
-impl Stats {
-    /// (log + preallocation + lower-tier bytes) / user bytes. Device-level write amplification
-    /// (file-system journal and metadata included) is what the benchmark measures.
-    pub fn write_amplification(&self) -> f64 {
-        if self.user_bytes == 0 {
-            return 0.0;
-        }
-        (self.log_bytes_written + self.log_preallocated_bytes + self.lower_bytes_written) as f64
-            / self.user_bytes as f64
-    }
-}
-
 /// Counters updated without the state lock.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -144,15 +166,18 @@ pub(crate) struct Counters {
     pub log_bytes_written: AtomicU64,
     pub log_preallocated_bytes: AtomicU64,
     pub reclaimed_bytes_without_write: AtomicU64,
-    pub migrations: AtomicU64,
+    pub segments_aged: AtomicU64,
     pub early_migrations: AtomicU64,
     pub migration_failures: AtomicU64,
     pub migrated_records: AtomicU64,
+    pub moved_bytes: AtomicU64,
+    pub consolidations: AtomicU64,
+    pub consolidated_bytes: AtomicU64,
+    pub windows_dropped: AtomicU64,
     pub write_stalls: AtomicU64,
     pub write_stall_ms: AtomicU64,
     pub no_space_errors: AtomicU64,
     pub segments_retired: AtomicU64,
-    pub lower_persists: AtomicU64,
     pub departures: AtomicU64,
     pub trims: AtomicU64,
     pub fdatasyncs: AtomicU64,

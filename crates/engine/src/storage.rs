@@ -6,8 +6,9 @@
 //! power cuts that drop what was never made durable.
 //!
 //! What is *not* behind the seam, and why: the lower tier's files (RocksDB and LevelDB do their
-//! own I/O; their durability is theirs to prove, and ours is to call `persist` before a segment
-//! that their data depends on retires), and the data directory's identity and LOCK files (made
+//! own I/O; their durability is theirs to prove, and ours is to retire a segment only after the
+//! lower tier has durably taken what the segment held), and the data directory's identity and
+//! LOCK files (made
 //! once, with their own crash test in `tests/interrupted_creation.rs`; the lock must be a real
 //! flock).
 //!
@@ -44,6 +45,19 @@ pub trait Storage: Send + Sync + fmt::Debug {
 pub trait StorageFile: Send + Sync + fmt::Debug {
     /// pwrite(2): may write fewer bytes than given.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// pwritev(2): the buffers one after another from `offset`; may write fewer bytes than
+    /// given. The default writes (part of) the first non-empty buffer.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<usize> {
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(first) => self.write_at(first, offset),
+            None => Ok(0),
+        }
+    }
+    /// posix_fadvise(POSIX_FADV_DONTNEED): the range will not be read again soon; its clean
+    /// pages may leave the page cache. A hint: the default does nothing.
+    fn drop_cache(&self, _start: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// pread(2): may read fewer bytes than asked; 0 at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// fdatasync(2).
@@ -67,6 +81,37 @@ pub fn write_all_at(file: &dyn StorageFile, mut buf: &[u8], mut offset: u64) -> 
             Ok(n) => {
                 buf = &buf[n..];
                 offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes every buffer, one after another from `offset`, looping over short writes.
+pub fn write_all_vectored_at(
+    file: &dyn StorageFile,
+    bufs: &[&[u8]],
+    mut offset: u64,
+) -> io::Result<()> {
+    let mut pending: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
+    let mut first = 0;
+    while first < pending.len() {
+        match file.write_vectored_at(&pending[first..], offset) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
+            Ok(mut n) => {
+                offset += n as u64;
+                while n > 0 {
+                    let buf = pending[first];
+                    if n >= buf.len() {
+                        n -= buf.len();
+                        first += 1;
+                    } else {
+                        pending[first] = &buf[n..];
+                        n = 0;
+                    }
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -170,9 +215,55 @@ impl Storage for PlainFiles {
 #[derive(Debug)]
 struct PlainFile(File);
 
+/// Buffers one pwritev(2) takes at most (Linux's IOV_MAX).
+const IOV_MAX: usize = 1024;
+
 impl StorageFile for PlainFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         self.0.write_at(buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<usize> {
+        let iov: Vec<libc::iovec> = bufs
+            .iter()
+            .take(IOV_MAX)
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.0);
+        // SAFETY: pwritev(2) on an fd we own; every iovec points into a buffer borrowed for the
+        // call and is only read.
+        let n = unsafe {
+            libc::pwritev(
+                fd,
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                offset as libc::off_t,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    fn drop_cache(&self, start: u64, len: u64) -> io::Result<()> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.0);
+        // SAFETY: posix_fadvise(2) on an fd we own: a hint, touching no memory of ours.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                fd,
+                start as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {

@@ -147,7 +147,7 @@ impl Histogram {
             .iter()
             .map(|(site, holds, max)| (format!("{}:{}", site.file(), site.line()), *holds, *max))
             .collect();
-        long_holds.sort_by(|a, b| b.2.cmp(&a.2));
+        long_holds.sort_by_key(|h| std::cmp::Reverse(h.2));
         HoldTimes {
             holds: self.holds.load(Ordering::Relaxed),
             total_ns: self.total_ns.load(Ordering::Relaxed),
@@ -209,6 +209,14 @@ impl<T> TimedGuard<'_, T> {
         self.histogram.record(self.since.elapsed(), self.site);
         condvar.wait(&mut self.guard);
         self.since = Instant::now();
+    }
+
+    /// Runs `f` with the lock released (the time is not a hold), then takes it again.
+    pub fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.histogram.record(self.since.elapsed(), self.site);
+        let result = MutexGuard::unlocked(&mut self.guard, f);
+        self.since = Instant::now();
+        result
     }
 
     /// `wait`, for at most `timeout`.

@@ -1,27 +1,20 @@
 //! Deleting a device's old readings while it stays: `Engine::trim_before` writes one TRIM record
-//! (docs/FORMAT.md), and applying it drops every reading of the device with ts < the cutoff
-//! that precedes the record in the log, in whichever tier the device is (docs/ENGINE.md,
-//! "Trimming old readings"):
+//! (docs/FORMAT.md), and applying it deletes every reading of the device with ts < the cutoff
+//! that precedes the record in the log, wherever it is (docs/ENGINE.md, "Trimming old
+//! readings"):
 //!
-//! - **Upper**: the index entries go (memory returns at once); the records stay in the log,
-//!   holding their segments until the device leaves the upper tier, as overwritten records do.
-//! - **Migrating**: the same, and the run being ingested still holds the trimmed readings, so
-//!   the migration ends with a lower-tier trim before its catch-up puts (`maintenance.rs`).
-//! - **Lower**: one range delete per sensor of the device (`LowerOp::TrimBefore`), unsynced in
-//!   the LSM and covered by the TRIM record until the next persist (the record's segment counts
-//!   a lower-tier write, so it cannot retire before that persist).
+//! - **In the log**: the index entries go (memory returns at once); the records stay in the
+//!   log until their segment leaves it, as overwritten records do, and are not moved.
+//! - **In windows**: a trim rule (cutoff, newest window given out so far) hides them from
+//!   reads; they go with their window file, or when the device is consolidated.
+//! - **In the settled space**: hidden from reads at once, deleted (one range delete per sensor)
+//!   by the pass that takes the TRIM's segment, in its catalog batch.
 //!
-//! Applying a TRIM record is `DeviceEntry::apply_trim` (mapping.rs: the engine's apply path
-//! calls it, and the engine must not import this module back).
-//!
-//! Replay applies a TRIM the same way, in log order: a settled device's logged puts are re-put
-//! and then trimmed again, and puts after the TRIM (which in-order retirement keeps live
-//! whenever the TRIM is live) are re-put after it.
+//! Applying a TRIM record is `State::apply` (state.rs), the same live and in recovery.
 
 use crate::commit_log::group_commit::{self, Stall};
 use crate::error::Result;
-use crate::lower;
-use crate::mapping::Tier;
+use crate::query;
 use crate::reading::validate_device;
 use crate::record;
 use crate::state::Inner;
@@ -29,9 +22,9 @@ use crate::stats::Counters;
 
 /// `Engine::trim_before`: logs one TRIM record when the device holds readings older than the
 /// cutoff.
-pub(crate) fn trim_before(inner: &Inner, device: &str, before_ms: i64) -> Result<bool> {
+pub(crate) fn trim_before(inner: &Inner, device: &str, before_ns: i64) -> Result<bool> {
     validate_device(device)?;
-    if !has_readings_before(inner, device, before_ms)? {
+    if !has_readings_before(inner, device, before_ns)? {
         return Ok(false);
     }
     let len = record::trim_len(device);
@@ -48,27 +41,24 @@ pub(crate) fn trim_before(inner: &Inner, device: &str, before_ms: i64) -> Result
     };
     let (segment, offset) = group_commit::place(inner, &mut st, len);
     let mut bytes = Vec::with_capacity(len);
-    record::encode_trim(&mut bytes, segment.seq_low(), device, before_ms);
+    record::encode_trim(&mut bytes, segment.seq_low(), device, before_ns);
     let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
     group_commit::wait_for(inner, st, ticket)?;
     Counters::add(&inner.counters.trims, 1);
     Ok(true)
 }
 
-/// Whether the device holds a reading with ts < `before_ms` (upper tier: its index; lower
-/// tier: the oldest key of each sensor, read outside the state lock).
-fn has_readings_before(inner: &Inner, device: &str, before_ms: i64) -> Result<bool> {
-    let lower_id = {
+/// Whether the device holds a reading with ts < `before_ns`: in its index, or (read outside the
+/// state lock) in the lower tier.
+fn has_readings_before(inner: &Inner, device: &str, before_ns: i64) -> Result<bool> {
+    {
         let st = inner.state.lock();
         match st.map.lookup(device) {
             None => return Ok(false),
-            Some((_, entry)) if entry.tier != Tier::Lower => {
-                return Ok(entry.index.has_before(before_ms));
-            }
-            Some((_, entry)) => entry.lower_id,
+            Some((_, entry)) if entry.index.has_before(before_ns) => return Ok(true),
+            Some((_, entry)) if entry.lower.is_none() => return Ok(false),
+            Some(_) => {}
         }
-    };
-    Ok(lower::oldest_per_sensor(inner.lower.as_ref(), lower_id)?
-        .iter()
-        .any(|(_, oldest_ms)| *oldest_ms < before_ms))
+    }
+    query::lower_has_before(inner, device, before_ns)
 }

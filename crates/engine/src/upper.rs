@@ -1,8 +1,13 @@
-//! The upper tier's per-device log store: an in-memory index over the device's records, which
-//! live in the shared commit-log segments (written exactly once). Serves point reads and
-//! time-range scans; its memory is measured from the allocations it holds (property 6).
+//! The upper tier's per-device log store: an in-memory index over the device's readings that
+//! are in the log (written exactly once, in the shared commit-log segments). Serves point reads
+//! and time-range scans; its memory is measured from the allocations it holds.
+//!
+//! Readings leave the log oldest segment first (maintenance), so a sensor's entries of the
+//! oldest segment are, as long as its readings came in time order, a prefix of its entries:
+//! taking them costs what is taken, not the device's whole index. A sensor written out of time
+//! order (or overwritten) falls back to a scan of its entries until it is in order again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::mem::size_of;
 
 /// Where a record sits in the log. Ordered as the log is: by segment, then offset.
@@ -12,10 +17,19 @@ pub struct LogPosition {
     pub offset: u64,
 }
 
+impl LogPosition {
+    pub fn at(segment_seq: u64, offset: u64) -> LogPosition {
+        LogPosition {
+            segment_seq,
+            offset,
+        }
+    }
+}
+
 /// One indexed reading: 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
-    pub ts_ms: i64,
+    pub ts_ns: i64,
     pub segment_seq: u64,
     pub offset: u32,
     pub len: u32,
@@ -31,18 +45,33 @@ impl IndexEntry {
 }
 
 /// Estimated bookkeeping of a BTreeMap entry (node share, key box) beyond the key's bytes and
-/// the Vec header: measured allocations are added on top of this.
-const SENSOR_OVERHEAD_BYTES: usize = 48 + size_of::<Box<str>>() + size_of::<Vec<IndexEntry>>();
+/// the deque header: measured allocations are added on top of this.
+const SENSOR_OVERHEAD_BYTES: usize = 48 + size_of::<Box<str>>() + size_of::<SensorEntries>();
 const _: () = assert!(size_of::<IndexEntry>() == 24);
 
-/// The index of one device in the upper tier.
+/// One sensor's entries, sorted by timestamp (unique timestamps: a rewrite replaces).
+#[derive(Debug, Default)]
+struct SensorEntries {
+    entries: VecDeque<IndexEntry>,
+    /// The entries' log positions ascend with their timestamps: the oldest segment's entries
+    /// are a prefix.
+    in_log_order: bool,
+}
+
+impl SensorEntries {
+    fn recheck_log_order(&mut self) {
+        self.in_log_order = self
+            .entries
+            .iter()
+            .zip(self.entries.iter().skip(1))
+            .all(|(a, b)| a.position() < b.position());
+    }
+}
+
+/// The index of one device's readings in the log.
 #[derive(Debug, Default)]
 pub struct DeviceIndex {
-    /// Per sensor, entries sorted by timestamp (unique timestamps: a rewrite replaces).
-    sensors: BTreeMap<Box<str>, Vec<IndexEntry>>,
-    /// Records per log segment that this device keeps alive (REGISTER and PUT records,
-    /// including overwritten ones): released when the device migrates or departs.
-    pub segment_records: Vec<(u64, u64)>,
+    sensors: BTreeMap<Box<str>, SensorEntries>,
     pub records: u64,
     /// Bytes of this device's live records in the log (header + payload).
     pub record_bytes: u64,
@@ -50,70 +79,152 @@ pub struct DeviceIndex {
 }
 
 impl DeviceIndex {
-    /// Counts one log record (of any kind) of this device in `segment_seq`.
-    pub fn hold_segment(&mut self, segment_seq: u64) {
-        match self.segment_records.last_mut() {
-            Some((seq, n)) if *seq == segment_seq => *n += 1,
-            _ => match self
-                .segment_records
-                .iter_mut()
-                .find(|(seq, _)| *seq == segment_seq)
-            {
-                Some((_, n)) => *n += 1,
-                None => self.segment_records.push((segment_seq, 1)),
-            },
-        }
-    }
-
-    /// Inserts (or replaces) a reading.
-    pub fn insert(&mut self, sensor: &str, entry: IndexEntry) {
-        let entries = match self.sensors.get_mut(sensor) {
+    /// Inserts (or replaces) a reading; returns the entry it replaced.
+    pub fn insert(&mut self, sensor: &str, entry: IndexEntry) -> Option<IndexEntry> {
+        let sensor_entries = match self.sensors.get_mut(sensor) {
             Some(entries) => entries,
             None => {
                 self.index_bytes += (SENSOR_OVERHEAD_BYTES + sensor.len()) as u64;
-                self.sensors.entry(sensor.into()).or_default()
+                self.sensors.entry(sensor.into()).or_insert(SensorEntries {
+                    entries: VecDeque::new(),
+                    in_log_order: true,
+                })
             }
         };
+        let entries = &mut sensor_entries.entries;
         let capacity_before = entries.capacity();
-        match entries.last() {
-            Some(last) if last.ts_ms < entry.ts_ms => entries.push(entry),
-            None => entries.push(entry),
-            Some(_) => match entries.binary_search_by_key(&entry.ts_ms, |e| e.ts_ms) {
-                Ok(i) => {
-                    self.record_bytes -= entries[i].len as u64;
-                    self.records -= 1;
-                    entries[i] = entry;
+        let mut replaced = None;
+        match entries.back() {
+            Some(last) if last.ts_ns < entry.ts_ns => {
+                sensor_entries.in_log_order &= last.position() < entry.position();
+                entries.push_back(entry)
+            }
+            None => entries.push_back(entry),
+            Some(_) => {
+                // Out of time order, or a rewrite: the oldest segment's entries may no longer
+                // be a prefix.
+                sensor_entries.in_log_order = false;
+                match entries.binary_search_by_key(&entry.ts_ns, |e| e.ts_ns) {
+                    Ok(i) => {
+                        self.record_bytes -= entries[i].len as u64;
+                        self.records -= 1;
+                        replaced = Some(entries[i]);
+                        entries[i] = entry;
+                    }
+                    Err(i) => entries.insert(i, entry),
                 }
-                Err(i) => entries.insert(i, entry),
-            },
+            }
         }
         self.index_bytes +=
             ((entries.capacity() - capacity_before) * size_of::<IndexEntry>()) as u64;
         self.records += 1;
         self.record_bytes += entry.len as u64;
+        replaced
     }
 
-    /// The entry of `sensor` at `ts_ms`, with the sensor's name as the index holds it.
-    pub fn get(&self, sensor: &str, ts_ms: i64) -> Option<(&str, IndexEntry)> {
-        let (name, entries) = self.sensors.get_key_value(sensor)?;
-        entries
-            .binary_search_by_key(&ts_ms, |e| e.ts_ms)
+    /// The entries in log segment `segment_seq`, in (sensor, ts) order. `segment_seq` must be the
+    /// oldest segment any entry is in (maintenance takes segments oldest first).
+    pub fn in_oldest_segment(&self, segment_seq: u64) -> Vec<(&str, IndexEntry)> {
+        let mut out = Vec::new();
+        for (name, sensor) in &self.sensors {
+            if sensor.in_log_order {
+                out.extend(
+                    sensor
+                        .entries
+                        .iter()
+                        .take_while(|e| e.segment_seq == segment_seq)
+                        .map(|e| (&**name, *e)),
+                );
+            } else {
+                out.extend(
+                    sensor
+                        .entries
+                        .iter()
+                        .filter(|e| e.segment_seq == segment_seq)
+                        .map(|e| (&**name, *e)),
+                );
+            }
+        }
+        out
+    }
+
+    /// Removes the entries in log segment `segment_seq` (the oldest, as `in_oldest_segment`):
+    /// their readings left the log. Returns their count and record bytes.
+    pub fn remove_oldest_segment(&mut self, segment_seq: u64) -> (u64, u64) {
+        let (mut removed, mut bytes) = (0u64, 0u64);
+        let mut emptied = Vec::new();
+        for (name, sensor) in &mut self.sensors {
+            let capacity_before = sensor.entries.capacity();
+            if sensor.in_log_order {
+                while sensor
+                    .entries
+                    .front()
+                    .is_some_and(|e| e.segment_seq == segment_seq)
+                {
+                    if let Some(e) = sensor.entries.pop_front() {
+                        removed += 1;
+                        bytes += e.len as u64;
+                    }
+                }
+            } else {
+                sensor.entries.retain(|e| {
+                    let keep = e.segment_seq != segment_seq;
+                    if !keep {
+                        removed += 1;
+                        bytes += e.len as u64;
+                    }
+                    keep
+                });
+                sensor.recheck_log_order();
+            }
+            if sensor.entries.len() < sensor.entries.capacity() / 4 {
+                sensor.entries.shrink_to_fit();
+            }
+            self.index_bytes -=
+                ((capacity_before - sensor.entries.capacity()) * size_of::<IndexEntry>()) as u64;
+            if sensor.entries.is_empty() {
+                emptied.push(name.clone());
+            }
+        }
+        self.forget_sensors(emptied);
+        self.records -= removed;
+        self.record_bytes -= bytes;
+        (removed, bytes)
+    }
+
+    fn forget_sensors(&mut self, emptied: Vec<Box<str>>) {
+        for name in emptied {
+            if let Some(sensor) = self.sensors.remove(&name) {
+                self.index_bytes -= (SENSOR_OVERHEAD_BYTES
+                    + name.len()
+                    + sensor.entries.capacity() * size_of::<IndexEntry>())
+                    as u64;
+            }
+        }
+    }
+
+    /// The entry of `sensor` at `ts_ns`, with the sensor's name as the index holds it.
+    pub fn get(&self, sensor: &str, ts_ns: i64) -> Option<(&str, IndexEntry)> {
+        let (name, sensor) = self.sensors.get_key_value(sensor)?;
+        sensor
+            .entries
+            .binary_search_by_key(&ts_ns, |e| e.ts_ns)
             .ok()
-            .map(|i| (&**name, entries[i]))
+            .map(|i| (&**name, sensor.entries[i]))
     }
 
     /// Entries with from <= ts < to, of one sensor or all, in (sensor, ts) order.
-    pub fn range(&self, sensor: Option<&str>, from_ms: i64, to_ms: i64) -> Vec<(&str, IndexEntry)> {
+    pub fn range(&self, sensor: Option<&str>, from_ns: i64, to_ns: i64) -> Vec<(&str, IndexEntry)> {
         let mut out = Vec::new();
         match sensor {
             Some(name) => {
-                if let Some((name, entries)) = self.sensors.get_key_value(name) {
-                    push_window(&mut out, name, entries, from_ms, to_ms);
+                if let Some((name, sensor)) = self.sensors.get_key_value(name) {
+                    push_window(&mut out, name, &sensor.entries, from_ns, to_ns);
                 }
             }
             None => {
-                for (name, entries) in &self.sensors {
-                    push_window(&mut out, name, entries, from_ms, to_ms);
+                for (name, sensor) in &self.sensors {
+                    push_window(&mut out, name, &sensor.entries, from_ns, to_ns);
                 }
             }
         }
@@ -121,10 +232,11 @@ impl DeviceIndex {
     }
 
     /// Every entry, in (sensor, ts) order.
+    #[cfg(test)]
     pub fn all(&self) -> impl Iterator<Item = (&str, IndexEntry)> {
         self.sensors
             .iter()
-            .flat_map(|(name, entries)| entries.iter().map(move |e| (&**name, *e)))
+            .flat_map(|(name, sensor)| sensor.entries.iter().map(move |e| (&**name, *e)))
     }
 
     /// Up to `limit` entries with from <= ts < to, of one sensor or all, in (sensor, ts) order,
@@ -133,8 +245,8 @@ impl DeviceIndex {
     pub fn page(
         &self,
         sensor: Option<&str>,
-        from_ms: i64,
-        to_ms: i64,
+        from_ns: i64,
+        to_ns: i64,
         after: Option<(&str, i64)>,
         limit: usize,
     ) -> Vec<(&str, IndexEntry)> {
@@ -146,22 +258,23 @@ impl DeviceIndex {
             (None, None) => Bound::Unbounded,
         };
         let mut out = Vec::new();
-        for (name, entries) in self
+        for (name, sensor_entries) in self
             .sensors
             .range::<str, _>((first_sensor, Bound::Unbounded))
         {
             if out.len() >= limit || sensor.is_some_and(|s| s != &**name) {
                 break;
             }
-            let mut start = entries.partition_point(|e| e.ts_ms < from_ms);
+            let entries = &sensor_entries.entries;
+            let mut start = entries.partition_point(|e| e.ts_ns < from_ns);
             if let Some((after_sensor, after_ts)) = after
                 && after_sensor == &**name
             {
-                start = start.max(entries.partition_point(|e| e.ts_ms <= after_ts));
+                start = start.max(entries.partition_point(|e| e.ts_ns <= after_ts));
             }
-            let end = entries.partition_point(|e| e.ts_ms < to_ms).max(start);
+            let end = entries.partition_point(|e| e.ts_ns < to_ns).max(start);
             let take = (end - start).min(limit - out.len());
-            out.extend(entries[start..start + take].iter().map(|e| (&**name, *e)));
+            out.extend(entries.range(start..start + take).map(|e| (&**name, *e)));
         }
         out
     }
@@ -172,32 +285,32 @@ impl DeviceIndex {
             Some(name) => self
                 .sensors
                 .get_key_value(name)
-                .and_then(|(name, entries)| entries.last().map(|e| (&**name, *e)))
+                .and_then(|(name, sensor)| sensor.entries.back().map(|e| (&**name, *e)))
                 .into_iter()
                 .collect(),
             None => self
                 .sensors
                 .iter()
-                .filter_map(|(name, entries)| entries.last().map(|e| (&**name, *e)))
+                .filter_map(|(name, sensor)| sensor.entries.back().map(|e| (&**name, *e)))
                 .collect(),
         }
     }
 
     /// Whether any indexed reading has ts < `before_ms`.
-    pub fn has_before(&self, before_ms: i64) -> bool {
+    pub fn has_before(&self, before_ns: i64) -> bool {
         self.sensors
             .values()
-            .any(|entries| entries.first().is_some_and(|e| e.ts_ms < before_ms))
+            .any(|sensor| sensor.entries.front().is_some_and(|e| e.ts_ns < before_ns))
     }
 
-    /// Drops every entry with ts < `before_ms` (a TRIM record). The records stay in the log
-    /// and keep their segment holds, as overwritten records do, until the device leaves the
-    /// upper tier: its REGISTER record pins every later segment anyway (in-order retirement),
-    /// so releasing them earlier would free nothing. The index memory returns at once.
-    pub fn trim_before(&mut self, before_ms: i64) {
+    /// Drops every entry with ts < `before_ns` (a TRIM record). The records stay in the log
+    /// until their segment leaves it, as overwritten records do; the index memory returns at
+    /// once.
+    pub fn trim_before(&mut self, before_ns: i64) {
         let mut emptied = Vec::new();
-        for (name, entries) in &mut self.sensors {
-            let cut = entries.partition_point(|e| e.ts_ms < before_ms);
+        for (name, sensor) in &mut self.sensors {
+            let entries = &mut sensor.entries;
+            let cut = entries.partition_point(|e| e.ts_ns < before_ns);
             if cut == 0 {
                 continue;
             }
@@ -215,15 +328,12 @@ impl DeviceIndex {
                 emptied.push(name.clone());
             }
         }
-        for name in emptied {
-            self.sensors.remove(&name);
-            self.index_bytes -= (SENSOR_OVERHEAD_BYTES + name.len()) as u64;
-        }
+        self.forget_sensors(emptied);
     }
 
     /// Bytes this index holds in memory (measured from capacities, plus per-sensor bookkeeping).
     pub fn index_bytes(&self) -> u64 {
-        self.index_bytes + (self.segment_records.capacity() * size_of::<(u64, u64)>()) as u64
+        self.index_bytes
     }
 }
 
@@ -231,22 +341,22 @@ impl DeviceIndex {
 fn push_window<'a>(
     out: &mut Vec<(&'a str, IndexEntry)>,
     name: &'a str,
-    entries: &'a [IndexEntry],
-    from_ms: i64,
-    to_ms: i64,
+    entries: &'a VecDeque<IndexEntry>,
+    from_ns: i64,
+    to_ns: i64,
 ) {
-    let start = entries.partition_point(|e| e.ts_ms < from_ms);
-    let end = entries.partition_point(|e| e.ts_ms < to_ms).max(start);
-    out.extend(entries[start..end].iter().map(|e| (name, *e)));
+    let start = entries.partition_point(|e| e.ts_ns < from_ns);
+    let end = entries.partition_point(|e| e.ts_ns < to_ns).max(start);
+    out.extend(entries.range(start..end).map(|e| (name, *e)));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(ts_ms: i64, offset: u32) -> IndexEntry {
+    fn entry(ts_ns: i64, offset: u32) -> IndexEntry {
         IndexEntry {
-            ts_ms,
+            ts_ns,
             segment_seq: 1,
             offset,
             len: 100,
@@ -264,7 +374,7 @@ mod tests {
         assert_eq!(index.records, 4);
         assert_eq!(index.record_bytes, 400);
         assert_eq!(index.get("speed", 20).map(|(_, e)| e.offset), Some(4));
-        let all: Vec<(&str, i64)> = index.all().map(|(s, e)| (s, e.ts_ms)).collect();
+        let all: Vec<(&str, i64)> = index.all().map(|(s, e)| (s, e.ts_ns)).collect();
         assert_eq!(
             all,
             vec![("alt", 5), ("speed", 10), ("speed", 20), ("speed", 30)]
@@ -272,7 +382,7 @@ mod tests {
         let range: Vec<i64> = index
             .range(Some("speed"), 15, 30)
             .iter()
-            .map(|(_, e)| e.ts_ms)
+            .map(|(_, e)| e.ts_ns)
             .collect();
         assert_eq!(range, vec![20]);
         assert_eq!(index.range(None, 0, 100).len(), 4);
@@ -302,6 +412,49 @@ mod tests {
         index.trim_before(i64::MAX);
         assert_eq!((index.records, index.record_bytes), (0, 0));
         assert_eq!(index.index_bytes(), 0, "nothing indexed, nothing held");
+    }
+
+    fn at(ts_ns: i64, segment_seq: u64, offset: u32) -> IndexEntry {
+        IndexEntry {
+            ts_ns,
+            segment_seq,
+            offset,
+            len: 10,
+        }
+    }
+
+    #[test]
+    fn the_oldest_segment_is_taken_whether_written_in_order_or_not() {
+        let mut index = DeviceIndex::default();
+        // "in": in time order across segments 1, 2, 3; "late": a reading of segment 3 with an
+        // old timestamp, and a rewrite in segment 2 of a reading of segment 1.
+        for (ts, seq) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
+            index.insert("in", at(ts, seq, ts as u32 * 100));
+            index.insert("late", at(ts * 10, seq, ts as u32 * 100 + 1));
+        }
+        index.insert("late", at(5, 3, 900));
+        index.insert("late", at(10, 2, 800));
+        let taken: Vec<(&str, i64)> = index
+            .in_oldest_segment(1)
+            .iter()
+            .map(|(s, e)| (*s, e.ts_ns))
+            .collect();
+        assert_eq!(taken, vec![("in", 1), ("in", 2), ("late", 20)]);
+        let bytes_before = index.index_bytes();
+        assert_eq!(index.remove_oldest_segment(1), (3, 30));
+        assert_eq!(index.records, 6);
+        assert!(index.in_oldest_segment(1).is_empty());
+        let next: Vec<i64> = index
+            .in_oldest_segment(2)
+            .iter()
+            .map(|(_, e)| e.ts_ns)
+            .collect();
+        assert_eq!(next, vec![3, 10, 30]);
+        assert_eq!(index.remove_oldest_segment(2), (3, 30));
+        assert_eq!(index.remove_oldest_segment(3), (3, 30));
+        assert_eq!(index.records, 0);
+        assert_eq!(index.index_bytes(), 0, "nothing indexed, nothing held");
+        assert!(bytes_before > 0);
     }
 
     #[test]

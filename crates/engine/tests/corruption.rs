@@ -159,7 +159,7 @@ fn every_single_byte_flip_of_the_log_is_detected_or_harmless() {
                 for r in engine.scan("car", None, i64::MIN, i64::MAX).expect("scan") {
                     assert_eq!(
                         r.value,
-                        value("car", "speed", r.ts_ms, 100),
+                        value("car", "speed", r.ts_ns, 100),
                         "flip at {offset} changed a value"
                     );
                 }

@@ -8,12 +8,13 @@
 
 use std::os::unix::fs::FileExt;
 
+use roamkv_engine::Error;
+use roamkv_engine::keys::{self, DeviceRecord, Place};
 use roamkv_engine::limits::{
     DEVICE_ID_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
 use roamkv_engine::record::{self, Decode};
 use roamkv_engine::segment::{self, Segment};
-use roamkv_engine::{Error, key};
 
 const SEQ: u32 = 5;
 
@@ -133,23 +134,25 @@ fn segment_below_the_minimum_or_unaligned_is_refused() {
 #[test]
 
 fn reading_key_with_a_bad_sensor_is_refused() {
-    assert_eq!(key::parse_reading_key(&key::reading_key(1, "", 0)), None);
+    assert_eq!(Place::Settled.parse(&keys::settled_key(1, "", 0)), None);
     let long = "s".repeat(SENSOR_ID_BYTES_MAX + 1);
-    assert_eq!(key::parse_reading_key(&key::reading_key(1, &long, 0)), None);
+    assert_eq!(Place::Settled.parse(&keys::settled_key(1, &long, 0)), None);
+    assert_eq!(Place::Window(2).parse(&keys::run_key(2, 1, &long, 0)), None);
 }
 
 #[test]
 
-fn device_value_with_a_bad_name_is_refused() {
-    assert_eq!(
-        key::decode_device_value(&key::encode_device_value(1, "car\0x")),
-        None
-    );
+fn device_record_with_a_bad_name_is_refused() {
+    let record = |name: &str| DeviceRecord {
+        registered_at_ms: 1,
+        settled: false,
+        trims: Vec::new(),
+        name: name.into(),
+    };
+    assert_eq!(DeviceRecord::decode(&record("car\0x").encode()), None);
     let long = "d".repeat(DEVICE_ID_BYTES_MAX + 1);
-    assert_eq!(
-        key::decode_device_value(&key::encode_device_value(1, &long)),
-        None
-    );
+    assert_eq!(DeviceRecord::decode(&record(&long).encode()), None);
+    assert!(DeviceRecord::decode(&record("car-1").encode()).is_some());
 }
 
 /// The holes above are in the decoders, not in what the engine writes: the write path already
@@ -168,7 +171,7 @@ fn the_write_path_refuses_what_the_decoders_accept() {
         let record = roamkv_engine::Record {
             device,
             sensor,
-            ts_ms: 0,
+            ts_ns: 0,
             value,
         };
         assert!(

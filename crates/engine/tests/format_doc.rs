@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
+use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place};
 use roamkv_engine::record::{self, Body, Decode};
 use roamkv_engine::segment::{self, Segment};
-use roamkv_engine::{LowerTierKind, key, limits};
+use roamkv_engine::{LowerTierKind, limits};
 
 fn format_md() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/FORMAT.md");
@@ -72,7 +73,9 @@ fn example(name: &str) -> Vec<u8> {
         .unwrap_or_else(|| panic!("FORMAT.md has no example named {name}"))
 }
 
+/// The examples' engine-clock time (ms) and reading time (ns).
 const TS_MS: i64 = 1_700_000_000_000;
+const TS_NS: i64 = 1_700_000_000_000_000_000;
 
 #[test]
 fn the_page_has_every_example_this_test_reads() {
@@ -80,13 +83,18 @@ fn the_page_has_every_example_this_test_reads() {
     assert_eq!(
         names,
         [
+            "catalog-meta",
+            "catalog-meta-key",
             "depart",
             "device-key",
-            "device-value",
-            "persist-key",
-            "reading-key",
+            "device-record",
+            "membership-key",
+            "membership-value",
             "register-put-batch",
+            "run-key",
+            "segment-end",
             "segment-header",
+            "settled-key",
             "trim",
         ]
     );
@@ -160,7 +168,7 @@ fn the_record_examples_decode_to_what_the_page_says() {
             Body::Put {
                 device: "car-1",
                 sensor: "speed",
-                ts_ms: TS_MS,
+                ts_ns: TS_NS,
                 value: b"88.5"
             },
             true,
@@ -192,13 +200,29 @@ fn the_record_examples_decode_to_what_the_page_says() {
         (
             Body::Trim {
                 device: "car-1",
-                before_ms: TS_MS
+                before_ns: TS_NS
             },
             true,
             trim.len()
         )
     );
     assert_eq!(record::trim_len("car-1"), trim.len());
+
+    let end = example("segment-end");
+    let Decode::Record(e) = record::decode(&end, 3) else {
+        panic!("SEGMENT_END example does not decode");
+    };
+    assert_eq!(
+        (e.body, e.batch_end, e.len),
+        (
+            Body::SegmentEnd {
+                next_seq: 4,
+                sealed_at_ms: TS_MS as u64
+            },
+            true,
+            record::SEGMENT_END_BYTES
+        )
+    );
 }
 
 #[test]
@@ -206,7 +230,7 @@ fn the_encoders_write_the_record_examples_byte_for_byte() {
     let mut batch = Vec::new();
     record::encode_register(&mut batch, 3, "car-1", TS_MS as u64);
     let start = batch.len();
-    let crc = record::encode_put_unsealed(&mut batch, "car-1", "speed", TS_MS, b"88.5");
+    let crc = record::encode_put_unsealed(&mut batch, "car-1", "speed", TS_NS, b"88.5");
     record::seal(&mut batch[start..], 3, true, crc);
     assert_eq!(batch, example("register-put-batch"));
     assert_eq!(
@@ -219,8 +243,12 @@ fn the_encoders_write_the_record_examples_byte_for_byte() {
     assert_eq!(depart, example("depart"));
 
     let mut trim = Vec::new();
-    record::encode_trim(&mut trim, 3, "car-1", TS_MS);
+    record::encode_trim(&mut trim, 3, "car-1", TS_NS);
     assert_eq!(trim, example("trim"));
+
+    let mut end = Vec::new();
+    record::encode_segment_end(&mut end, 3, 4, TS_MS as u64);
+    assert_eq!(end, example("segment-end"));
 }
 
 #[test]
@@ -243,27 +271,48 @@ fn a_segment_holding_the_examples_scans_as_two_complete_batches() {
 
 #[test]
 fn the_key_examples_decode_to_what_the_page_says() {
-    let reading = example("reading-key");
-    assert_eq!(key::parse_reading_key(&reading), Some((7, "speed", TS_MS)));
-    assert_eq!(key::reading_key(7, "speed", TS_MS), reading);
+    let run = example("run-key");
+    assert_eq!(Place::Window(5).parse(&run), Some((7, "speed", TS_NS)));
+    assert_eq!(keys::run_key(5, 7, "speed", TS_NS), run);
+    assert_eq!(keys::window_of(&run), Some(5));
+
+    let settled = example("settled-key");
+    assert_eq!(Place::Settled.parse(&settled), Some((7, "speed", TS_NS)));
+    assert_eq!(keys::settled_key(7, "speed", TS_NS), settled);
+
+    assert_eq!(example("catalog-meta-key"), keys::meta_key());
+    let meta = CatalogMeta {
+        next_win: 6,
+        next_lower_id: 8,
+        last_aged_seq: 2,
+    };
+    assert_eq!(CatalogMeta::decode(&example("catalog-meta")), Some(meta));
+    assert_eq!(meta.encode(), example("catalog-meta"));
 
     let device = example("device-key");
-    assert_eq!(key::parse_device_key(&device), Some(7));
-    assert_eq!(key::device_key(7), device);
-
-    let value = example("device-value");
+    assert_eq!(keys::parse_catalog_device_key(&device), Some((7, None)));
+    assert_eq!(keys::device_key(7), device);
+    let record = DeviceRecord {
+        registered_at_ms: TS_MS as u64,
+        settled: false,
+        trims: Vec::new(),
+        name: "car-1".into(),
+    };
     assert_eq!(
-        key::decode_device_value(&value),
-        Some((TS_MS as u64, "car-1"))
+        DeviceRecord::decode(&example("device-record")),
+        Some(record.clone())
     );
-    assert_eq!(key::encode_device_value(TS_MS as u64, "car-1"), value);
+    assert_eq!(record.encode(), example("device-record"));
 
-    // The persist key is neither a reading nor a device key, and sorts after all of them.
-    let persist = example("persist-key");
-    assert_eq!(key::parse_reading_key(&persist), None);
-    assert_eq!(key::parse_device_key(&persist), None);
-    assert!(persist > key::device_key(u64::MAX));
-    assert!(persist > key::reading_key(u64::MAX, "zzz", i64::MAX));
+    let membership = example("membership-key");
+    assert_eq!(
+        keys::parse_catalog_device_key(&membership),
+        Some((7, Some(5)))
+    );
+    assert_eq!(keys::membership_key(7, 5), membership);
+    assert_eq!(example("membership-value"), 1234u64.to_le_bytes());
+    let (start, end) = keys::device_catalog_range(7);
+    assert!(start <= membership && membership < end && start <= device && device < end);
 }
 
 /// The limits table: `| \`NAME\` | shown | bytes | where |` rows.
@@ -296,6 +345,8 @@ fn the_limits_table_names_the_values_of_limits_rs() {
         ("SEGMENT_BYTES_MAX", limits::SEGMENT_BYTES_MAX),
         ("SEGMENT_BYTES_DEFAULT", limits::SEGMENT_BYTES_DEFAULT),
         ("SEGMENT_HEADER_BYTES", limits::SEGMENT_HEADER_BYTES),
+        ("RUN_BYTES_MAX", limits::RUN_BYTES_MAX),
+        ("RUNS_PER_DEVICE_MAX", limits::RUNS_PER_DEVICE_MAX as u64),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))
@@ -344,92 +395,145 @@ fn the_writer_enforces_the_documented_limits() {
     }
 }
 
-/// The gap FORMAT.md states under "What the decoders check": a record that passes its checksum
-/// but breaks a writer limit (here an empty device id) should read as corrupt.
+/// A directory of format 1 is refused, naming both versions, and left untouched.
 #[test]
-#[ignore = "known gap: the record decoder does not enforce the writer's id limits (FORMAT.md, Limits)"]
-fn the_record_decoder_refuses_what_the_writer_cannot_write() {
-    let mut bytes = Vec::new();
-    let crc = record::encode_put_unsealed(&mut bytes, "", "speed", TS_MS, b"88.5");
-    record::seal(&mut bytes, 3, true, crc);
-    assert!(matches!(record::decode(&bytes, 3), Decode::Corrupt(_)));
+fn a_format_1_directory_is_refused_naming_both_versions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let identity = "roamkv data directory\nformat 1\nlower rocksdb\n";
+    std::fs::write(dir.path().join("ROAMKV"), identity).expect("write");
+    std::fs::create_dir_all(dir.path().join("log")).expect("mkdir");
+    let clock = clock();
+    let error = match roamkv_engine::Engine::open(dir.path(), options(&clock)) {
+        Ok(_) => panic!("a format 1 directory was opened"),
+        Err(e) => e,
+    };
+    let text = error.to_string();
+    assert!(
+        matches!(
+            error,
+            roamkv_engine::Error::FormatVersion {
+                found: 1,
+                expected: 2,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        text.contains("format 1") && text.contains("format 2"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ROAMKV")).expect("read"),
+        identity,
+        "left as it was"
+    );
+    assert!(roamkv_engine::check(dir.path()).is_err());
 }
 
-/// Settles one device into the given lower tier (a migration, then `persist` on close) and
+/// Moves one device's readings into a window of the given lower tier (closes the engine) and
 /// returns the lower tier's directory.
 fn settled_lower_tier(dir: &Path, lower: LowerTierKind) -> PathBuf {
     let clock = clock();
     let engine = open_with(dir, &clock, lower);
     for ts in 0..50 {
         engine
-            .put("car-1", "speed", TS_MS + ts, b"88.5")
+            .put("car-1", "speed", TS_NS + ts, b"88.5")
             .expect("put");
     }
-    clock.advance_ms(MANAGEMENT_MS + 1);
-    engine.maintain().expect("maintain");
+    settle(&engine, &clock);
     assert_eq!(engine.stats().lower.devices, 1, "the device did not settle");
+    assert_eq!(engine.stats().windows, 1);
     engine.close().expect("close");
     dir.join("lower")
 }
 
-/// What FORMAT.md says a lower-tier key is: a reading, a device record, or (LevelDB) the
-/// persist key, byte for byte as the page writes it.
-fn documented_key_kind(k: &[u8], persist_key: &[u8]) -> Option<&'static str> {
-    if key::parse_reading_key(k).is_some() {
-        Some("reading")
-    } else if key::parse_device_key(k).is_some() {
-        Some("device")
-    } else if k == persist_key {
-        Some("persist")
-    } else {
-        None
+/// What FORMAT.md says a catalog key is.
+fn catalog_key_kind(k: &[u8]) -> Option<&'static str> {
+    if k == keys::meta_key() {
+        return Some("meta");
+    }
+    match keys::parse_catalog_device_key(k)? {
+        (_, None) => Some("device"),
+        (_, Some(_)) => Some("membership"),
     }
 }
 
 #[cfg(feature = "leveldb")]
 #[test]
-fn the_leveldb_tier_holds_only_the_documented_keys_including_the_persist_key() {
+fn the_leveldb_tier_holds_only_the_documented_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
     let lower = settled_lower_tier(dir.path(), LowerTierKind::LevelDb);
-    let persist_key = example("persist-key");
-    let db = roamkv_leveldb::Db::open(&lower.join("leveldb"), &roamkv_leveldb::Options::default())
-        .expect("open the LevelDB tier");
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut it = db.iter();
+    let options = roamkv_leveldb::Options::default();
+    let data = roamkv_leveldb::Db::open(&lower.join("leveldb"), &options).expect("open");
+    let mut readings = 0;
+    let mut it = data.iter();
     it.seek_to_first();
     while it.valid() {
-        let kind = documented_key_kind(it.key(), &persist_key)
-            .unwrap_or_else(|| panic!("undocumented key {:?} in the LevelDB tier", it.key()));
-        if kind == "persist" {
-            assert!(
-                it.value().is_empty(),
-                "the persist key's value is not empty"
-            );
-        }
+        let k = it.key();
+        assert_eq!(k[0], 0x02, "a runs-space tag: {k:?}");
+        assert!(
+            Place::Window(0).parse(&k[1..]).is_some(),
+            "undocumented key {k:?} in the LevelDB tier"
+        );
+        readings += 1;
+        it.next();
+    }
+    it.status().expect("iterate");
+    assert_eq!(readings, 50);
+    drop(it);
+    let catalog = roamkv_leveldb::Db::open(&lower.join("leveldb-catalog"), &options).expect("open");
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut it = catalog.iter();
+    it.seek_to_first();
+    while it.valid() {
+        let kind = catalog_key_kind(it.key())
+            .unwrap_or_else(|| panic!("undocumented catalog key {:?}", it.key()));
         *kinds.entry(kind).or_default() += 1;
         it.next();
     }
     it.status().expect("iterate");
     assert_eq!(
         kinds,
-        BTreeMap::from([("device", 1), ("persist", 1), ("reading", 50)])
+        BTreeMap::from([("device", 1), ("membership", 1), ("meta", 1)])
     );
 }
 
 #[test]
-fn the_rocksdb_tier_holds_only_readings_and_device_records() {
+fn the_rocksdb_tier_holds_only_the_documented_keys_and_families() {
     let dir = tempfile::tempdir().expect("tempdir");
     let lower = settled_lower_tier(dir.path(), LowerTierKind::RocksDb);
-    let persist_key = example("persist-key");
+    let path = lower.join("rocksdb");
+    let families =
+        rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("list families");
+    assert_eq!(
+        families.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["default", "runs", "settled", "catalog"]
+    );
     let db =
-        rocksdb::DB::open_for_read_only(&rocksdb::Options::default(), lower.join("rocksdb"), false)
+        rocksdb::DB::open_cf_for_read_only(&rocksdb::Options::default(), &path, &families, false)
             .expect("open the RocksDB tier");
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    for item in db.iterator(rocksdb::IteratorMode::Start) {
-        let (k, _) = item.expect("iterate");
-        let kind = documented_key_kind(&k, &persist_key)
-            .unwrap_or_else(|| panic!("undocumented key {k:?} in the RocksDB tier"));
-        *kinds.entry(kind).or_default() += 1;
-    }
-    assert_eq!(kinds, BTreeMap::from([("device", 1), ("reading", 50)]));
+    let count = |family: &str, check: &dyn Fn(&[u8]) -> Option<&'static str>| {
+        let cf = db.cf_handle(family).expect("family");
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for item in db.iterator_cf(cf, rocksdb::IteratorMode::Start) {
+            let (k, _) = item.expect("iterate");
+            let kind =
+                check(&k).unwrap_or_else(|| panic!("undocumented key {k:?} in family {family}"));
+            *kinds.entry(kind).or_default() += 1;
+        }
+        kinds
+    };
+    assert_eq!(
+        count("runs", &|k| Place::Window(keys::window_of(k)?)
+            .parse(k)
+            .map(|_| "run")),
+        BTreeMap::from([("run", 50)])
+    );
+    assert!(count("settled", &|_| None).is_empty());
+    assert!(count("default", &|_| None).is_empty());
+    assert_eq!(
+        count("catalog", &catalog_key_kind),
+        BTreeMap::from([("device", 1), ("membership", 1), ("meta", 1)])
+    );
 }

@@ -17,7 +17,7 @@ fn seed(target: &str, name: &str) -> Vec<u8> {
 
 #[test]
 fn record_seeds_decode() {
-    for name in ["put", "register", "depart", "trim", "batch"] {
+    for name in ["put", "register", "depart", "trim", "segment-end", "batch"] {
         let bytes = seed("record_decode", name);
         let seq_low = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         let mut at = 0;
@@ -64,17 +64,41 @@ fn segment_seeds_open_and_scan() {
 
 #[test]
 fn key_seeds_decode() {
-    use roamkv_engine::key;
+    use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place, WindowTrim};
     assert_eq!(
-        key::parse_reading_key(&seed("key_decode", "reading-key")),
+        Place::Window(3).parse(&seed("key_decode", "run-key")),
         Some((42, "speed", -42))
     );
     assert_eq!(
-        key::parse_device_key(&seed("key_decode", "device-key")),
-        Some(9)
+        Place::Settled.parse(&seed("key_decode", "settled-key")),
+        Some((42, "speed", -42))
     );
     assert_eq!(
-        key::decode_device_value(&seed("key_decode", "device-value")),
-        Some((77, "car-1"))
+        keys::parse_catalog_device_key(&seed("key_decode", "catalog-device-key")),
+        Some((9, None))
+    );
+    assert_eq!(
+        keys::parse_catalog_device_key(&seed("key_decode", "membership-key")),
+        Some((9, Some(3)))
+    );
+    assert_eq!(
+        DeviceRecord::decode(&seed("key_decode", "device-record")),
+        Some(DeviceRecord {
+            registered_at_ms: 77,
+            settled: true,
+            trims: vec![WindowTrim {
+                before_ns: -1,
+                upto_win: 9
+            }],
+            name: "car-1".into()
+        })
+    );
+    assert_eq!(
+        CatalogMeta::decode(&seed("key_decode", "catalog-meta")),
+        Some(CatalogMeta {
+            next_win: 3,
+            next_lower_id: 4,
+            last_aged_seq: 5
+        })
     );
 }

@@ -34,13 +34,13 @@ fn bad_records_are_refused_and_change_nothing() {
             Record {
                 device: "good",
                 sensor: "x",
-                ts_ms: 5,
+                ts_ns: 5,
                 value: b"v",
             },
             Record {
                 device,
                 sensor,
-                ts_ms: 2,
+                ts_ns: 2,
                 value,
             },
         ];
@@ -51,7 +51,7 @@ fn bad_records_are_refused_and_change_nothing() {
         .map(|_| Record {
             device: "car",
             sensor: "s",
-            ts_ms: 3,
+            ts_ns: 3,
             value: b"",
         })
         .collect();
@@ -85,7 +85,7 @@ fn a_batch_larger_than_a_segment_is_refused() {
         .map(|ts| Record {
             device: "car",
             sensor: "cam",
-            ts_ms: ts,
+            ts_ns: ts,
             value: &value,
         })
         .collect();

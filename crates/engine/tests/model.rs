@@ -35,10 +35,18 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = clock();
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut engine = Some(open_with(dir.path(), &clock, lower));
+    let options = roamkv_engine::Options {
+        lower_tier: lower,
+        // Few windows per device: consolidation into the settled space runs in the model too.
+        runs_per_device_max: 3,
+        ..options(&clock)
+    };
+    let reopen = || roamkv_engine::Engine::open(dir.path(), options.clone()).expect("open");
+    let mut engine = Some(reopen());
     let mut model = Model::new();
     let mut restarts = 0;
-    let mut migrations = 0;
+    let mut moved = 0;
+    let mut consolidations = 0;
     for step in 0..operations {
         let e = engine.as_ref().expect("open");
         let device = DEVICES[rng.random_range(0..DEVICES.len())];
@@ -61,7 +69,7 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
                     .map(|(d, ts, v)| Record {
                         device: d,
                         sensor,
-                        ts_ms: *ts,
+                        ts_ns: *ts,
                         value: v,
                     })
                     .collect();
@@ -89,7 +97,7 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
                     .scan(device, sensor, from, to)
                     .expect("scan")
                     .into_iter()
-                    .map(|r| (r.sensor, r.ts_ms, r.value))
+                    .map(|r| (r.sensor, r.ts_ns, r.value))
                     .collect();
                 assert_eq!(
                     got,
@@ -109,22 +117,24 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
             78..90 => clock.advance_ms(rng.random_range(0..MANAGEMENT_MS / 2)),
             90..96 => e.maintain().expect("maintain"),
             _ => {
-                migrations += e.stats().migrations;
+                let s = e.stats();
+                moved += s.moved_records;
+                consolidations += s.consolidations;
                 drop(engine.take());
-                engine = Some(open_with(dir.path(), &clock, lower));
+                engine = Some(reopen());
                 restarts += 1;
             }
         }
     }
     // Everything, at the end, after one more restart.
     drop(engine.take());
-    let e = open_with(dir.path(), &clock, lower);
+    let e = reopen();
     for device in DEVICES {
         let got: Vec<(String, i64, Vec<u8>)> = e
             .scan(device, None, i64::MIN, i64::MAX)
             .expect("scan")
             .into_iter()
-            .map(|r| (r.sensor, r.ts_ms, r.value))
+            .map(|r| (r.sensor, r.ts_ns, r.value))
             .collect();
         assert_eq!(
             got,
@@ -133,8 +143,11 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
         );
     }
     assert!(
-        restarts > 0 && migrations > 0,
-        "seed {seed}: the run exercised too little ({restarts} restarts, {migrations} migrations)"
+        restarts > 0 && moved > 0,
+        "seed {seed}: the run exercised too little ({restarts} restarts, {moved} readings moved)"
+    );
+    eprintln!(
+        "seed {seed} {lower:?}: {restarts} restarts, {moved} readings moved, {consolidations} consolidations"
     );
 }
 

@@ -70,7 +70,7 @@ fn recovered(engine: &Engine) -> Model {
                 device.to_string(),
                 readings
                     .into_iter()
-                    .map(|r| ((r.sensor, r.ts_ms), r.value))
+                    .map(|r| ((r.sensor, r.ts_ns), r.value))
                     .collect(),
             );
         }
@@ -119,7 +119,7 @@ fn run_step(engine: &Engine, step: &Step) -> roamkv_engine::Result<()> {
                 .map(|(d, s, ts, v)| Record {
                     device: d,
                     sensor: s,
-                    ts_ms: *ts,
+                    ts_ns: *ts,
                     value: v,
                 })
                 .collect();
@@ -193,7 +193,7 @@ fn run(seed: u64, durability: Durability, steps: usize) -> Tally {
                 {
                     let got: DeviceState = readings
                         .into_iter()
-                        .map(|r| ((r.sensor, r.ts_ms), r.value))
+                        .map(|r| ((r.sensor, r.ts_ns), r.value))
                         .collect();
                     let want = model.get(device).cloned().unwrap_or_default();
                     assert_eq!(

@@ -1,14 +1,14 @@
 //! The engine under a stream that never stops: the log stays inside its budget, departed
 //! devices give their space back, a device that never leaves does not pin the log, a full
-//! budget stalls writers and then refuses writes without poisoning anything, and a migration
-//! that fails at any step loses nothing and is retried.
+//! budget stalls writers and then refuses writes without poisoning anything, and a pass that
+//! fails at any step loses nothing and is retried.
 
 mod common;
 
 use std::time::Instant;
 
 use common::*;
-use roamkv_engine::{Durability, Engine, Error, MigrationStep, Options, Record};
+use roamkv_engine::{Durability, Engine, Error, Options, PassStep, Record};
 
 const SEGMENT_BYTES: u64 = 1 << 20;
 const BUDGET_BYTES: u64 = 8 * SEGMENT_BYTES;
@@ -35,7 +35,7 @@ fn write(engine: &Engine, device: &str, first_ts: i64, n: i64) -> Result<(), Err
             .map(|&ts| Record {
                 device,
                 sensor: "speed",
-                ts_ms: ts,
+                ts_ns: ts,
                 value: &values[(ts - first_ts) as usize],
             })
             .collect();
@@ -80,7 +80,7 @@ fn departed_devices_give_their_space_back_under_continuous_ingest() {
     // Four devices' worth (about 800 KB) is live at any time: the departed ones' segments are
     // retired within one segment of their departure.
     assert!(max_live_segments <= 3, "{max_live_segments} live segments");
-    assert_eq!(stats.migrations, 0, "nothing needed settling: {stats:?}");
+    assert_eq!(stats.moved_records, 0, "nothing needed moving: {stats:?}");
     assert!(stats.segments_retired >= 55, "{stats:?}");
     assert_eq!(stats.write_stalls, 0);
     for round in 297..300 {
@@ -111,8 +111,8 @@ fn a_device_that_never_leaves_does_not_pin_the_log() {
     }
     let stats = engine.stats();
     assert!(
-        stats.early_migrations >= 1,
-        "the stayer must have been settled early: {stats:?}"
+        stats.early_passes >= 1,
+        "the stayer's readings must have left the log early: {stats:?}"
     );
     assert_eq!(stats.lower.devices, 1);
     assert_eq!(readings(&engine, "truck-stays"), stayer_readings as usize);
@@ -162,7 +162,8 @@ fn full_budget_stalls_then_refuses_writes_then_recovers_when_space_returns() {
     ));
     assert_eq!(engine.stats().upper.devices, 1);
 
-    // Maintenance settles the device early; the space comes back and writes resume.
+    // Maintenance moves the device's readings out of the log early; the space comes back and
+    // writes resume.
     engine.maintain().expect("maintain");
     write(&engine, "truck-1", acked, 16).expect("writes resume");
     acked += 16;
@@ -191,39 +192,50 @@ fn writers_stall_while_background_maintenance_makes_room() {
     write(&engine, "truck-1", 0, 20_000).expect("back-pressure, not failure");
     let stats = engine.stats();
     assert!(stats.write_stalls >= 1, "{stats:?}");
-    assert!(stats.early_migrations >= 1, "{stats:?}");
+    assert!(stats.early_passes >= 1, "{stats:?}");
     assert_eq!(stats.no_space_errors, 0);
     assert!(stats.log_bytes <= BUDGET_BYTES, "{stats:?}");
     assert_eq!(readings(&engine, "truck-1"), 20_000);
 }
 
 #[test]
-fn a_migration_that_fails_at_any_step_loses_nothing_and_is_retried() {
+fn a_pass_that_fails_at_any_step_loses_nothing_and_is_retried() {
     for step in [
-        MigrationStep::ReadLog,
-        MigrationStep::Ingest,
-        MigrationStep::CatchUp,
+        PassStep::ReadLog,
+        PassStep::RunWritten,
+        PassStep::Ingested,
+        PassStep::Cataloged,
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = clock();
         let options = options(&clock);
         let engine = Engine::open(dir.path(), options.clone()).expect("open");
         write(&engine, "car-1", 0, 300).expect("write");
+        clock.advance_ms(MANAGEMENT_MS / 2);
+        engine.maintain().expect("seal");
         clock.advance_ms(MANAGEMENT_MS + 1);
-        options.fail_points.fail_next_migration_at(step);
+        options.fail_points.fail_next_pass_at(step);
         assert!(engine.maintain().is_err(), "{step:?}: the failure surfaces");
         let stats = engine.stats();
-        assert_eq!(stats.upper.devices, 1, "{step:?}: rolled back: {stats:?}");
-        assert_eq!(stats.lower.devices, 0, "{step:?}");
-        assert_eq!(stats.migration_failures, 1, "{step:?}");
+        assert_eq!(stats.moved_records, 0, "{step:?}: rolled back: {stats:?}");
+        assert_eq!(stats.windows, 0, "{step:?}");
+        assert_eq!(
+            stats.pass_failures,
+            u64::from(step == PassStep::Cataloged),
+            "{step:?}"
+        );
         assert_eq!(readings(&engine, "car-1"), 300, "{step:?}");
         write(&engine, "car-1", 300, 16).expect("writes go on");
 
         engine.maintain().expect("the retry succeeds");
         let stats = engine.stats();
         assert_eq!(
-            (stats.upper.devices, stats.lower.devices),
-            (0, 1),
+            (
+                stats.upper.devices,
+                stats.lower.devices,
+                stats.moved_records
+            ),
+            (0, 1, 300),
             "{step:?}"
         );
         assert_eq!(readings(&engine, "car-1"), 316, "{step:?}");

@@ -1,5 +1,6 @@
-//! `Engine::trim_before`: a device's readings older than a cutoff go, in each tier, during a
-//! migration, and across a kill -9 (the TRIM record is replayed).
+//! `Engine::trim_before`: a device's readings older than a cutoff go, wherever they are (the log,
+//! windows, the settled space), while a pass moves them, and across a kill -9 (the TRIM record
+//! is replayed).
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
 use common::*;
-use roamkv_engine::{Engine, Error, LowerTierKind, MigrationStep};
+use roamkv_engine::{Engine, Error, LowerTierKind, PassStep};
 
 fn put_range(engine: &Engine, device: &str, sensors: &[&str], from: i64, to: i64) {
     for sensor in sensors {
@@ -29,10 +30,10 @@ fn keys(engine: &Engine, device: &str) -> Vec<(String, i64)> {
         .map(|r| {
             assert_eq!(
                 r.value,
-                value(device, &r.sensor, r.ts_ms, 40),
+                value(device, &r.sensor, r.ts_ns, 40),
                 "value of {r:?}"
             );
-            (r.sensor, r.ts_ms)
+            (r.sensor, r.ts_ns)
         })
         .collect()
 }
@@ -85,13 +86,12 @@ fn trim_in_the_upper_tier_keeps_newer_and_later_readings_and_survives_reopen() {
             .expect("trim of an unknown device")
     );
     assert_eq!(engine.stats().trims, 1);
-    assert_eq!(engine.devices()[0].upper_records, Some(81));
+    assert_eq!(engine.devices()[0].log_readings, 81);
     drop(engine);
     let engine = open(dir.path(), &clock);
     assert_eq!(keys(&engine, "car-1"), want, "after reopen");
-    // It then settles without the trimmed readings.
-    clock.advance_ms(MANAGEMENT_MS);
-    engine.maintain().expect("maintain");
+    // Its readings then leave the log without the trimmed ones.
+    settle(&engine, &clock);
     assert_eq!(engine.stats().lower.devices, 2);
     assert_eq!(keys(&engine, "car-1"), want, "after settling");
     drop(engine);
@@ -111,8 +111,7 @@ fn trim_of_a_settled_device_deletes_each_sensors_older_readings_on_both_lower_ti
         let sensors = ["a", "a\u{1}", "b", "speed"];
         put_range(&engine, "truck", &sensors, -20, 80);
         put_range(&engine, "other", &["a"], 0, 10);
-        clock.advance_ms(MANAGEMENT_MS);
-        engine.maintain().expect("maintain");
+        settle(&engine, &clock);
         assert_eq!(engine.stats().lower.devices, 2, "{lower:?}");
         // A sensor first written in the same group as the trim is trimmed too: it is older.
         put_range(&engine, "truck", &["late"], 0, 5);
@@ -127,7 +126,7 @@ fn trim_of_a_settled_device_deletes_each_sensors_older_readings_on_both_lower_ti
             .latest("truck", None)
             .expect("latest")
             .iter()
-            .map(|r| r.ts_ms)
+            .map(|r| r.ts_ns)
             .collect();
         assert_eq!(latest, [79, 79, 79, 79], "{lower:?}");
         assert!(!engine.trim_before("truck", 0).expect("trim"), "{lower:?}");
@@ -138,18 +137,20 @@ fn trim_of_a_settled_device_deletes_each_sensors_older_readings_on_both_lower_ti
 }
 
 #[test]
-fn trim_during_a_migration_reaches_the_ingested_run() {
+fn trim_during_a_pass_reaches_the_ingested_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = clock();
     let options = options(&clock);
     let engine = Engine::open(dir.path(), options.clone()).expect("open");
     put_range(&engine, "drone", &["alt", "speed"], 0, 300);
+    clock.advance_ms(MANAGEMENT_MS / 2);
+    engine.maintain().expect("seal");
     clock.advance_ms(MANAGEMENT_MS);
     let (at_ingest, wait_at_ingest) = mpsc::channel();
     let (go, wait_for_go) = mpsc::channel::<()>();
     options
         .fail_points
-        .run_at_next_migration_step(MigrationStep::Ingest, move || {
+        .run_at_next_pass_step(PassStep::Ingested, move || {
             at_ingest.send(()).expect("signal");
             wait_for_go.recv().expect("go");
         });
@@ -163,19 +164,15 @@ fn trim_during_a_migration_reaches_the_ingested_run() {
         let migration = s.spawn(|| engine.maintain());
         wait_at_ingest
             .recv()
-            .expect("the migration reached its ingestion");
-        assert_eq!(
-            engine.devices()[0].tier,
-            roamkv_engine::DeviceTier::Migrating
-        );
+            .expect("the pass reached its ingestion");
         assert!(
             engine
                 .trim_before("drone", 100)
-                .expect("trim while migrating")
+                .expect("trim while the pass runs")
         );
         put_range(&engine, "drone", &["alt"], 50, 51);
         put_range(&engine, "drone", &["speed"], 400, 401);
-        assert_eq!(keys(&engine, "drone"), want, "while migrating");
+        assert_eq!(keys(&engine, "drone"), want, "while the pass runs");
         go.send(()).expect("go");
         migration.join().expect("thread").expect("maintain");
     });
@@ -187,18 +184,20 @@ fn trim_during_a_migration_reaches_the_ingested_run() {
 }
 
 #[test]
-fn a_trim_while_a_migration_is_rolled_back_stays_applied() {
+fn a_trim_while_a_pass_is_rolled_back_stays_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = clock();
     let options = options(&clock);
     let engine = std::sync::Arc::new(Engine::open(dir.path(), options.clone()).expect("open"));
     put_range(&engine, "drone", &["alt"], 0, 100);
+    clock.advance_ms(MANAGEMENT_MS / 2);
+    engine.maintain().expect("seal");
     clock.advance_ms(MANAGEMENT_MS);
     let (at_ingest, wait_at_ingest) = mpsc::channel();
     let (go, wait_for_go) = mpsc::channel::<()>();
     options
         .fail_points
-        .run_at_next_migration_step(MigrationStep::ReadLog, move || {
+        .run_at_next_pass_step(PassStep::ReadLog, move || {
             at_ingest.send(()).expect("signal");
             wait_for_go.recv().expect("go");
         });
@@ -206,14 +205,12 @@ fn a_trim_while_a_migration_is_rolled_back_stays_applied() {
     let migration = std::thread::spawn(move || migrating.maintain());
     wait_at_ingest.recv().expect("reached");
     assert!(engine.trim_before("drone", 40).expect("trim"));
-    options
-        .fail_points
-        .fail_next_migration_at(MigrationStep::Ingest);
+    options.fail_points.fail_next_pass_at(PassStep::Ingested);
     go.send(()).expect("go");
     assert!(migration.join().expect("thread").is_err(), "rolled back");
-    assert_eq!(engine.stats().upper.devices, 1);
+    assert_eq!(engine.stats().windows, 0);
     assert_eq!(keys(&engine, "drone"), expected(&["alt"], &[(40, 100)]));
-    engine.maintain().expect("the retry settles it");
+    engine.maintain().expect("the retry moves its readings");
     assert_eq!(engine.stats().lower.devices, 1);
     assert_eq!(keys(&engine, "drone"), expected(&["alt"], &[(40, 100)]));
 }
@@ -273,11 +270,10 @@ fn child_trims_then_waits_to_be_killed() {
             .trim_before("trimmed-then-settled", 50)
             .expect("trim")
     );
-    clock.advance_ms(MANAGEMENT_MS);
-    engine.maintain().expect("maintain");
+    settle(&engine, &clock);
     put_range(&engine, "upper", &["a"], 0, 100);
     assert!(engine.trim_before("upper", 70).expect("trim"));
-    // Unsynced range deletes in the LSM, covered only by the TRIM record in the log.
+    // Readings in a window, hidden by a trim that only the TRIM record in the log knows.
     assert!(engine.trim_before("settled", 30).expect("trim"));
     println!("trimmed");
     std::thread::sleep(std::time::Duration::from_secs(120));

@@ -78,6 +78,8 @@ mod ffi {
         pub fn leveldb_iter_seek_to_first(it: *mut leveldb_iterator_t);
         pub fn leveldb_iter_seek(it: *mut leveldb_iterator_t, k: *const c_char, klen: usize);
         pub fn leveldb_iter_next(it: *mut leveldb_iterator_t);
+        pub fn leveldb_iter_prev(it: *mut leveldb_iterator_t);
+        pub fn leveldb_iter_seek_to_last(it: *mut leveldb_iterator_t);
         pub fn leveldb_iter_key(it: *const leveldb_iterator_t, klen: *mut usize) -> *const c_char;
         pub fn leveldb_iter_value(it: *const leveldb_iterator_t, vlen: *mut usize)
         -> *const c_char;
@@ -431,7 +433,7 @@ impl Drop for WriteBatch {
     }
 }
 
-/// A forward iterator over a snapshot. Keys and values borrow the iterator until the next move.
+/// An iterator over a snapshot. Keys and values borrow the iterator until the next move.
 pub struct Iter<'a> {
     raw: *mut ffi::leveldb_iterator_t,
     _db: std::marker::PhantomData<&'a Db>,
@@ -454,6 +456,15 @@ impl Iter<'_> {
         debug_assert!(self.valid());
         // SAFETY: only called on a valid iterator (LevelDB asserts this in debug builds).
         unsafe { ffi::leveldb_iter_next(self.raw) }
+    }
+    pub fn seek_to_last(&mut self) {
+        // SAFETY: raw is a live iterator.
+        unsafe { ffi::leveldb_iter_seek_to_last(self.raw) }
+    }
+    pub fn prev(&mut self) {
+        debug_assert!(self.valid());
+        // SAFETY: only called on a valid iterator, as next().
+        unsafe { ffi::leveldb_iter_prev(self.raw) }
     }
     pub fn key(&self) -> &[u8] {
         assert!(self.valid(), "key() on an invalid LevelDB iterator");

@@ -3,19 +3,29 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roamkv_engine::key;
+use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place};
 
 fuzz_target!(|data: &[u8]| {
-    if let Some((id, sensor, ts)) = key::parse_reading_key(data) {
-        assert_eq!(key::reading_key(id, sensor, ts), data);
+    if let Some((lower_id, sensor, ts)) = Place::Settled.parse(data) {
+        assert_eq!(keys::settled_key(lower_id, sensor, ts), data);
     }
-    if let Some(id) = key::parse_device_key(data) {
-        assert_eq!(key::device_key(id), data);
+    if let Some(win) = keys::window_of(data)
+        && let Some((lower_id, sensor, ts)) = Place::Window(win).parse(data)
+    {
+        assert_eq!(keys::run_key(win, lower_id, sensor, ts), data);
     }
-    if let Some((registered_at_ms, name)) = key::decode_device_value(data) {
-        assert_eq!(key::encode_device_value(registered_at_ms, name), data);
+    match keys::parse_catalog_device_key(data) {
+        Some((lower_id, None)) => assert_eq!(keys::device_key(lower_id), data),
+        Some((lower_id, Some(win))) => assert_eq!(keys::membership_key(lower_id, win), data),
+        None => {}
+    }
+    if let Some(record) = DeviceRecord::decode(data) {
+        assert_eq!(record.encode(), data);
+    }
+    if let Some(meta) = CatalogMeta::decode(data) {
+        assert_eq!(meta.encode(), data);
     }
     if let Ok(ts) = <[u8; 8]>::try_from(data) {
-        assert_eq!(key::encode_ts(key::decode_ts(ts)), ts);
+        assert_eq!(keys::encode_ts(keys::decode_ts(ts)), ts);
     }
 });

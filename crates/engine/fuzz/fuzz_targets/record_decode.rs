@@ -10,18 +10,20 @@ fuzz_target!(|data: &[u8]| {
     if let Decode::Record(d) = record::decode(data, seq_low) {
         let mut again = Vec::new();
         match d.body {
-            Body::Put { device, sensor, ts_ms, value } => {
-                let crc = record::encode_put_unsealed(&mut again, device, sensor, ts_ms, value);
+            Body::Put { device, sensor, ts_ns, value } => {
+                let crc = record::encode_put_unsealed(&mut again, device, sensor, ts_ns, value);
                 record::seal(&mut again, seq_low, d.batch_end, crc);
             }
             Body::Register { device, registered_at_ms } => record::encode_register(&mut again, seq_low, device, registered_at_ms),
             Body::Depart { device } => record::encode_depart(&mut again, seq_low, device),
-            Body::Trim { device, before_ms } => record::encode_trim(&mut again, seq_low, device, before_ms),
-            Body::SegmentEnd { next_seq } => record::encode_segment_end(&mut again, seq_low, next_seq),
+            Body::Trim { device, before_ns } => record::encode_trim(&mut again, seq_low, device, before_ns),
+            Body::SegmentEnd { next_seq, sealed_at_ms } => {
+                record::encode_segment_end(&mut again, seq_low, next_seq, sealed_at_ms)
+            }
         }
         // The encoder writes REGISTER as mid-batch and DEPART, SEGMENT_END and TRIM as batch end; other flag values
         // decode fine but do not re-encode to the same bytes.
-        // SYNCED_BEFORE is set by the group commit's leader, not by the encoders.
+        // SYNCED_BEFORE is set by the group commit's writer, not by the encoders.
         let canonical = !d.synced_before
             && match d.body {
                 Body::Register { .. } => !d.batch_end,

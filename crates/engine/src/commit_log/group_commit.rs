@@ -1,18 +1,23 @@
-//! The group commit's hand-off (LevelDB's `BuildBatchGroup`): room for a write, placing it,
-//! waiting for it, and leading a group. Writers encode and checksum their records outside the
-//! state lock, then take it briefly to make room, place and queue them (`make_room`, `place`,
-//! `LogState::enqueue`), and call `wait_for`. The first queued writer that finds no leader
-//! leads: it takes every queued record, releases the lock, writes them (`Group::write`: one
-//! pwrite per segment touched and, in `Sync` mode, one fdatasync), retakes the lock, applies
-//! them in log order and wakes the others. `Periodic` and `None` modes sync here too
-//! (`sync_unsynced`): on the flush thread's interval, before a migration's ingest, before a
-//! lower-tier persist, and at close.
+//! The group commit (LevelDB's `BuildBatchGroup`, pipelined as RocksDB's pipelined write is).
+//! Writers encode and checksum their records outside the state lock, then take it briefly to
+//! make room, place and queue them (`make_room`, `place`, `LogState::enqueue`), and call
+//! `wait_for`. Two roles are then taken by whichever waiting writer finds them free:
+//!
+//! - the **writer** takes everything queued as one group, releases the lock and writes it
+//!   (`Group::write`: one pwritev per segment touched), then hands it on, in log order;
+//! - the **syncer** takes every group written so far, releases the lock, fdatasyncs their
+//!   segments once (`Sync` mode; the other modes sync elsewhere), retakes the lock, applies the
+//!   groups in log order and wakes their writers.
+//!
+//! So the next group is written while this one's fdatasync runs, and one fdatasync covers every
+//! group written before it. `Periodic` and `None` modes sync here too (`sync_unsynced`): on the
+//! flush thread's interval, before a pass drops windows, and at close.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::commit_log::log_state::{self, Chunk, QueuedRecord};
+use crate::commit_log::log_state::{self, Group};
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::record::{self, Decode};
@@ -20,7 +25,6 @@ use crate::segment::Segment;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
 use crate::timed_mutex::TimedGuard;
-use crate::upper::LogPosition;
 
 /// A write's time waiting for log room, over all its attempts.
 #[derive(Default)]
@@ -28,28 +32,30 @@ pub(crate) struct Stall {
     started: Option<Instant>,
 }
 
-/// Poisons the engine if a group commit's leader unwinds (see `lead_group`).
-struct LeaderGuard<'a> {
+/// Poisons the engine if a writer or syncer unwinds (a panic while it holds a role would leave
+/// the role taken and every waiter waiting forever).
+struct RoleGuard<'a> {
     inner: &'a Inner,
 }
 
-impl Drop for LeaderGuard<'_> {
+impl Drop for RoleGuard<'_> {
     fn drop(&mut self) {
-        // Only reached by unwinding: the normal path forgets the guard. The leader's own state
+        // Only reached by unwinding: the normal path forgets the guard. The role's own state
         // guard was made after this one, so unwinding has already released it.
         let mut st = self.inner.state.lock();
-        st.log.leader_active = false;
-        st.poisoned
-            .get_or_insert_with(|| "a group commit panicked; reopen to recover".to_string());
-        self.inner.group_done.notify_all();
+        st.log.writer_active = false;
+        st.log.syncer_active = false;
+        self.inner
+            .poison(&mut st, "a group commit panicked; reopen to recover");
     }
 }
 
 /// Makes sure the active segment has `len` free bytes, moving to a ready spare if it lacks
 /// them. When the log is at its budget, waits (the write stall, bounded by
 /// `write_stall_ms_max` over the whole write) for maintenance to retire segments, and fails
-/// with `Error::NoSpace` past the bound. Returns false when it released the lock to wait:
-/// the caller must then re-check what it read under the lock.
+/// with `Error::NoSpace` past the bound. Returns false when it released the lock to wait: the
+/// caller must then re-check what it read under the lock. Never waits with the lock held: a
+/// spare not ready yet is waited for with the lock released.
 pub(crate) fn make_room(
     inner: &Inner,
     st: &mut TimedGuard<'_, State>,
@@ -79,8 +85,14 @@ pub(crate) fn make_room(
         st.wait_for(&inner.space_freed, timeout);
         return Ok(false);
     }
-    let segment = match inner.spares.take() {
-        Ok(segment) => Arc::new(segment),
+    let segment = match inner.spares.try_take() {
+        Ok(Some(segment)) => Arc::new(segment),
+        Ok(None) => {
+            // None ready yet: wait for the preparer without the state lock (a writer holding
+            // it would stop every reader and writer for the whole zero-fill).
+            st.unlocked(|| inner.spares.wait_ready());
+            return Ok(false);
+        }
         Err(e) => {
             if matches!(e, Error::NoSpace { .. }) {
                 Counters::add(&inner.counters.no_space_errors, 1);
@@ -94,7 +106,7 @@ pub(crate) fn make_room(
             started.elapsed().as_millis() as u64,
         );
     }
-    st.log.activate(segment);
+    st.log.activate(segment, inner.options.clock.now_ms());
     Ok(true)
 }
 
@@ -109,10 +121,50 @@ pub(crate) fn place(
     if want_spare {
         inner.spares.want();
     }
+    if st.log.active_since_ms.is_none() {
+        st.log.active_since_ms = Some(inner.options.clock.now_ms());
+    }
     (segment, offset)
 }
 
-/// Waits until `ticket` is committed, leading a group commit when no one else is.
+/// Seals the active segment once it has held records for half a management time (the log moves
+/// to a ready spare): a segment's readings leave the log one management time after it is
+/// sealed, so every reading leaves between one and one and a half management times after it was
+/// written, however slowly the log fills. Called by maintenance, which waits for a ready spare
+/// (without the state lock) if there is none yet.
+/// `force`: seal it now if it holds records, whatever its age (its readings must leave the log
+/// early: the index is over its cap).
+pub(crate) fn seal_if_old(inner: &Inner, force: bool) -> Result<()> {
+    let now_ms = inner.options.clock.now_ms();
+    let is_old = |st: &State| {
+        !st.log.sealed
+            && st.log.active_since_ms.is_some_and(|since| {
+                force || now_ms >= since.saturating_add(inner.options.management_time_ms / 2)
+            })
+    };
+    if !is_old(&inner.state.lock()) {
+        return Ok(());
+    }
+    let live_bytes = inner.spares.live_bytes.load(Ordering::Relaxed);
+    if live_bytes + inner.options.segment_bytes > inner.spares.budget_bytes {
+        return Ok(()); // the log is at its budget: passes must free a segment first
+    }
+    inner.spares.wait_ready();
+    let mut st = inner.state.lock();
+    inner.check_poisoned(&st)?;
+    if !is_old(&st) {
+        return Ok(()); // a writer moved the log on meanwhile
+    }
+    let Some(segment) = inner.spares.try_take()? else {
+        return Ok(());
+    };
+    st.log.activate(Arc::new(segment), now_ms);
+    // The SEGMENT_END is queued: write it (as any writer would), so the segment is sealed on disk.
+    let ticket = st.log.next_ticket;
+    wait_for(inner, st, ticket)
+}
+
+/// Waits until `ticket` is committed, writing or syncing groups while the roles are free.
 pub(crate) fn wait_for<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
@@ -123,89 +175,118 @@ pub(crate) fn wait_for<'a>(
             return Ok(());
         }
         inner.check_poisoned(&st)?;
-        if st.log.leader_active {
-            st.wait(&inner.group_done);
+        let mine_written = st
+            .log
+            .written
+            .back()
+            .is_some_and(|g| g.last_ticket >= ticket);
+        if !st.log.syncer_active && mine_written {
+            st = sync_and_apply(inner, st)?;
+        } else if !st.log.writer_active && !st.log.queue.is_empty() && !mine_written {
+            st = write_group(inner, st)?;
+        } else if !st.log.syncer_active && !st.log.written.is_empty() {
+            // Written groups ahead of ours: syncing them is the way to ours.
+            st = sync_and_apply(inner, st)?;
         } else {
-            st = lead_group(inner, st)?;
+            st.wait(&inner.group_done);
         }
     }
 }
 
-/// Leads one group commit: takes everything queued, writes it without the lock
-/// (`Group::write`), then applies it in log order and wakes its writers.
-fn lead_group<'a>(
+/// The writer's role: takes everything queued, writes it without the lock, hands it to the
+/// syncer.
+fn write_group<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
 ) -> Result<TimedGuard<'a, State>> {
     let group = st.log.take_group();
     let sync = inner.options.durability == Durability::Sync;
     drop(st);
-    // A panic from here to the end (in the write, or while applying under the lock) would
-    // leave `leader_active` set and the group's writers waiting forever, or let a later
-    // leader acknowledge records never applied: the guard poisons the engine instead.
-    let guard = LeaderGuard { inner };
+    let guard = RoleGuard { inner };
     let written = group.write(sync, inner.options.log_writeback_bytes, &inner.counters);
     let mut st = inner.state.lock();
-    st.log.leader_active = false;
-    inner.options.fail_points.check_group_commit_panic();
-    let outcome = written.and_then(|synced| {
-        apply_group(inner, &mut st, &group.chunks, &group.records)?;
-        Ok(synced)
-    });
+    st.log.writer_active = false;
     std::mem::forget(guard);
-    match outcome {
-        Ok(synced) => {
-            st.log.group_committed(&group, &synced);
+    match written {
+        Ok(()) => {
+            st.log.written.push_back(group);
             inner.group_done.notify_all();
             Ok(st)
         }
         Err(e) => {
-            // A failed write or sync leaves the file's state unknown (fsyncgate): refuse
-            // every later write; reopening recovers from what reached the disk.
-            st.poisoned = Some(e.to_string());
-            inner.group_done.notify_all();
+            // A failed write leaves the file's state unknown: refuse every later write;
+            // reopening recovers from what reached the disk.
+            inner.poison(&mut st, &e.to_string());
             Err(e)
         }
     }
 }
 
-/// Applies a written group to the mapping table and indexes, in log order (settled devices'
-/// records become lower-tier writes).
-fn apply_group(
-    inner: &Inner,
-    st: &mut State,
-    chunks: &[Chunk],
-    records: &[QueuedRecord],
-) -> Result<()> {
-    let mut lower_ops = Vec::new();
-    for queued in records {
-        let chunk = &chunks[queued.chunk];
-        let bytes = &chunk.bytes[queued.at..queued.at + queued.len];
-        let Decode::Record(decoded) = record::decode(bytes, chunk.segment.seq_low()) else {
+/// The syncer's role: takes every written group, fdatasyncs their segments once (Sync mode),
+/// applies them in log order and wakes their writers.
+fn sync_and_apply<'a>(
+    inner: &'a Inner,
+    mut st: TimedGuard<'a, State>,
+) -> Result<TimedGuard<'a, State>> {
+    let groups: Vec<Group> = st.log.written.drain(..).collect();
+    st.log.syncer_active = true;
+    let sync = inner.options.durability == Durability::Sync;
+    drop(st);
+    let guard = RoleGuard { inner };
+    let synced = if sync {
+        log_state::sync_segments(&log_state::segments_to_sync(&groups), &inner.counters)
+    } else {
+        Ok(Vec::new())
+    };
+    let mut st = inner.state.lock();
+    st.log.syncer_active = false;
+    inner.options.fail_points.check_group_commit_panic();
+    let outcome = synced.and_then(|synced| {
+        for group in &groups {
+            apply_group(inner, &mut st, group)?;
+        }
+        Ok(synced)
+    });
+    std::mem::forget(guard);
+    match outcome {
+        Ok(synced) => {
+            st.log.groups_committed(&groups, &synced);
+            inner.group_done.notify_all();
+            Ok(st)
+        }
+        Err(e) => {
+            // A failed fdatasync may have dropped the pages it could not write (fsyncgate): it
+            // is never retried into a success. Refuse every later write.
+            inner.poison(&mut st, &e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// Applies a written group to the mapping table and indexes, in log order. The records were
+/// sealed by this process: their checksums are not computed again (`decode_trusted`).
+fn apply_group(inner: &Inner, st: &mut State, group: &Group) -> Result<()> {
+    for queued in &group.records {
+        let segment = &group.chunks[queued.chunk].segment;
+        let position = group.position(queued);
+        let Decode::Record(decoded) =
+            record::decode_trusted(group.record(queued), segment.seq_low())
+        else {
             return Err(Error::Poisoned(format!(
                 "internal: a record the engine just encoded for {} at {} does not decode",
-                chunk.segment.path.display(),
-                chunk.offset + queued.at as u64
+                segment.path.display(),
+                position.offset
             )));
         };
-        let position = LogPosition {
-            segment_seq: chunk.segment.seq,
-            offset: chunk.offset + queued.at as u64,
-        };
-        let lower_ops_before = lower_ops.len();
         st.apply(
             &inner.counters,
-            &mut lower_ops,
             queued.device,
             &decoded.body,
             position,
             queued.len as u32,
         );
-        if lower_ops.len() > lower_ops_before {
-            st.log.mark_lower_write(position.segment_seq);
-        }
     }
-    inner.write_lower(st, &lower_ops)
+    Ok(())
 }
 
 /// fdatasyncs every segment written since its last sync (Periodic and None modes). A failure
@@ -223,8 +304,7 @@ pub(crate) fn sync_unsynced(inner: &Inner) -> Result<()> {
         }
         Err(e) => {
             let mut st = inner.state.lock();
-            st.poisoned.get_or_insert_with(|| e.to_string());
-            inner.group_done.notify_all();
+            inner.poison(&mut st, &e.to_string());
             Err(e)
         }
     }

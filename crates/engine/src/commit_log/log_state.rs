@@ -1,13 +1,13 @@
-//! The log's bookkeeping under the engine's state lock, and the group's I/O.
+//! The log's bookkeeping under the engine's state lock, and a group's I/O.
 //!
-//! `LogState` (live segments and what holds them, placement in the active segment, the segment
-//! switch, the queue of sealed records and its tickets, the retirable prefix) lives in
-//! `state::State`, beside the mapping table, so that registering a device and placing its
-//! records are one step. `Group::write` runs without the lock, on the leader's thread:
-//! `group_commit::lead_group` is the one place that calls it, so it is the one place that
-//! writes and syncs the log.
+//! `LogState` (live segments and what they hold, placement in the active segment, the segment
+//! switch, the queue of sealed records and its tickets, groups written and waiting for their
+//! sync, what may retire) lives in `state::State`, beside the mapping table, so that
+//! registering a device and placing its records are one step. `Group::write` and `sync_groups`
+//! run without the lock, on a writer's thread: `group_commit` is the one module that calls
+//! them, so it is the one place that writes and syncs the log.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -16,45 +16,71 @@ use crate::mapping::DeviceId;
 use crate::record;
 use crate::segment::Segment;
 use crate::stats::Counters;
-use crate::upper::{DeviceIndex, IndexEntry, LogPosition};
+use crate::upper::{IndexEntry, LogPosition};
 
-/// A live log segment and what keeps it alive.
+/// What a record of a segment asks of the catalog when the segment leaves the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegmentEvent {
+    /// A device's REGISTER: if the device is still here then, the catalog learns it.
+    Register(DeviceId),
+    /// A device the catalog knows departed: the catalog forgets it, its settled readings go.
+    Depart { lower_id: u64 },
+    /// A TRIM of a device the catalog knows: its record is rewritten, its settled readings
+    /// older than the cutoff go.
+    Trim { device: DeviceId, before_ns: i64 },
+}
+
+/// A live log segment and what it holds.
 pub(crate) struct LiveSegment {
     pub segment: Arc<Segment>,
-    /// Upper-tier records (REGISTER and PUT) in it whose device has not left or settled.
-    pub live_records: u64,
-    /// Records of this segment applied to the lower tier (puts of settled devices, their
-    /// departures, a migration's catch-up): the segment may retire only after a lower-tier
-    /// persist that covers them.
-    pub lower_writes: u64,
-    /// Every byte before this offset is durable (fdatasync'd): the first record written at or
-    /// before it gets `FLAG_SYNCED_BEFORE`.
+    /// Devices that put readings in it (each once; some may have left since): the devices a
+    /// pass looks at when the segment leaves the log, so that a pass costs what it moves, not
+    /// how many devices exist.
+    pub holders: Vec<DeviceId>,
+    pub events: Vec<SegmentEvent>,
+    /// When the log moved past it (engine clock); None while it is the active segment.
+    pub sealed_at_ms: Option<u64>,
+    /// Where its SEGMENT_END ends, once sealed: it is whole in memory once everything up to
+    /// here is applied.
+    pub sealed_end: u64,
+    /// End of what was written to it (after its SEGMENT_END, once sealed).
+    pub written_end: u64,
+    /// Every byte before this offset is durable (fdatasync'd).
     pub synced_end: u64,
+    /// Its readings have left the log (a pass took it); it retires once no hold keeps it.
+    pub aged: bool,
 }
 
 impl LiveSegment {
     pub fn new(segment: Arc<Segment>) -> LiveSegment {
         LiveSegment {
             segment,
-            live_records: 0,
-            lower_writes: 0,
+            holders: Vec::new(),
+            events: Vec::new(),
+            sealed_at_ms: None,
+            sealed_end: u64::MAX,
+            written_end: SEGMENT_HEADER_BYTES,
             // The header is synced when the segment is made.
             synced_end: SEGMENT_HEADER_BYTES,
+            aged: false,
         }
     }
 }
 
-/// Bytes queued for one segment, written by the next leader with one pwrite.
+/// Buffers queued for one segment, contiguous from `offset`: written by the next group's
+/// writer with one pwritev, the writers' buffers as they made them (never copied into one).
 pub(crate) struct Chunk {
     pub segment: Arc<Segment>,
     pub offset: u64,
-    pub bytes: Vec<u8>,
+    pub pieces: Vec<Vec<u8>>,
+    pub bytes: usize,
 }
 
 /// A queued record: which device incarnation it belongs to and where its bytes are.
 pub(crate) struct QueuedRecord {
     pub device: DeviceId,
     pub chunk: usize,
+    pub piece: usize,
     pub at: usize,
     pub len: usize,
 }
@@ -68,41 +94,55 @@ pub(crate) struct LogState {
     pub queued_records: Vec<QueuedRecord>,
     pub queued_bytes: usize,
     pub next_ticket: u64,
+    /// Every ticket up to this one is written, synced (under `Sync`) and applied.
     pub committed_ticket: u64,
-    pub leader_active: bool,
+    /// A writer is writing a group (at most one at a time: groups are written in log order).
+    pub writer_active: bool,
+    /// A syncer is syncing and applying written groups (at most one at a time: they are
+    /// applied in log order).
+    pub syncer_active: bool,
+    /// Groups written and waiting to be synced and applied, in log order.
+    pub written: VecDeque<Group>,
     /// End of the last record written and applied. Index entries added later lie beyond it.
     pub applied_end: LogPosition,
+    /// Everything in the log before this position is durable: a record written at or before
+    /// it may carry `FLAG_SYNCED_BEFORE`.
+    pub durable_end: LogPosition,
     /// Segments written since their last fdatasync (Periodic and None modes).
     pub unsynced: BTreeSet<u64>,
     /// The preparer has been asked for a segment to follow the active one.
     pub spare_wanted: bool,
     /// The active segment has its SEGMENT_END: nothing more goes into it.
     pub sealed: bool,
+    /// Segments from this one on are kept however old (a log reader still needs them).
+    pub hold_from: Option<u64>,
+    /// When the active segment got its first record (engine clock): it is sealed at the latest
+    /// half a management time later (`group_commit::seal_if_old`).
+    pub active_since_ms: Option<u64>,
 }
 
-/// Everything queued when a leader took over: written and applied together.
+/// Everything queued when a writer took over: written, synced and applied together.
 pub(crate) struct Group {
     pub chunks: Vec<Chunk>,
     pub records: Vec<QueuedRecord>,
     pub last_ticket: u64,
 }
 
-/// What a group write made durable: (segment, end of its bytes in this group).
-pub(crate) type Synced = Vec<(u64, u64)>;
-
 impl LogState {
     /// The log as recovery found it: `segments` in order, appending resumes at `tail` of
     /// `active`.
     pub fn new(segments: &[Arc<Segment>], active: Arc<Segment>, tail: u64) -> LogState {
+        let start = LogPosition {
+            segment_seq: active.seq,
+            offset: tail,
+        };
         LogState {
             segments: segments
                 .iter()
                 .map(|s| (s.seq, LiveSegment::new(Arc::clone(s))))
                 .collect(),
-            applied_end: LogPosition {
-                segment_seq: active.seq,
-                offset: tail,
-            },
+            applied_end: start,
+            durable_end: start,
             active,
             tail,
             queue: Vec::new(),
@@ -110,15 +150,19 @@ impl LogState {
             queued_bytes: 0,
             next_ticket: 0,
             committed_ticket: 0,
-            leader_active: false,
+            writer_active: false,
+            syncer_active: false,
+            written: VecDeque::new(),
             unsynced: BTreeSet::new(),
             spare_wanted: false,
             sealed: false,
+            hold_from: None,
+            active_since_ms: None,
         }
     }
 
     /// The live segment an index entry points into (indexed records never outlive their
-    /// segment: a segment retires only when nothing holds it).
+    /// segment: a segment retires only after its readings left the log and the index).
     pub fn segment_of(&self, entry: &IndexEntry) -> &Arc<Segment> {
         &self
             .segments
@@ -127,29 +171,17 @@ impl LogState {
             .segment
     }
 
-    /// Counts one upper-tier record in `segment_seq`.
-    pub fn hold(&mut self, segment_seq: u64) {
-        self.segments
-            .get_mut(&segment_seq)
-            .expect("records are placed in live segments")
-            .live_records += 1;
-    }
-
-    /// Releases every segment hold of a device leaving the upper tier.
-    pub fn release(&mut self, index: &DeviceIndex) {
-        for (seq, n) in &index.segment_records {
-            let live = self.segments.get_mut(seq).expect("held segments are live");
-            live.live_records = live
-                .live_records
-                .checked_sub(*n)
-                .expect("segment holds never go negative");
+    /// Names `device` a holder of `segment_seq` (it put readings there).
+    pub fn add_holder(&mut self, segment_seq: u64, device: DeviceId) {
+        if let Some(live) = self.segments.get_mut(&segment_seq) {
+            live.holders.push(device);
         }
     }
 
-    /// Notes that a record of this segment went to the lower tier (see `LiveSegment::lower_writes`).
-    pub fn mark_lower_write(&mut self, segment_seq: u64) {
+    /// Notes what a record of `segment_seq` asks of the catalog when the segment leaves.
+    pub fn add_event(&mut self, segment_seq: u64, event: SegmentEvent) {
         if let Some(live) = self.segments.get_mut(&segment_seq) {
-            live.lower_writes += 1;
+            live.events.push(event);
         }
     }
 
@@ -160,9 +192,9 @@ impl LogState {
     }
 
     /// Makes a fresh segment (the next in sequence) the active one. The old one gets its
-    /// SEGMENT_END, queued ahead of anything for the new one: `Group::write` makes it durable
-    /// before it writes a byte of the new segment.
-    pub fn activate(&mut self, segment: Arc<Segment>) {
+    /// SEGMENT_END, queued ahead of anything for the new one. Nothing waits for the old one's
+    /// fdatasync: recovery cuts a torn tail wherever it is in the log, across segments.
+    pub fn activate(&mut self, segment: Arc<Segment>, now_ms: u64) {
         assert!(
             segment.seq > self.active.seq,
             "segments become active in sequence order"
@@ -170,10 +202,15 @@ impl LogState {
         if !self.sealed {
             let old = Arc::clone(&self.active);
             let mut end = Vec::with_capacity(record::SEGMENT_END_BYTES);
-            record::encode_segment_end(&mut end, old.seq_low(), segment.seq);
+            record::encode_segment_end(&mut end, old.seq_low(), segment.seq, now_ms);
             let offset = self.tail;
             self.tail += end.len() as u64;
             self.enqueue(old, offset, end, Vec::new());
+        }
+        let sealed_end = self.tail;
+        if let Some(old) = self.segments.get_mut(&self.active.seq) {
+            old.sealed_at_ms = Some(now_ms);
+            old.sealed_end = sealed_end;
         }
         self.sealed = false;
         self.segments
@@ -181,6 +218,7 @@ impl LogState {
         self.active = segment;
         self.tail = SEGMENT_HEADER_BYTES;
         self.spare_wanted = false;
+        self.active_since_ms = None;
     }
 
     /// Reserves `len` contiguous bytes of the active segment, which must have them. Returns the
@@ -197,8 +235,8 @@ impl LogState {
         (Arc::clone(&self.active), offset, want_spare)
     }
 
-    /// Queues sealed records for the next group commit; returns the ticket to wait for.
-    /// `records`: (device, offset in `bytes`, length) of each record.
+    /// Queues sealed records for the next group; returns the ticket to wait for. `records`:
+    /// (device, offset in `bytes`, length) of each record. `bytes` is queued as it is.
     pub fn enqueue(
         &mut self,
         segment: Arc<Segment>,
@@ -207,20 +245,23 @@ impl LogState {
         records: Vec<(DeviceId, usize, usize)>,
     ) -> u64 {
         self.queued_bytes += bytes.len();
-        let (chunk, base) = match self.queue.last_mut() {
+        let len = bytes.len();
+        let chunks = self.queue.len();
+        let (chunk, piece) = match self.queue.last_mut() {
             Some(last)
                 if Arc::ptr_eq(&last.segment, &segment)
-                    && last.offset + last.bytes.len() as u64 == offset =>
+                    && last.offset + last.bytes as u64 == offset =>
             {
-                let base = last.bytes.len();
-                last.bytes.extend_from_slice(&bytes);
-                (self.queue.len() - 1, base)
+                last.pieces.push(bytes);
+                last.bytes += len;
+                (chunks - 1, last.pieces.len() - 1)
             }
             _ => {
                 self.queue.push(Chunk {
                     segment,
                     offset,
-                    bytes,
+                    pieces: vec![bytes],
+                    bytes: len,
                 });
                 (self.queue.len() - 1, 0)
             }
@@ -229,26 +270,29 @@ impl LogState {
             .extend(records.into_iter().map(|(device, at, len)| QueuedRecord {
                 device,
                 chunk,
-                at: base + at,
+                piece,
+                at,
                 len,
             }));
         self.next_ticket += 1;
         self.next_ticket
     }
 
-    /// Takes everything queued for the calling leader. The first record of each chunk whose
-    /// segment is durable up to it is marked so (`FLAG_SYNCED_BEFORE`).
+    /// Takes everything queued for the calling writer. The first record of each chunk written
+    /// when the whole log before it is durable is marked so (`FLAG_SYNCED_BEFORE`).
     pub fn take_group(&mut self) -> Group {
         self.queued_bytes = 0;
-        self.leader_active = true;
+        self.writer_active = true;
         let mut chunks = std::mem::take(&mut self.queue);
         for chunk in &mut chunks {
-            let durable_up_to_here = self
-                .segments
-                .get(&chunk.segment.seq)
-                .is_some_and(|live| live.synced_end >= chunk.offset);
-            if durable_up_to_here {
-                record::mark_synced_before(&mut chunk.bytes);
+            let start = LogPosition {
+                segment_seq: chunk.segment.seq,
+                offset: chunk.offset,
+            };
+            if start <= self.durable_end
+                && let Some(first) = chunk.pieces.first_mut()
+            {
+                record::mark_synced_before(first);
             }
         }
         Group {
@@ -258,61 +302,100 @@ impl LogState {
         }
     }
 
-    /// Notes that segments are durable up to the given ends.
+    /// Notes that segments are durable up to the given ends, and moves `durable_end` over every
+    /// segment now durable to its end.
     pub fn mark_synced(&mut self, synced: &[(u64, u64)]) {
         for (seq, end) in synced {
             if let Some(live) = self.segments.get_mut(seq) {
                 live.synced_end = live.synced_end.max(*end);
             }
         }
-    }
-
-    /// The group is written and applied: its writers may return.
-    pub fn group_committed(&mut self, group: &Group, synced: &[(u64, u64)]) {
-        for chunk in &group.chunks {
-            if !synced.iter().any(|(seq, _)| *seq == chunk.segment.seq) {
-                self.unsynced.insert(chunk.segment.seq);
+        for (seq, live) in &self.segments {
+            if LogPosition::at(*seq, live.synced_end) > self.durable_end {
+                self.durable_end = LogPosition::at(*seq, live.synced_end);
+            }
+            let whole = live.sealed_at_ms.is_some() && live.synced_end >= live.written_end;
+            if !whole {
+                break;
             }
         }
-        self.mark_synced(synced);
-        if let Some(last) = group.chunks.last() {
-            self.applied_end = LogPosition {
-                segment_seq: last.segment.seq,
-                offset: last.offset + last.bytes.len() as u64,
-            };
+    }
+
+    /// Forgets that segments written by a group still need a sync (Periodic/None modes keep
+    /// them until the flush thread, or a pass, syncs them), and records their written ends.
+    fn note_written(&mut self, group: &Group, synced: bool) {
+        for chunk in &group.chunks {
+            let seq = chunk.segment.seq;
+            if !synced {
+                self.unsynced.insert(seq);
+            }
+            if let Some(live) = self.segments.get_mut(&seq) {
+                live.written_end = live.written_end.max(chunk.offset + chunk.bytes as u64);
+            }
         }
-        self.committed_ticket = group.last_ticket;
+    }
+
+    /// The groups are synced (if `synced`) and applied: their writers may return.
+    pub fn groups_committed(&mut self, groups: &[Group], synced: &[(u64, u64)]) {
+        for group in groups {
+            self.note_written(group, !synced.is_empty());
+            if let Some(last) = group.chunks.last() {
+                self.applied_end = LogPosition {
+                    segment_seq: last.segment.seq,
+                    offset: last.offset + last.bytes as u64,
+                };
+            }
+            self.committed_ticket = group.last_ticket;
+        }
+        self.mark_synced(synced);
     }
 
     /// Segments written since their last fdatasync, forgotten as such, each with the end of
     /// what was written to it so far (what its fdatasync will make durable).
     pub fn take_unsynced(&mut self) -> Vec<(Arc<Segment>, u64)> {
-        let applied = self.applied_end;
         std::mem::take(&mut self.unsynced)
             .iter()
             .filter_map(|seq| {
-                let segment = Arc::clone(&self.segments.get(seq)?.segment);
-                let end = if *seq == applied.segment_seq {
-                    applied.offset
-                } else {
-                    segment.bytes
-                };
-                Some((segment, end))
+                let live = self.segments.get(seq)?;
+                Some((Arc::clone(&live.segment), live.written_end))
             })
             .collect()
     }
 
-    /// The oldest segments nothing holds, as (seq, lower_writes): older than the active one and
-    /// than everything applied. Retired only as this prefix, so that the live log stays a
-    /// suffix of the whole log.
-    pub fn retirable(&self) -> Vec<(u64, u64)> {
-        let applied_seq = self.applied_end.segment_seq;
+    /// Whether nothing more will be written to the segment: it is before the active one, or the
+    /// active one is sealed (a reopened log whose last segment was sealed, until a write moves
+    /// on).
+    fn behind_active(&self, seq: u64) -> bool {
+        seq < self.active.seq || (seq == self.active.seq && self.sealed)
+    }
+
+    /// Whether every record of a sealed segment is applied (its SEGMENT_END included).
+    fn applied_whole(&self, seq: u64, live: &LiveSegment) -> bool {
+        live.sealed_at_ms.is_some() && self.applied_end >= LogPosition::at(seq, live.sealed_end)
+    }
+
+    /// The oldest segment whose readings are still in the log, if it is sealed and applied.
+    pub fn oldest_unaged(&self) -> Option<(u64, &LiveSegment)> {
+        self.segments
+            .iter()
+            .find(|(_, live)| !live.aged)
+            .filter(|(seq, live)| self.behind_active(**seq) && self.applied_whole(**seq, live))
+            .map(|(seq, live)| (*seq, live))
+    }
+
+    /// The oldest segments that may leave: aged, older than the active one and applied whole,
+    /// and not held by a log reader. Retired only as this prefix, so that the live log
+    /// stays a suffix of the whole log.
+    pub fn retirable(&self) -> Vec<u64> {
         self.segments
             .iter()
             .take_while(|(seq, live)| {
-                **seq < applied_seq && **seq < self.active.seq && live.live_records == 0
+                live.aged
+                    && self.behind_active(**seq)
+                    && self.applied_whole(**seq, live)
+                    && self.hold_from.is_none_or(|held| **seq < held)
             })
-            .map(|(seq, live)| (*seq, live.lower_writes))
+            .map(|(seq, _)| *seq)
             .collect()
     }
 
@@ -328,42 +411,60 @@ impl LogState {
 }
 
 impl Group {
-    /// The group's I/O: one pwrite per segment touched, then with `sync` one fdatasync per
-    /// segment. In every mode a segment the group moves past (it got its SEGMENT_END) is
-    /// fdatasync'd before the next one is written, so a later segment never holds data while
-    /// an earlier one lacks some. Without `sync`, write-back of the log is started every
-    /// `writeback_bytes` (bounded dirty pages). Returns what it made durable.
-    pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<Synced> {
+    /// The group's I/O: one pwritev per chunk (segment touched). Without `sync`, write-back of
+    /// the log is started every `writeback_bytes` (bounded dirty pages); the group's fdatasync,
+    /// with `sync`, is `sync_groups`, which may run while the next group is written.
+    pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<()> {
         let mut bytes = 0;
-        let mut synced = Vec::new();
-        for (i, chunk) in self.chunks.iter().enumerate() {
-            chunk.segment.write_at(&chunk.bytes, chunk.offset)?;
-            bytes += chunk.bytes.len() as u64;
+        for chunk in &self.chunks {
+            let pieces: Vec<&[u8]> = chunk.pieces.iter().map(Vec::as_slice).collect();
+            chunk.segment.write_vectored_at(&pieces, chunk.offset)?;
+            bytes += chunk.bytes as u64;
             if !sync {
                 chunk
                     .segment
-                    .start_writeback(chunk.offset + chunk.bytes.len() as u64, writeback_bytes)?;
-            }
-            let next = self.chunks.get(i + 1);
-            let moves_on = next.is_some_and(|next| !Arc::ptr_eq(&next.segment, &chunk.segment));
-            if moves_on || (sync && next.is_none()) {
-                chunk.segment.sync_data()?;
-                Counters::add(&counters.fdatasyncs, 1);
-                synced.push((chunk.segment.seq, chunk.offset + chunk.bytes.len() as u64));
+                    .start_writeback(chunk.offset + chunk.bytes as u64, writeback_bytes)?;
             }
         }
         Counters::add(&counters.log_bytes_written, bytes);
         Counters::add(&counters.group_commits, 1);
-        Ok(synced)
+        Ok(())
+    }
+
+    /// The record's bytes.
+    pub fn record(&self, queued: &QueuedRecord) -> &[u8] {
+        &self.chunks[queued.chunk].pieces[queued.piece][queued.at..queued.at + queued.len]
+    }
+
+    /// Where the record is in the log.
+    pub fn position(&self, queued: &QueuedRecord) -> LogPosition {
+        let chunk = &self.chunks[queued.chunk];
+        let before: usize = chunk.pieces[..queued.piece].iter().map(Vec::len).sum();
+        LogPosition {
+            segment_seq: chunk.segment.seq,
+            offset: chunk.offset + (before + queued.at) as u64,
+        }
     }
 }
 
-/// fdatasyncs the segments (Periodic and None modes: the background flush, before the lower
-/// tier is made durable, and close). Returns what became durable.
+/// What written groups need to be durable: every segment they touched, with the end of what
+/// they wrote there, in log order.
+pub(crate) fn segments_to_sync(groups: &[Group]) -> Vec<(Arc<Segment>, u64)> {
+    let mut ends: BTreeMap<u64, (Arc<Segment>, u64)> = BTreeMap::new();
+    for chunk in groups.iter().flat_map(|g| &g.chunks) {
+        let end = chunk.offset + chunk.bytes as u64;
+        ends.entry(chunk.segment.seq)
+            .and_modify(|(_, e)| *e = (*e).max(end))
+            .or_insert((Arc::clone(&chunk.segment), end));
+    }
+    ends.into_values().collect()
+}
+
+/// fdatasyncs the segments, in log order. Returns what became durable.
 pub(crate) fn sync_segments(
     segments: &[(Arc<Segment>, u64)],
     counters: &Counters,
-) -> Result<Synced> {
+) -> Result<Vec<(u64, u64)>> {
     let mut synced = Vec::with_capacity(segments.len());
     for (segment, end) in segments {
         segment.sync_data()?;

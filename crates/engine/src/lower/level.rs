@@ -1,21 +1,41 @@
 //! Google LevelDB as the lower tier (paper 002's 2Lev-LevelDB), through roamkv-leveldb.
 //!
-//! LevelDB differs from RocksDB in three ways that cost writes, and the stats show them:
-//! it has no WAL switch (every write also goes to its own log, unsynced until `persist`), no
-//! SST ingestion (a migration is one synced write batch), and no range delete (a departing
-//! settled device is deleted key by key).
+//! LevelDB cannot take RocksDB's path all the way, and what it does instead is measured
+//! (docs/ENGINE.md, "LevelDB"):
+//! - **No ingestion.** A run is written as write batches, through LevelDB's own log and
+//!   memtable, then flushed to a table: a moved reading costs LevelDB about two writes where
+//!   RocksDB's ingestion costs one. Window keys grow with every pass, so each flushed table lies
+//!   above all others and LevelDB moves it down its levels without rewriting it (a trivial move).
+//!   The batches are small (a fraction of the write buffer) and only the last is synced: a run is
+//!   not visible until the catalog names it, so it need not be one atomic batch, and its memory
+//!   stays within the memtable (a 32 MiB run as one batch made a memtable of 32 MiB beside the
+//!   run itself, which is what took roamkv-leveldb past its 256 MiB cgroup).
+//! - **No file drops.** A dead window's keys are deleted (tombstones) and the window's range
+//!   compacted, which reads the window's table and writes nothing back.
+//! - **No range delete.** The settled space's deletes are key by key.
+//! - **Two databases.** Readings (runs and settled) in one, the catalog in another, so that the
+//!   catalog's small writes never widen the tables that hold runs.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use roamkv_leveldb::{Db, Options, WriteBatch};
 
-use super::{LowerOp, LowerTier};
+use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
 use crate::error::{Error, Result};
+use crate::stats::LowerDiagnostics;
+
+/// Tag bytes of the spaces in the readings database: settled below runs, so new windows (ever
+/// larger keys) always sort above everything in it.
+const SETTLED_TAG: u8 = 0x01;
+const RUNS_TAG: u8 = 0x02;
 
 pub struct LevelLower {
-    db: Db,
-    /// Bytes handed to LevelDB's log: key + value + 8 bytes of batch framing per op (approximate:
+    data: Db,
+    catalog: Db,
+    /// Bytes of a write batch when a run is written.
+    batch_bytes: usize,
+    /// Bytes handed to LevelDB's logs (key + value + 8 bytes of framing per op; approximate:
     /// LevelDB does not report its log bytes).
     log_bytes: AtomicU64,
 }
@@ -24,19 +44,26 @@ fn lower_err(e: roamkv_leveldb::Error) -> Error {
     Error::Lower(e.to_string())
 }
 
-/// Key used for the synced write that makes LevelDB's log durable.
-const PERSIST_MARKER_KEY: &[u8] = b"\x03persist";
-
 impl LevelLower {
     pub fn open(dir: &Path, memory_bytes: u64) -> Result<LevelLower> {
+        let write_buffer_bytes = (memory_bytes / 4).max(1 << 20) as usize;
         let options = Options {
-            write_buffer_bytes: (memory_bytes / 4).max(1 << 20) as usize,
+            write_buffer_bytes,
             block_cache_bytes: (memory_bytes / 2).max(1 << 20) as usize,
             ..Options::default()
         };
-        let db = Db::open(&dir.join("leveldb"), &options).map_err(lower_err)?;
+        let data = Db::open(&dir.join("leveldb"), &options).map_err(lower_err)?;
+        let catalog_options = Options {
+            write_buffer_bytes: 1 << 20,
+            block_cache_bytes: 1 << 20,
+            ..Options::default()
+        };
+        let catalog =
+            Db::open(&dir.join("leveldb-catalog"), &catalog_options).map_err(lower_err)?;
         Ok(LevelLower {
-            db,
+            data,
+            catalog,
+            batch_bytes: (write_buffer_bytes / 4).max(256 << 10),
             log_bytes: AtomicU64::new(0),
         })
     }
@@ -46,91 +73,205 @@ impl LevelLower {
             .fetch_add((key.len() + value.len() + 8) as u64, Ordering::Relaxed);
     }
 
-    /// Sum of the "Write(MB)" column of leveldb.stats: flushes and compactions.
-    fn table_bytes_written(&self) -> u64 {
-        let Some(stats) = self.db.property("leveldb.stats") else {
-            return 0;
-        };
-        let mb: f64 = stats
-            .lines()
-            .filter_map(|line| {
-                let cols: Vec<&str> = line.split_whitespace().collect();
-                // Level Files Size(MB) Time(sec) Read(MB) Write(MB)
-                (cols.len() == 6 && cols[0].parse::<u32>().is_ok())
-                    .then(|| cols[5].parse::<f64>().ok())?
+    /// The database and key of a key of `space`.
+    fn locate(&self, space: Space, key: &[u8]) -> (&Db, Vec<u8>) {
+        match space {
+            Space::Catalog => (&self.catalog, key.to_vec()),
+            Space::Settled | Space::Runs => {
+                let tag = if space == Space::Runs {
+                    RUNS_TAG
+                } else {
+                    SETTLED_TAG
+                };
+                let mut tagged = Vec::with_capacity(key.len() + 1);
+                tagged.push(tag);
+                tagged.extend_from_slice(key);
+                (&self.data, tagged)
+            }
+        }
+    }
+
+    /// Deletes every key of `space` in [start, end) (LevelDB has no range delete).
+    fn delete_range(&self, space: Space, start: &[u8], end: &[u8], sync: bool) -> Result<()> {
+        let (db, start) = self.locate(space, start);
+        let (_, end) = self.locate(space, end);
+        let mut batch = WriteBatch::new();
+        let mut it = db.iter();
+        it.seek(&start);
+        while it.valid() && it.key() < end.as_slice() {
+            batch.delete(it.key());
+            self.count(it.key(), &[]);
+            it.next();
+        }
+        it.status().map_err(lower_err)?;
+        drop(it);
+        db.write(&batch, sync).map_err(lower_err)
+    }
+
+    /// Sum of a column of the "Level Files Size(MB) Time(sec) Read(MB) Write(MB)" table of
+    /// leveldb.stats, over both databases.
+    fn stats_column_mb(&self, column: usize) -> f64 {
+        [&self.data, &self.catalog]
+            .iter()
+            .filter_map(|db| db.property("leveldb.stats"))
+            .flat_map(|stats| {
+                stats
+                    .lines()
+                    .filter_map(|line| {
+                        let cols: Vec<&str> = line.split_whitespace().collect();
+                        (cols.len() == 6 && cols[0].parse::<u32>().is_ok())
+                            .then(|| cols[column].parse::<f64>().ok())?
+                    })
+                    .collect::<Vec<f64>>()
             })
-            .sum();
-        (mb * 1_048_576.0) as u64
+            .sum()
     }
 }
 
 impl LowerTier for LevelLower {
-    fn ingest_sorted(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Result<u64> {
-        let mut batch = WriteBatch::new();
-        let mut bytes = 0u64;
-        for (key, value) in runs.iter().flatten() {
-            batch.put(key, value);
-            self.count(key, value);
-            bytes += (key.len() + value.len() + 8) as u64;
-        }
-        self.db.write(&batch, true).map_err(lower_err)?;
-        Ok(bytes)
+    fn prepare_run(&self, space: Space, run: Vec<(Vec<u8>, Vec<u8>)>) -> Result<PreparedRun> {
+        let entry_bytes = run.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        Ok(PreparedRun {
+            space,
+            // What writing it costs LevelDB at first: its log and then a table.
+            file_bytes: entry_bytes,
+            first_key: run.first().map(|(k, _)| k.clone()),
+            body: PreparedBody::Entries(run),
+        })
     }
 
-    fn write(&self, ops: &[LowerOp]) -> Result<()> {
+    fn ingest(&self, run: PreparedRun) -> Result<()> {
+        let PreparedBody::Entries(entries) = run.body else {
+            return Err(Error::Lower(
+                "leveldb: a run prepared for another tier".into(),
+            ));
+        };
+        let mut batch = WriteBatch::new();
+        let mut batched = 0;
+        for (key, value) in &entries {
+            let (_, tagged) = self.locate(run.space, key);
+            batch.put(&tagged, value);
+            self.count(&tagged, value);
+            batched += tagged.len() + value.len();
+            if batched >= self.batch_bytes {
+                self.data.write(&batch, false).map_err(lower_err)?;
+                batch.clear();
+                batched = 0;
+            }
+        }
+        // A synced write makes LevelDB's whole log durable, with every batch before it.
+        self.data.write(&batch, true).map_err(lower_err)
+    }
+
+    fn discard(&self, _run: PreparedRun) {}
+
+    fn write_catalog(&self, ops: &[CatalogOp]) -> Result<()> {
+        // The readings database first (departures' and trims' deletes of settled readings),
+        // then the catalog. A crash between them leaves readings deleted that the catalog still
+        // names: only ever readings whose DEPART or TRIM is still in the log, which recovery
+        // applies again.
+        for op in ops {
+            match op {
+                CatalogOp::DeleteRange(space @ (Space::Settled | Space::Runs), start, end) => {
+                    self.delete_range(*space, start, end, true)?
+                }
+                CatalogOp::Put(space @ (Space::Settled | Space::Runs), k, v) => {
+                    let (db, k) = self.locate(*space, k);
+                    self.count(&k, v);
+                    db.put(&k, v, true).map_err(lower_err)?
+                }
+                CatalogOp::Delete(space @ (Space::Settled | Space::Runs), k) => {
+                    let (db, k) = self.locate(*space, k);
+                    db.delete(&k, true).map_err(lower_err)?
+                }
+                _ => {}
+            }
+        }
         let mut batch = WriteBatch::new();
         for op in ops {
             match op {
-                LowerOp::Put(k, v) => {
+                CatalogOp::Put(Space::Catalog, k, v) => {
                     batch.put(k, v);
                     self.count(k, v);
                 }
-                LowerOp::Delete(k) => {
-                    batch.delete(k);
-                    self.count(k, &[]);
-                }
-                LowerOp::DeleteRange(start, end) => {
-                    // The range is emulated by iterating the DB, which does not see the puts
-                    // queued in `batch` yet: write those first, or they would survive.
-                    self.db.write(&batch, false).map_err(lower_err)?;
-                    batch.clear();
-                    let mut it = self.db.iter();
+                CatalogOp::Delete(Space::Catalog, k) => batch.delete(k),
+                CatalogOp::DeleteRange(Space::Catalog, start, end) => {
+                    let mut it = self.catalog.iter();
                     it.seek(start);
                     while it.valid() && it.key() < end.as_slice() {
                         batch.delete(it.key());
-                        self.count(it.key(), &[]);
                         it.next();
                     }
                     it.status().map_err(lower_err)?;
                 }
-                LowerOp::TrimBefore {
-                    lower_id,
-                    before_ms,
-                } => {
-                    // The sensors are read from the DB: what is queued before must be in it.
-                    self.db.write(&batch, false).map_err(lower_err)?;
-                    batch.clear();
-                    self.write(&super::trim_ranges(self, *lower_id, *before_ms)?)?;
-                }
+                _ => {}
             }
         }
-        self.db.write(&batch, false).map_err(lower_err)
+        self.catalog.write(&batch, true).map_err(lower_err)
     }
 
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.db.get(key).map_err(lower_err)
+    fn drop_windows(&self, wins: &[u64]) -> Result<()> {
+        let (Some(first), Some(last)) = (wins.iter().min(), wins.iter().max()) else {
+            return Ok(());
+        };
+        for &win in wins {
+            self.delete_range(
+                Space::Runs,
+                &win.to_be_bytes(),
+                &(win + 1).to_be_bytes(),
+                false,
+            )?;
+        }
+        // Compaction of the dropped range reads its tables and writes nothing back.
+        let (_, start) = self.locate(Space::Runs, &first.to_be_bytes());
+        let (_, end) = self.locate(Space::Runs, &(last + 1).to_be_bytes());
+        self.data.compact_range(Some(&start), Some(&end));
+        Ok(())
+    }
+
+    fn window_files(&self) -> Result<Vec<WindowFile>> {
+        // One seek per window: to the window's first key, then past the window.
+        let mut files = Vec::new();
+        let mut it = self.data.iter();
+        it.seek(&[RUNS_TAG]);
+        while it.valid() && it.key().first() == Some(&RUNS_TAG) {
+            let Some(win) = super::keys::window_of(&it.key()[1..]) else {
+                return Err(Error::Lower(format!(
+                    "leveldb: malformed run key {:?}",
+                    it.key()
+                )));
+            };
+            files.push(WindowFile {
+                win,
+                bytes: 0,
+                level: None,
+            });
+            let (_, next) = self.locate(Space::Runs, &(win + 1).to_be_bytes());
+            it.seek(&next);
+        }
+        it.status().map_err(lower_err)?;
+        Ok(files)
+    }
+
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (db, key) = self.locate(space, key);
+        db.get(&key).map_err(lower_err)
     }
 
     fn scan(
         &self,
+        space: Space,
         start: &[u8],
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let mut it = self.db.iter();
-        it.seek(start);
-        while it.valid() && it.key() < end {
-            if !visit(it.key(), it.value()) {
+        let (db, start) = self.locate(space, start);
+        let (_, end) = self.locate(space, end);
+        let skip = if space == Space::Catalog { 0 } else { 1 };
+        let mut it = db.iter();
+        it.seek(&start);
+        while it.valid() && it.key() < end.as_slice() {
+            if !visit(&it.key()[skip..], it.value()) {
                 break;
             }
             it.next();
@@ -138,46 +279,97 @@ impl LowerTier for LevelLower {
         it.status().map_err(lower_err)
     }
 
-    fn persist(&self) -> Result<()> {
-        // A synced write makes LevelDB's whole log durable, with everything before it.
-        self.count(PERSIST_MARKER_KEY, &[]);
-        self.db
-            .put(PERSIST_MARKER_KEY, &[], true)
-            .map_err(lower_err)
+    fn last_in(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let (db, start) = self.locate(space, start);
+        let (_, end) = self.locate(space, end);
+        let skip = if space == Space::Catalog { 0 } else { 1 };
+        let mut it = db.iter();
+        it.seek(&end);
+        if it.valid() {
+            it.prev();
+        } else {
+            it.seek_to_last();
+        }
+        while it.valid() && it.key() >= end.as_slice() {
+            it.prev();
+        }
+        let found = (it.valid() && it.key() >= start.as_slice())
+            .then(|| (it.key()[skip..].to_vec(), it.value().to_vec()));
+        it.status().map_err(lower_err)?;
+        Ok(found)
     }
 
     fn bytes_written(&self) -> u64 {
-        self.log_bytes.load(Ordering::Relaxed) + self.table_bytes_written()
+        self.log_bytes.load(Ordering::Relaxed) + (self.stats_column_mb(5) * 1_048_576.0) as u64
     }
 
     fn estimate(&self) -> (u64, u64) {
         // LevelDB offers no key-count estimate; report the bytes of its table files.
-        let mb: f64 = self
-            .db
-            .property("leveldb.stats")
-            .map(|stats| {
-                stats
-                    .lines()
-                    .filter_map(|line| {
-                        let cols: Vec<&str> = line.split_whitespace().collect();
-                        (cols.len() == 6 && cols[0].parse::<u32>().is_ok())
-                            .then(|| cols[2].parse::<f64>().ok())?
-                    })
-                    .sum()
-            })
-            .unwrap_or(0.0);
-        (0, (mb * 1_048_576.0) as u64)
+        (0, (self.stats_column_mb(2) * 1_048_576.0) as u64)
     }
 
     fn verify(&self) -> Result<u64> {
-        let mut it = self.db.iter();
-        it.seek_to_first();
         let mut keys = 0;
-        while it.valid() {
-            keys += 1;
-            it.next();
+        for db in [&self.data, &self.catalog] {
+            let mut it = db.iter();
+            it.seek_to_first();
+            while it.valid() {
+                keys += 1;
+                it.next();
+            }
+            it.status().map_err(lower_err)?;
         }
-        it.status().map_err(lower_err)?;
         Ok(keys)
+    }
+
+    fn diagnostics(&self) -> LowerDiagnostics {
+        // LevelDB's stats table has one Write(MB) column for flushes and compactions together.
+        LowerDiagnostics {
+            compaction_write_bytes: (self.stats_column_mb(5) * 1_048_576.0) as u64,
+            compaction_read_bytes: (self.stats_column_mb(4) * 1_048_576.0) as u64,
+            ..LowerDiagnostics::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spaces_stay_apart_and_windows_list_by_seeks() -> Result<()> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lower = LevelLower::open(dir.path(), 8 << 20)?;
+        for win in [3u64, 5, 9] {
+            let run: Vec<(Vec<u8>, Vec<u8>)> = (0..10)
+                .map(|i| {
+                    (
+                        super::super::keys::run_key(win, 1, "s", i),
+                        vec![win as u8; 10],
+                    )
+                })
+                .collect();
+            let prepared = lower.prepare_run(Space::Runs, run)?;
+            lower.ingest(prepared)?;
+        }
+        lower.write_catalog(&[CatalogOp::Put(Space::Catalog, b"k".to_vec(), b"v".to_vec())])?;
+        let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win).collect();
+        assert_eq!(wins, vec![3, 5, 9]);
+        lower.drop_windows(&[5])?;
+        let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win).collect();
+        assert_eq!(wins, vec![3, 9]);
+        let (start, end) = super::super::keys::Place::Window(9).range(1, None);
+        let last = lower.last_in(Space::Runs, &start, &end)?;
+        assert_eq!(
+            last.map(|(k, _)| k),
+            Some(super::super::keys::run_key(9, 1, "s", 9))
+        );
+        assert_eq!(lower.get(Space::Catalog, b"k")?, Some(b"v".to_vec()));
+        Ok(())
     }
 }

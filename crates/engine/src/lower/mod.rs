@@ -1,16 +1,28 @@
-//! The lower tier: an LSM tree that holds settled devices. RocksDB by default; real Google
-//! LevelDB to reproduce paper 002's 2Lev-LevelDB. Both run without their own durability on the
-//! put path: roamkv's commit log is the journal (DESIGN.md property 3), and `persist()` makes
-//! everything written so far durable before the log segments that cover it are retired.
+//! The lower tier: where readings go when they leave the log. An LSM tree (RocksDB by default;
+//! real Google LevelDB to reproduce paper 002's 2Lev-LevelDB) holding three key spaces
+//! (`keys.rs`):
+//!
+//! - **runs**: one immutable sorted run per *window* (the readings one pass moved out of one log
+//!   segment). Written only by ingestion, never by a memtable; each lands in the last level
+//!   without overlap, is never compacted, and is dropped as a whole file once no live device
+//!   has readings in it.
+//! - **settled**: the readings of long-lived devices, consolidated out of their windows (a read
+//!   then touches a bounded number of runs). An ordinary LSM range, compacted as LSMs are.
+//! - **catalog**: which devices have readings where, and the pass's bookkeeping. Written once per
+//!   pass as one synced batch, with the settled space's range deletes of departures and trims.
+//!
+//! Nothing on the write path touches the lower tier: every reading is written once to the
+//! commit log; the lower tier gets bulk runs and per-pass batches from maintenance only.
 
-use crate::error::{Error, Result};
-use crate::key;
+use crate::error::Result;
+use crate::stats::LowerDiagnostics;
 
+pub mod keys;
 #[cfg(feature = "leveldb")]
 pub mod level;
 pub mod rocks;
 
-/// Which LSM engine holds settled devices.
+/// Which LSM engine holds the lower tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LowerTierKind {
     #[default]
@@ -34,104 +46,86 @@ impl LowerTierKind {
     }
 }
 
-/// A buffered write to the lower tier: applied at once, durable at the next `persist()`.
+/// The lower tier's key spaces (keys.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    Runs,
+    Settled,
+    Catalog,
+}
+
+/// One operation of a catalog batch (`LowerTier::write_catalog`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LowerOp {
-    Put(Vec<u8>, Vec<u8>),
-    Delete(Vec<u8>),
+pub enum CatalogOp {
+    Put(Space, Vec<u8>, Vec<u8>),
+    Delete(Space, Vec<u8>),
     /// Every key in [start, end).
-    DeleteRange(Vec<u8>, Vec<u8>),
-    /// Every reading of the device `lower_id` with ts < `before_ms` (a TRIM record): one range
-    /// delete per sensor. Which sensors the device has is read from the tier when the op is
-    /// applied, after the ops before it, so that a sensor first written in the same group is
-    /// trimmed too (`trim_ranges`).
-    TrimBefore {
-        lower_id: u64,
-        before_ms: i64,
-    },
+    DeleteRange(Space, Vec<u8>, Vec<u8>),
 }
 
-/// The first key of each sensor of a device: (sensor, its oldest timestamp). One seek per
-/// sensor: from a sensor's first key, `sensor 0x01` is the smallest key above all of its keys
-/// (ids hold no NUL) and at or below every later sensor's.
-pub(crate) fn oldest_per_sensor(
-    lower: &dyn LowerTier,
-    lower_id: u64,
-) -> Result<Vec<(String, i64)>> {
-    let (mut at, end) = key::device_reading_range(lower_id);
-    let mut sensors = Vec::new();
-    loop {
-        let mut first = None;
-        lower.scan(&at, &end, &mut |k, _| {
-            first = Some(k.to_vec());
-            false
-        })?;
-        let Some(k) = first else {
-            return Ok(sensors);
-        };
-        let (_, sensor, ts_ms) = key::parse_reading_key(&k)
-            .ok_or_else(|| Error::Lower(format!("malformed key {k:?} in the lower tier")))?;
-        at = key::reading_key(lower_id, sensor, i64::MIN);
-        at.truncate(at.len() - 9);
-        at.push(1);
-        sensors.push((sensor.to_string(), ts_ms));
-    }
+/// A sorted run written to a file of the lower tier's format but not yet part of it
+/// (`LowerTier::prepare_run`, then `ingest` or `discard`).
+pub struct PreparedRun {
+    pub space: Space,
+    /// Bytes the run's file takes (what ingesting it writes, with the file's index and filters).
+    pub file_bytes: u64,
+    /// Its first key (where it lands is found by it).
+    pub first_key: Option<Vec<u8>>,
+    pub(crate) body: PreparedBody,
 }
 
-/// The range deletes of a `TrimBefore`: per sensor whose oldest reading is older than the
-/// cutoff, [sensor at i64::MIN, sensor at before_ms).
-pub(crate) fn trim_ranges(
-    lower: &dyn LowerTier,
-    lower_id: u64,
-    before_ms: i64,
-) -> Result<Vec<LowerOp>> {
-    Ok(oldest_per_sensor(lower, lower_id)?
-        .into_iter()
-        .filter(|(_, oldest_ms)| *oldest_ms < before_ms)
-        .map(|(sensor, _)| {
-            LowerOp::DeleteRange(
-                key::reading_key(lower_id, &sensor, i64::MIN),
-                key::reading_key(lower_id, &sensor, before_ms),
-            )
-        })
-        .collect())
+pub(crate) enum PreparedBody {
+    /// An SST file (RocksDB), moved into the DB by ingestion.
+    File(std::path::PathBuf),
+    /// The entries themselves (LevelDB cannot ingest: it writes them as one synced batch).
+    Entries(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+/// A window file as the lower tier holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowFile {
+    pub win: u64,
+    pub bytes: u64,
+    /// The level it sits in (RocksDB); ingested runs must sit in the last level.
+    pub level: Option<u32>,
 }
 
 pub trait LowerTier: Send + Sync {
-    /// Inserts runs of sorted, unique (key, value) pairs, the runs' key ranges disjoint, in bulk;
-    /// atomic and durable on return (RocksDB: one SST file per run, ingested in one call;
-    /// LevelDB, which cannot ingest: one synced write batch). Returns the bytes written.
-    fn ingest_sorted(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Result<u64>;
-    /// Applies the operations in order, without syncing anything.
-    fn write(&self, ops: &[LowerOp]) -> Result<()>;
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Calls `visit(key, value)` for keys in [start, end) in order until it returns false.
+    /// Writes a run of strictly ascending (key, value) pairs for `space` to a file of the tier's
+    /// format; nothing is visible until `ingest`.
+    fn prepare_run(&self, space: Space, run: Vec<(Vec<u8>, Vec<u8>)>) -> Result<PreparedRun>;
+    /// Makes a prepared run part of the tier, atomically and durably. A run of the runs space
+    /// must land without overlapping anything: an error otherwise, never a silent placement
+    /// that compaction would rewrite later.
+    fn ingest(&self, run: PreparedRun) -> Result<()>;
+    /// Removes a prepared run that will not be ingested.
+    fn discard(&self, run: PreparedRun);
+    /// Applies the operations in order, atomically and durably (synced before it returns).
+    fn write_catalog(&self, ops: &[CatalogOp]) -> Result<()>;
+    /// Drops the files of these windows whole. Their readings must be dead: nothing reads them.
+    fn drop_windows(&self, wins: &[u64]) -> Result<()>;
+    /// Every window file the tier holds, ascending by window.
+    fn window_files(&self) -> Result<Vec<WindowFile>>;
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Calls `visit(key, value)` for keys of `space` in [start, end) in order until it returns
+    /// false.
     fn scan(
         &self,
+        space: Space,
         start: &[u8],
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
-    /// The greatest key in [start, end) and its value. The default walks the range forward;
-    /// engines with reverse iterators override it with one seek.
-    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let mut last = None;
-        self.scan(start, end, &mut |k, v| {
-            last = Some((k.to_vec(), v.to_vec()));
-            true
-        })?;
-        Ok(last)
-    }
-    /// Makes every write so far durable (RocksDB: flush memtables; LevelDB: sync its log).
-    fn persist(&self) -> Result<()>;
-    /// Bytes the LSM itself wrote to files: ingested runs, flushes, compactions, its own log.
+    /// The greatest key of `space` in [start, end) and its value.
+    fn last_in(&self, space: Space, start: &[u8], end: &[u8])
+    -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+    /// Bytes the LSM itself wrote to files: ingested runs, catalog batches, flushes,
+    /// compactions, its own log.
     fn bytes_written(&self) -> u64;
-    /// The LSM's estimates of (live keys, live bytes on disk).
+    /// (live keys, live bytes on disk), as the LSM estimates them.
     fn estimate(&self) -> (u64, u64);
     /// Reads every key with checksum verification; returns the number of keys.
     fn verify(&self) -> Result<u64>;
     /// What the tier did by itself (flushes, compactions, stalls, ingest levels).
-    fn diagnostics(&self) -> crate::stats::LowerDiagnostics {
-        crate::stats::LowerDiagnostics::default()
-    }
+    fn diagnostics(&self) -> LowerDiagnostics;
 }

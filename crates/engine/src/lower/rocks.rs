@@ -1,53 +1,76 @@
-//! RocksDB as the lower tier (rust-rocksdb, RocksDB's bundled C++ build).
+//! RocksDB as the lower tier (rust-rocksdb, RocksDB's bundled C++ build): one column family per
+//! key space (mod.rs). The runs family never gets a memtable write and never compacts: runs
+//! are ingested into its last level with `fail_if_not_bottommost_level`, so an overlap is an
+//! error rather than an L0 placement that compaction would rewrite; dead windows are dropped
+//! with `DeleteFilesInRange`. The catalog and the settled family's range deletes go through
+//! the WAL, one synced batch per pass.
 
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::statistics::Ticker;
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IngestExternalFileOptions,
-    IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
+    AsColumnFamilyRef, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB,
+    DBCompressionType, Direction, IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch,
+    WriteOptions,
 };
 
-use super::{LowerOp, LowerTier};
+use super::keys;
+use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
 use crate::error::{Error, IoContext, Result};
+use crate::stats::LowerDiagnostics;
+
+const RUNS_CF: &str = "runs";
+const SETTLED_CF: &str = "settled";
+const CATALOG_CF: &str = "catalog";
+/// RocksDB's levels (the default `num_levels`): ingested runs go to the last one.
+const LEVELS: usize = 7;
 
 pub struct RocksLower {
     db: DB,
+    /// Kept for its statistics and for writing SST files with the runs family's settings.
     options: Options,
+    runs_options: Options,
     ingest_dir: PathBuf,
     ingest_seq: AtomicU64,
     ingested_bytes: AtomicU64,
-    /// Files ingested per level (RocksDB's 7 levels): where each run landed.
-    ingested_by_level: [AtomicU64; 7],
+    catalog_bytes: AtomicU64,
+    /// Files ingested per level: where each run landed.
+    ingested_by_level: [AtomicU64; LEVELS],
 }
 
 fn lower_err(e: rocksdb::Error) -> Error {
     Error::Lower(format!("rocksdb: {e}"))
 }
 
+/// Options of a family: no compression (sensor values are mostly incompressible and the
+/// codecs cost build time), a bloom filter over whole keys, the shared block cache.
+fn family_options(cache: &Cache, write_buffer_bytes: usize) -> Options {
+    let mut options = Options::default();
+    options.set_compression_type(DBCompressionType::None);
+    options.set_write_buffer_size(write_buffer_bytes);
+    options.set_max_write_buffer_number(2);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_bloom_filter(10.0, false);
+    options.set_block_based_table_factory(&table);
+    options
+}
+
 impl RocksLower {
-    /// `memory_bytes` is split: half block cache, half memtables (two write buffers).
+    /// `memory_bytes` is split: half block cache (shared), the rest write buffers.
     pub fn open(dir: &Path, memory_bytes: u64) -> Result<RocksLower> {
-        let mut options = Options::default();
+        let cache = Cache::new_lru_cache((memory_bytes / 2).max(1 << 20) as usize);
+        // The memtables hold only catalog entries and range deletes: small buffers suffice.
+        let buffer = (memory_bytes / 16).clamp(1 << 20, 16 << 20) as usize;
+        let mut options = family_options(&cache, buffer);
         options.create_if_missing(true);
+        options.create_missing_column_families(true);
         options.enable_statistics();
-        options.set_compression_type(DBCompressionType::None);
         options.set_max_background_jobs(2);
         options.set_bytes_per_sync(1 << 20);
-        let write_buffer_bytes = (memory_bytes / 4).max(1 << 20) as usize;
-        options.set_write_buffer_size(write_buffer_bytes);
-        options.set_max_write_buffer_number(2);
-        options.set_target_file_size_base(write_buffer_bytes as u64);
-        let cache = Cache::new_lru_cache((memory_bytes / 2).max(1 << 20) as usize);
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(10.0, false);
-        options.set_block_based_table_factory(&table);
-        // Closing must not flush the memtable on its own: the engine persists explicitly when it
-        // closes cleanly, and a process that dies loses its memtable anyway (the WAL is off).
-        // Without this, a test that abandons an engine as a crash would (and a real crash would
-        // not) make unpersisted lower-tier writes durable.
+        // A crash never needs the memtables flushed at close: the WAL holds the catalog.
         // SAFETY: the pointer is `options`' own, alive for the call.
         unsafe {
             librocksdb_sys::rocksdb_options_set_avoid_flush_during_shutdown(
@@ -55,125 +78,237 @@ impl RocksLower {
                 1,
             );
         }
-        let db = DB::open(&options, dir.join("rocksdb")).map_err(lower_err)?;
+        let mut runs_options = family_options(&cache, 1 << 20);
+        // Runs are ingested whole into the last level and dropped whole: never compacted.
+        runs_options.set_disable_auto_compactions(true);
+        runs_options.set_ttl(0);
+        runs_options.set_periodic_compaction_seconds(0);
+        let families = vec![
+            ColumnFamilyDescriptor::new(RUNS_CF, runs_options.clone()),
+            ColumnFamilyDescriptor::new(SETTLED_CF, family_options(&cache, buffer)),
+            ColumnFamilyDescriptor::new(CATALOG_CF, family_options(&cache, buffer)),
+        ];
+        let db =
+            DB::open_cf_descriptors(&options, dir.join("rocksdb"), families).map_err(lower_err)?;
         let ingest_dir = dir.join("ingest");
         std::fs::create_dir_all(&ingest_dir)
             .context(|| format!("creating {}", ingest_dir.display()))?;
+        // Run files left by a pass that crashed before ingesting them.
+        for entry in std::fs::read_dir(&ingest_dir)
+            .context(|| format!("listing {}", ingest_dir.display()))?
+            .flatten()
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
         Ok(RocksLower {
             db,
             options,
+            runs_options,
             ingest_dir,
             ingest_seq: AtomicU64::new(0),
             ingested_bytes: AtomicU64::new(0),
+            catalog_bytes: AtomicU64::new(0),
             ingested_by_level: Default::default(),
         })
     }
 
-    /// Notes the level each run's file landed in (found by its first key): a run placed above
-    /// the last level will be rewritten by compaction.
-    fn count_ingest_levels(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) {
+    fn family(&self, space: Space) -> Result<&ColumnFamily> {
+        let name = match space {
+            Space::Runs => RUNS_CF,
+            Space::Settled => SETTLED_CF,
+            Space::Catalog => CATALOG_CF,
+        };
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| Error::Lower(format!("rocksdb: column family {name} is missing")))
+    }
+
+    /// Ingests one file into a family; for the runs family, only into its last level.
+    fn ingest_file(&self, space: Space, path: &Path) -> Result<()> {
+        let family = self.family(space)?;
+        let path_c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::Lower(format!("a NUL in {}", path.display())))?;
+        let paths = [path_c.as_ptr()];
+        let mut error: *mut std::ffi::c_char = std::ptr::null_mut();
+        // SAFETY: every pointer passed is alive for the call: the options are created and
+        // destroyed here, `paths` points at `path_c`, the DB and family handles are `self`'s.
+        // rust-rocksdb does not wrap `fail_if_not_bottommost_level`, hence the C API.
+        unsafe {
+            let options = librocksdb_sys::rocksdb_ingestexternalfileoptions_create();
+            // Move (hard-link) the file instead of copying it: each run is written once.
+            librocksdb_sys::rocksdb_ingestexternalfileoptions_set_move_files(options, 1);
+            if space == Space::Runs {
+                librocksdb_sys::rocksdb_ingestexternalfileoptions_set_fail_if_not_bottommost_level(
+                    options, 1,
+                );
+                librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_global_seqno(
+                    options, 0,
+                );
+                librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(
+                    options, 0,
+                );
+            }
+            librocksdb_sys::rocksdb_ingest_external_file_cf(
+                rocksdb::AsRawPtr::as_raw_ptr(&self.db),
+                family.inner(),
+                paths.as_ptr(),
+                paths.len(),
+                options,
+                &mut error,
+            );
+            librocksdb_sys::rocksdb_ingestexternalfileoptions_destroy(options);
+        }
+        if !error.is_null() {
+            // SAFETY: RocksDB hands back a NUL-terminated message it allocated; it is copied,
+            // then freed with RocksDB's own free.
+            let message = unsafe {
+                let text = std::ffi::CStr::from_ptr(error)
+                    .to_string_lossy()
+                    .into_owned();
+                librocksdb_sys::rocksdb_free(error.cast());
+                text
+            };
+            return Err(Error::Lower(format!(
+                "rocksdb: ingesting {}: {message}",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Notes the level the run starting with `first_key` landed in.
+    fn count_ingest_level(&self, first_key: &[u8]) {
         let Ok(files) = self.db.live_files() else {
             return;
         };
-        for first in runs.iter().filter_map(|run| run.first()) {
-            let level = files
-                .iter()
-                .find(|f| f.start_key.as_deref() == Some(first.0.as_slice()))
-                .map(|f| f.level);
-            if let Some(counter) = level.and_then(|l| self.ingested_by_level.get(l as usize)) {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
+        let level = files
+            .iter()
+            .find(|f| f.column_family_name == RUNS_CF && f.start_key.as_deref() == Some(first_key))
+            .map(|f| f.level);
+        if let Some(counter) = level.and_then(|l| self.ingested_by_level.get(l as usize)) {
+            counter.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    fn no_wal() -> WriteOptions {
-        let mut wo = WriteOptions::default();
-        wo.disable_wal(true);
-        wo
     }
 }
 
 impl LowerTier for RocksLower {
-    fn ingest_sorted(&self, runs: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Result<u64> {
-        let mut paths = Vec::new();
-        let mut bytes = 0;
-        for run in runs.iter().filter(|run| !run.is_empty()) {
-            let n = self.ingest_seq.fetch_add(1, Ordering::Relaxed);
-            let path = self.ingest_dir.join(format!("migrate-{n}.sst"));
-            let mut writer = SstFileWriter::create(&self.options);
-            writer.open(&path).map_err(lower_err)?;
-            for (key, value) in run {
-                writer.put(key, value).map_err(lower_err)?;
-            }
-            writer.finish().map_err(lower_err)?;
-            bytes += std::fs::metadata(&path)
-                .context(|| format!("stat {}", path.display()))?
-                .len();
-            paths.push(path);
+    fn prepare_run(&self, space: Space, run: Vec<(Vec<u8>, Vec<u8>)>) -> Result<PreparedRun> {
+        let n = self.ingest_seq.fetch_add(1, Ordering::Relaxed);
+        let path = self.ingest_dir.join(format!("run-{n}.sst"));
+        let options = match space {
+            Space::Runs => &self.runs_options,
+            _ => &self.options,
+        };
+        let mut writer = SstFileWriter::create(options);
+        writer.open(&path).map_err(lower_err)?;
+        for (key, value) in &run {
+            writer.put(key, value).map_err(lower_err)?;
         }
-        if paths.is_empty() {
-            return Ok(0);
-        }
-        let mut ingest = IngestExternalFileOptions::default();
-        // Move (hard-link) the files instead of copying them: each run is written exactly once.
-        ingest.set_move_files(true);
-        let outcome = self
-            .db
-            .ingest_external_file_opts(&ingest, paths.iter().collect())
-            .map_err(lower_err);
-        // With move_files RocksDB links the files into its directory; our names are leftovers.
-        for path in &paths {
-            let _ = std::fs::remove_file(path);
-        }
-        outcome?;
-        self.ingested_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.count_ingest_levels(runs);
-        Ok(bytes)
+        writer.finish().map_err(lower_err)?;
+        let file_bytes = std::fs::metadata(&path)
+            .context(|| format!("stat {}", path.display()))?
+            .len();
+        Ok(PreparedRun {
+            space,
+            file_bytes,
+            first_key: run.first().map(|(k, _)| k.clone()),
+            body: PreparedBody::File(path),
+        })
     }
 
-    fn write(&self, ops: &[LowerOp]) -> Result<()> {
+    fn ingest(&self, run: PreparedRun) -> Result<()> {
+        let PreparedBody::File(path) = &run.body else {
+            return Err(Error::Lower(
+                "rocksdb: a run prepared for another tier".into(),
+            ));
+        };
+        let outcome = self.ingest_file(run.space, path);
+        // With move_files RocksDB links the file into its directory; ours is a leftover.
+        let _ = std::fs::remove_file(path);
+        outcome?;
+        self.ingested_bytes
+            .fetch_add(run.file_bytes, Ordering::Relaxed);
+        if let (Space::Runs, Some(first)) = (run.space, &run.first_key) {
+            self.count_ingest_level(first);
+        }
+        Ok(())
+    }
+
+    fn discard(&self, run: PreparedRun) {
+        if let PreparedBody::File(path) = run.body {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    fn write_catalog(&self, ops: &[CatalogOp]) -> Result<()> {
         let mut batch = WriteBatch::default();
         for op in ops {
             match op {
-                LowerOp::Put(k, v) => batch.put(k, v),
-                LowerOp::Delete(k) => batch.delete(k),
-                LowerOp::DeleteRange(start, end) => batch.delete_range(start, end),
-                LowerOp::TrimBefore {
-                    lower_id,
-                    before_ms,
-                } => {
-                    // The sensors are read from the DB: what is queued before must be in it.
-                    let queued = std::mem::take(&mut batch);
-                    self.db
-                        .write_opt(queued, &Self::no_wal())
-                        .map_err(lower_err)?;
-                    for range in super::trim_ranges(self, *lower_id, *before_ms)? {
-                        if let LowerOp::DeleteRange(start, end) = range {
-                            batch.delete_range(start, end);
-                        }
-                    }
+                CatalogOp::Put(space, k, v) => batch.put_cf(self.family(*space)?, k, v),
+                CatalogOp::Delete(space, k) => batch.delete_cf(self.family(*space)?, k),
+                CatalogOp::DeleteRange(space, start, end) => {
+                    batch.delete_range_cf(self.family(*space)?, start, end)
                 }
             }
         }
-        self.db.write_opt(batch, &Self::no_wal()).map_err(lower_err)
+        self.catalog_bytes
+            .fetch_add(batch.size_in_bytes() as u64, Ordering::Relaxed);
+        let mut sync = WriteOptions::default();
+        sync.set_sync(true);
+        self.db.write_opt(batch, &sync).map_err(lower_err)
     }
 
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.db.get(key).map_err(lower_err)
+    fn drop_windows(&self, wins: &[u64]) -> Result<()> {
+        let family = self.family(Space::Runs)?;
+        for &win in wins {
+            let start = win.to_be_bytes();
+            let end = (win + 1).to_be_bytes();
+            // Deletes the files lying wholly in [start, end]: a window's file exactly (no run
+            // spans two windows; the runs family never compacts).
+            self.db
+                .delete_file_in_range_cf(family, start, end)
+                .map_err(lower_err)?;
+        }
+        Ok(())
+    }
+
+    fn window_files(&self) -> Result<Vec<WindowFile>> {
+        let mut files: Vec<WindowFile> = self
+            .db
+            .live_files()
+            .map_err(lower_err)?
+            .into_iter()
+            .filter(|f| f.column_family_name == RUNS_CF)
+            .filter_map(|f| {
+                Some(WindowFile {
+                    win: keys::window_of(f.start_key.as_deref()?)?,
+                    bytes: f.size as u64,
+                    level: u32::try_from(f.level).ok(),
+                })
+            })
+            .collect();
+        files.sort_by_key(|f| f.win);
+        Ok(files)
+    }
+
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get_cf(self.family(space)?, key).map_err(lower_err)
     }
 
     fn scan(
         &self,
+        space: Space,
         start: &[u8],
         end: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         let mut read = ReadOptions::default();
         read.set_iterate_upper_bound(end.to_vec());
-        for item in self
-            .db
-            .iterator_opt(IteratorMode::From(start, Direction::Forward), read)
-        {
+        for item in self.db.iterator_cf_opt(
+            self.family(space)?,
+            read,
+            IteratorMode::From(start, Direction::Forward),
+        ) {
             let (key, value) = item.map_err(lower_err)?;
             if !visit(&key, &value) {
                 break;
@@ -182,13 +317,19 @@ impl LowerTier for RocksLower {
         Ok(())
     }
 
-    fn last_in(&self, start: &[u8], end: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn last_in(
+        &self,
+        space: Space,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let mut read = ReadOptions::default();
         read.set_iterate_lower_bound(start.to_vec());
-        for item in self
-            .db
-            .iterator_opt(IteratorMode::From(end, Direction::Reverse), read)
-        {
+        for item in self.db.iterator_cf_opt(
+            self.family(space)?,
+            read,
+            IteratorMode::From(end, Direction::Reverse),
+        ) {
             let (key, value) = item.map_err(lower_err)?;
             // A reverse seek lands on the last key <= end; the range excludes `end` itself.
             if &*key < end {
@@ -198,27 +339,52 @@ impl LowerTier for RocksLower {
         Ok(None)
     }
 
-    fn persist(&self) -> Result<()> {
-        self.db.flush().map_err(lower_err)
-    }
-
     fn bytes_written(&self) -> u64 {
         self.ingested_bytes.load(Ordering::Relaxed)
+            + self.catalog_bytes.load(Ordering::Relaxed)
             + self.options.get_ticker_count(Ticker::FlushWriteBytes)
             + self.options.get_ticker_count(Ticker::CompactWriteBytes)
     }
 
     fn estimate(&self) -> (u64, u64) {
-        let prop = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
-        (
-            prop("rocksdb.estimate-num-keys"),
-            prop("rocksdb.live-sst-files-size"),
-        )
+        let mut keys = 0;
+        let mut bytes = 0;
+        for space in [Space::Runs, Space::Settled] {
+            if let Ok(family) = self.family(space) {
+                let prop = |name: &str| {
+                    self.db
+                        .property_int_value_cf(family, name)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0)
+                };
+                keys += prop("rocksdb.estimate-num-keys");
+                bytes += prop("rocksdb.live-sst-files-size");
+            }
+        }
+        (keys, bytes)
     }
 
-    fn diagnostics(&self) -> crate::stats::LowerDiagnostics {
+    fn verify(&self) -> Result<u64> {
+        let mut keys = 0;
+        for space in [Space::Runs, Space::Settled, Space::Catalog] {
+            let mut read = ReadOptions::default();
+            read.set_verify_checksums(true);
+            read.fill_cache(false);
+            for item in self
+                .db
+                .iterator_cf_opt(self.family(space)?, read, IteratorMode::Start)
+            {
+                item.map_err(lower_err)?;
+                keys += 1;
+            }
+        }
+        Ok(keys)
+    }
+
+    fn diagnostics(&self) -> LowerDiagnostics {
         let ticker = |t| self.options.get_ticker_count(t);
-        crate::stats::LowerDiagnostics {
+        LowerDiagnostics {
             flush_write_bytes: ticker(Ticker::FlushWriteBytes),
             compaction_read_bytes: ticker(Ticker::CompactReadBytes),
             compaction_write_bytes: ticker(Ticker::CompactWriteBytes),
@@ -229,17 +395,5 @@ impl LowerTier for RocksLower {
                 .map(|n| n.load(Ordering::Relaxed))
                 .collect(),
         }
-    }
-
-    fn verify(&self) -> Result<u64> {
-        let mut read = ReadOptions::default();
-        read.set_verify_checksums(true);
-        read.fill_cache(false);
-        let mut keys = 0;
-        for item in self.db.iterator_opt(IteratorMode::Start, read) {
-            item.map_err(lower_err)?;
-            keys += 1;
-        }
-        Ok(keys)
     }
 }

@@ -43,6 +43,15 @@ pub fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(START_MS))
 }
 
+/// Lets every reading written so far leave the log (if its device is still here): half a
+/// management time seals the active segment, one more makes it due. Two maintenance rounds.
+pub fn settle(engine: &Engine, clock: &ManualClock) {
+    clock.advance_ms(MANAGEMENT_MS / 2);
+    engine.maintain().expect("maintain (seal)");
+    clock.advance_ms(MANAGEMENT_MS);
+    engine.maintain().expect("maintain (leave the log)");
+}
+
 pub fn value(device: &str, sensor: &str, ts: i64, len: usize) -> Vec<u8> {
     let seed = format!("{device}/{sensor}/{ts}/");
     seed.bytes().cycle().take(len).collect()

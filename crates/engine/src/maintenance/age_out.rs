@@ -1,0 +1,516 @@
+//! A pass: the readings of one log segment leave the log (docs/ENGINE.md, "Leaving the log").
+//!
+//! 1. **Snapshot** (state lock, memory only): the segment's holders that are still here give
+//!    their index entries in the segment; devices the catalog must learn (their REGISTER is in
+//!    the segment) get lower ids; window ids are given out; departures and trims of the
+//!    segment are collected for the catalog.
+//! 2. **Read** (no lock): one sweep over the segment in log order, through one reused buffer,
+//!    skipping gaps over `MOVE_READ_GAP_BYTES`; every record's checksum and identity checked;
+//!    the swept range leaves the page cache. Each byte of the log is read once.
+//! 3. **Write**: sorted by (device, sensor, ts), cut into windows of at most `RUN_BYTES_MAX`,
+//!    each written as one file and ingested into the lower tier's last level.
+//! 4. **Catalog**: one synced batch: new devices, window memberships, departures and trims
+//!    (with their deletes in the settled space), and the meta (last segment taken, ids given).
+//! 5. **Commit** (state lock): the moved entries leave the index, the devices their windows;
+//!    the segment is marked aged and retires once nothing holds it.
+//!
+//! A failure (or crash) after any step leaves a state recovery opens whole: before step 4 the
+//! segment is still in the log and the catalog does not name the new windows (recovery drops
+//! them as orphans); after it, the catalog names them and the segment is not replayed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::commit_log::group_commit;
+use crate::commit_log::log_state::SegmentEvent;
+use crate::error::{Error, Result};
+use crate::failpoints::PassStep;
+use crate::limits::{MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, RUN_BYTES_MAX};
+use crate::lower::keys::{self, CatalogMeta, DeviceRecord, Place};
+use crate::lower::{CatalogOp, PreparedRun, Space};
+use crate::mapping::{DeviceEntry, DeviceId, LowerPlace, MappingTable};
+use crate::query::{AtIndex, at_index};
+use crate::segment::Segment;
+use crate::state::{Inner, LowerBook, State, Window};
+use crate::stats::Counters;
+use crate::upper::IndexEntry;
+
+use super::{Reason, note_windows};
+
+/// One reading to move: whose, and where it is in the segment.
+struct Moving {
+    device: DeviceId,
+    lower_id: u64,
+    sensor: String,
+    entry: IndexEntry,
+}
+
+/// What the snapshot took (step 1).
+struct Snapshot {
+    seq: u64,
+    segment: Arc<Segment>,
+    moving: Vec<Moving>,
+    /// Devices the catalog learns in this pass: (id, its record, lower id).
+    new_devices: Vec<(DeviceId, u64, DeviceRecord)>,
+    /// Known devices whose record changes (a TRIM): (lower id, record).
+    rewrites: Vec<(u64, DeviceRecord)>,
+    /// Lower ids of devices that departed in this segment.
+    departed: Vec<u64>,
+    /// TRIMs of devices with settled readings: (device, lower id, cutoff).
+    settled_trims: Vec<(DeviceId, u64, i64)>,
+    /// Window ids given to this pass, from `first_win` on.
+    first_win: u64,
+    windows: u64,
+    meta: CatalogMeta,
+}
+
+/// A window's run, sorted, and who has how many bytes in it.
+struct WindowRun {
+    win: u64,
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    members: BTreeMap<DeviceId, (u64, u64)>,
+}
+
+/// Moves the readings of segment `seq` out of the log (the steps of the module doc). Complete
+/// or without effect on the in-memory state: a failure before the catalog step leaves files
+/// that recovery or the next pass removes, and the segment in the log to be taken again.
+pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
+    let c = &inner.counters;
+    let started = Instant::now();
+    // Readings the snapshot leaves behind because a DEPART or TRIM removed them from the index
+    // are gone with the segment: those records must be durable first (None/Periodic modes), or
+    // a power cut could undo the departure after its readings are gone.
+    group_commit::sync_unsynced(inner)?;
+    let Some(snapshot) = take_snapshot(inner, seq) else {
+        return Ok(());
+    };
+    let mut step = Counters::add_us_since(&c.pass_snapshot_us, started);
+    let runs = read_runs(inner, &snapshot)?;
+    let settled_deletes = settled_trim_deletes(inner, &snapshot.settled_trims)?;
+    inner.options.fail_points.check(PassStep::ReadLog)?;
+    step = Counters::add_us_since(&c.pass_read_us, step);
+
+    let file_bytes = write_runs(inner, &runs)?;
+    step = Counters::add_us_since(&c.pass_write_us, step);
+
+    let ops = catalog_ops(&snapshot, &runs, settled_deletes);
+    let cataloged = inner
+        .lower
+        .write_catalog(&ops)
+        .and_then(|()| inner.options.fail_points.check(PassStep::Cataloged));
+    if let Err(e) = cataloged {
+        // The runs are in the lower tier but the catalog does not name them: drop them now
+        // (recovery would, as orphans, if this fails too).
+        let wins: Vec<u64> = runs.iter().map(|r| r.win).collect();
+        let _ = inner.lower.drop_windows(&wins);
+        Counters::add(&c.migration_failures, 1);
+        return Err(e);
+    }
+    step = Counters::add_us_since(&c.pass_catalog_us, step);
+
+    commit(inner, &snapshot, &runs, &file_bytes, reason);
+    Counters::add_us_since(&c.pass_commit_us, step);
+    c.pass_done(started);
+    inner.options.fail_points.check(PassStep::Committed)
+}
+
+/// Step 1, under the state lock.
+fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
+    let mut st = inner.state.lock();
+    let State {
+        map, log, lower, ..
+    } = &mut *st;
+    let live = log.segments.get(&seq).filter(|l| !l.aged)?;
+    let segment = Arc::clone(&live.segment);
+    let mut new_devices = Vec::new();
+    for event in &live.events {
+        if let SegmentEvent::Register(id) = event {
+            give_place(map, lower, &mut new_devices, *id);
+        }
+    }
+    let mut moving = Vec::new();
+    for &id in &live.holders {
+        let Some(entry) = map.entry(id) else { continue };
+        let lower_id = match &entry.lower {
+            Some(place) => place.lower_id,
+            // A holder gets its place with its REGISTER's segment, so this one registered in
+            // this segment (and was given one just above).
+            None => match give_place(map, lower, &mut new_devices, id) {
+                Some(lower_id) => lower_id,
+                None => continue,
+            },
+        };
+        moving.extend(
+            entry
+                .index
+                .in_oldest_segment(seq)
+                .into_iter()
+                .map(|(sensor, e)| Moving {
+                    device: id,
+                    lower_id,
+                    sensor: sensor.to_string(),
+                    entry: e,
+                }),
+        );
+    }
+    let mut departed = Vec::new();
+    let mut rewrites = Vec::new();
+    let mut settled_trims = Vec::new();
+    for event in &live.events {
+        match *event {
+            SegmentEvent::Register(_) => {}
+            SegmentEvent::Depart { lower_id } => departed.push(lower_id),
+            SegmentEvent::Trim { device, before_ns } => {
+                let Some(entry) = map.entry(device) else {
+                    continue;
+                };
+                let Some(place) = &entry.lower else { continue };
+                rewrites.push((place.lower_id, device_record(entry, place.settled)));
+                if place.settled {
+                    settled_trims.push((device, place.lower_id, before_ns));
+                }
+            }
+        }
+    }
+    let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
+    let windows = move_bytes.div_ceil(RUN_BYTES_MAX).max(1);
+    let first_win = lower.next_win;
+    lower.next_win += windows;
+    let meta = CatalogMeta {
+        next_win: lower.next_win,
+        next_lower_id: lower.next_lower_id,
+        last_aged_seq: seq,
+    };
+    Some(Snapshot {
+        seq,
+        segment,
+        moving,
+        new_devices,
+        rewrites,
+        departed,
+        settled_trims,
+        first_win,
+        windows,
+        meta,
+    })
+}
+
+/// A lower id for a device without a place (once per pass): the catalog learns it in this pass.
+fn give_place(
+    map: &MappingTable,
+    lower: &mut LowerBook,
+    new_devices: &mut Vec<(DeviceId, u64, DeviceRecord)>,
+    id: DeviceId,
+) -> Option<u64> {
+    let entry = map.entry(id)?;
+    if entry.lower.is_some() {
+        return None;
+    }
+    if let Some((_, lower_id, _)) = new_devices.iter().find(|(d, _, _)| *d == id) {
+        return Some(*lower_id);
+    }
+    let lower_id = lower.next_lower_id;
+    lower.next_lower_id += 1;
+    new_devices.push((id, lower_id, device_record(entry, false)));
+    Some(lower_id)
+}
+
+fn device_record(entry: &DeviceEntry, settled: bool) -> DeviceRecord {
+    DeviceRecord {
+        registered_at_ms: entry.registered_at_ms,
+        settled,
+        trims: entry.trims.clone(),
+        name: entry.name.to_string(),
+    }
+}
+
+/// Step 2 and the sort of step 3: reads every moving reading in one sweep and cuts the sorted
+/// readings into window runs.
+fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<WindowRun>> {
+    let mut order: Vec<usize> = (0..snapshot.moving.len()).collect();
+    order.sort_unstable_by_key(|&i| snapshot.moving[i].entry.offset);
+    let mut values: Vec<Vec<u8>> = vec![Vec::new(); snapshot.moving.len()];
+    let segment = &snapshot.segment;
+    let mut buffer = Vec::new();
+    let mut at = 0;
+    while at < order.len() {
+        // One read: from this record on, while the next is close and the read stays in the
+        // buffer's size.
+        let first = &snapshot.moving[order[at]].entry;
+        let start = first.offset as u64;
+        let mut end = start + first.len as u64;
+        let mut last = at + 1;
+        while let Some(&next) = order.get(last) {
+            let e = &snapshot.moving[next].entry;
+            let e_end = e.offset as u64 + e.len as u64;
+            if e.offset as u64 > end + MOVE_READ_GAP_BYTES
+                || e_end - start > MOVE_READ_CHUNK_BYTES as u64
+            {
+                break;
+            }
+            end = end.max(e_end);
+            last += 1;
+        }
+        let len = (end - start) as usize;
+        segment.read_into(&mut buffer, start, len)?;
+        Counters::add(&inner.counters.maintenance_read_bytes, len as u64);
+        for &i in &order[at..last] {
+            let m = &snapshot.moving[i];
+            let from = (m.entry.offset as u64 - start) as usize;
+            let bytes = &buffer[from..from + m.entry.len as usize];
+            values[i] = checked_value(segment, m, bytes)?;
+        }
+        segment.drop_cache(start, len as u64);
+        at = last;
+    }
+    Ok(cut_into_windows(snapshot, values))
+}
+
+/// The value of a moving reading's record, after checking the record is the one indexed.
+fn checked_value(segment: &Segment, m: &Moving, bytes: &[u8]) -> Result<Vec<u8>> {
+    let corrupt = |reason: String| Error::Corrupt {
+        file: segment.path.clone(),
+        offset: m.entry.offset as u64,
+        reason,
+    };
+    match at_index(bytes, segment.seq_low(), &m.entry) {
+        AtIndex::Put { sensor, value, .. } if sensor == m.sensor => Ok(value.to_vec()),
+        AtIndex::Put { .. } => Err(corrupt(
+            "the index points at another sensor's record".into(),
+        )),
+        AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => Err(corrupt(reason)),
+    }
+}
+
+/// Sorts the readings by (lower id, sensor, ts) and cuts them into the pass's windows, each at
+/// most `RUN_BYTES_MAX` of values (the last one takes the rest).
+fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun> {
+    let mut sorted: Vec<(usize, Vec<u8>)> = values.into_iter().enumerate().collect();
+    sorted.sort_unstable_by(|(a, _), (b, _)| {
+        let (a, b) = (&snapshot.moving[*a], &snapshot.moving[*b]);
+        (a.lower_id, &a.sensor, a.entry.ts_ns).cmp(&(b.lower_id, &b.sensor, b.entry.ts_ns))
+    });
+    let mut runs: Vec<WindowRun> = Vec::new();
+    let mut run_bytes = 0u64;
+    for (i, value) in sorted {
+        let last_window = snapshot.first_win + snapshot.windows - 1;
+        let full = run_bytes >= RUN_BYTES_MAX;
+        let need_new = runs.last().is_none_or(|r| full && r.win < last_window);
+        if need_new {
+            let win = runs.last().map_or(snapshot.first_win, |r| r.win + 1);
+            runs.push(WindowRun {
+                win,
+                entries: Vec::new(),
+                members: BTreeMap::new(),
+            });
+            run_bytes = 0;
+        }
+        let m = &snapshot.moving[i];
+        let run = runs.last_mut().expect("a run was pushed above");
+        let key = keys::run_key(run.win, m.lower_id, &m.sensor, m.entry.ts_ns);
+        let bytes = (key.len() + value.len()) as u64;
+        run_bytes += value.len() as u64;
+        let member = run.members.entry(m.device).or_insert((m.lower_id, 0));
+        member.1 += bytes;
+        run.entries.push((key, value));
+    }
+    runs
+}
+
+/// The settled space's range deletes of the segment's TRIMs: one per sensor of the device
+/// with a reading older than the cutoff (one seek per sensor to find them).
+fn settled_trim_deletes(inner: &Inner, trims: &[(DeviceId, u64, i64)]) -> Result<Vec<CatalogOp>> {
+    let mut ops = Vec::new();
+    for &(_, lower_id, before_ns) in trims {
+        for (sensor, oldest_ns) in crate::query::oldest_per_sensor(inner, Place::Settled, lower_id)?
+        {
+            if oldest_ns < before_ns {
+                ops.push(CatalogOp::DeleteRange(
+                    Space::Settled,
+                    keys::settled_key(lower_id, &sensor, i64::MIN),
+                    keys::settled_key(lower_id, &sensor, before_ns),
+                ));
+            }
+        }
+    }
+    Ok(ops)
+}
+
+/// Step 3: each window's run written and ingested. Returns each window's file bytes.
+fn write_runs(inner: &Inner, runs: &[WindowRun]) -> Result<Vec<u64>> {
+    let mut prepared: Vec<PreparedRun> = Vec::with_capacity(runs.len());
+    for run in runs.iter().filter(|r| !r.entries.is_empty()) {
+        match inner.lower.prepare_run(Space::Runs, run.entries.clone()) {
+            Ok(p) => prepared.push(p),
+            Err(e) => {
+                prepared.into_iter().for_each(|p| inner.lower.discard(p));
+                return Err(e);
+            }
+        }
+    }
+    if let Err(e) = inner.options.fail_points.check(PassStep::RunWritten) {
+        prepared.into_iter().for_each(|p| inner.lower.discard(p));
+        return Err(e);
+    }
+    let file_bytes: Vec<u64> = prepared.iter().map(|p| p.file_bytes).collect();
+    let mut ingested = Vec::new();
+    let mut remaining = prepared.into_iter();
+    for run in remaining.by_ref() {
+        let win = run.first_key.as_deref().and_then(keys::window_of);
+        if let Err(e) = inner.lower.ingest(run) {
+            remaining.for_each(|p| inner.lower.discard(p));
+            let _ = inner.lower.drop_windows(&ingested);
+            return Err(e);
+        }
+        ingested.extend(win);
+    }
+    if let Err(e) = inner.options.fail_points.check(PassStep::Ingested) {
+        let _ = inner.lower.drop_windows(&ingested);
+        return Err(e);
+    }
+    Counters::add(
+        &inner.counters.moved_bytes,
+        runs.iter()
+            .flat_map(|r| r.entries.iter())
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum(),
+    );
+    Ok(file_bytes)
+}
+
+/// Step 4's batch.
+fn catalog_ops(
+    snapshot: &Snapshot,
+    runs: &[WindowRun],
+    settled_deletes: Vec<CatalogOp>,
+) -> Vec<CatalogOp> {
+    let mut ops = Vec::new();
+    for lower_id in &snapshot.departed {
+        let (start, end) = keys::device_catalog_range(*lower_id);
+        ops.push(CatalogOp::DeleteRange(Space::Catalog, start, end));
+        let (start, end) = Place::Settled.range(*lower_id, None);
+        ops.push(CatalogOp::DeleteRange(Space::Settled, start, end));
+    }
+    for (_, lower_id, record) in &snapshot.new_devices {
+        ops.push(CatalogOp::Put(
+            Space::Catalog,
+            keys::device_key(*lower_id),
+            record.encode(),
+        ));
+    }
+    for (lower_id, record) in &snapshot.rewrites {
+        ops.push(CatalogOp::Put(
+            Space::Catalog,
+            keys::device_key(*lower_id),
+            record.encode(),
+        ));
+    }
+    ops.extend(settled_deletes);
+    for run in runs {
+        for (lower_id, bytes) in run.members.values() {
+            ops.push(CatalogOp::Put(
+                Space::Catalog,
+                keys::membership_key(*lower_id, run.win),
+                bytes.to_le_bytes().to_vec(),
+            ));
+        }
+    }
+    ops.push(CatalogOp::Put(
+        Space::Catalog,
+        keys::meta_key(),
+        snapshot.meta.encode(),
+    ));
+    ops
+}
+
+/// Step 5, under the state lock.
+fn commit(
+    inner: &Inner,
+    snapshot: &Snapshot,
+    runs: &[WindowRun],
+    file_bytes: &[u64],
+    reason: Reason,
+) {
+    let c = &inner.counters;
+    let mut st = inner.state.lock();
+    let applied = st.log.applied_end;
+    for (id, lower_id, _) in &snapshot.new_devices {
+        if st.map.entry(*id).is_some() {
+            st.map.place(
+                *id,
+                LowerPlace {
+                    lower_id: *lower_id,
+                    ..LowerPlace::default()
+                },
+            );
+        } else {
+            // It left while the pass ran: the catalog names it (the batch was built before);
+            // forgotten once its DEPART is durable.
+            st.lower.forget.push((*lower_id, applied));
+        }
+    }
+    let mut moved_devices: Vec<DeviceId> = snapshot.moving.iter().map(|m| m.device).collect();
+    moved_devices.dedup();
+    let mut moved_records = 0;
+    for id in moved_devices {
+        let State {
+            map, index_bytes, ..
+        } = &mut *st;
+        if let Some(entry) = map.entry_mut(id) {
+            let before = entry.index.index_bytes();
+            let (records, bytes) = entry.index.remove_oldest_segment(snapshot.seq);
+            moved_records += records;
+            *index_bytes -= before - entry.index.index_bytes();
+            st.index_changed((records, bytes), (0, 0));
+        }
+    }
+    for (run, bytes) in runs.iter().zip(file_bytes) {
+        let mut live_bytes = 0;
+        let mut members = Vec::new();
+        for (id, (_, member_bytes)) in &run.members {
+            let Some(entry) = st.map.entry_mut(*id) else {
+                continue; // left while the pass ran: its readings here are dead on arrival
+            };
+            let Some(place) = entry.lower.as_mut() else {
+                continue;
+            };
+            place.windows.push((run.win, *member_bytes));
+            let (windows, trims) = (place.windows.len(), entry.trims.len());
+            live_bytes += member_bytes;
+            members.push(*id);
+            note_windows(inner, &mut st, *id, windows, trims);
+        }
+        st.lower.windows.insert(
+            run.win,
+            Window {
+                live_bytes,
+                file_bytes: *bytes,
+                members,
+            },
+        );
+        if live_bytes == 0 {
+            let at = st.log.applied_end;
+            st.lower.dead.push((run.win, at));
+        }
+    }
+    for &(device, _, before_ns) in &snapshot.settled_trims {
+        if let Some(entry) = st.map.entry_mut(device)
+            && entry.settled_trim_pending.is_some_and(|p| p <= before_ns)
+        {
+            entry.settled_trim_pending = None;
+        }
+    }
+    st.lower.last_aged_seq = snapshot.seq;
+    if let Some(live) = st.log.segments.get_mut(&snapshot.seq) {
+        live.aged = true;
+        live.holders = Vec::new();
+        live.events = Vec::new();
+    }
+    drop(st);
+    Counters::add(&c.migrated_records, moved_records);
+    Counters::add(&c.segments_aged, 1);
+    if reason == Reason::Early {
+        Counters::add(&c.early_migrations, 1);
+    }
+}

@@ -1,0 +1,345 @@
+//! Maintenance: readings leave the log, sorted and in bulk, and the lower tier is kept within
+//! its bounds (docs/ENGINE.md, "Leaving the log").
+//!
+//! - `age_out`: a pass takes the oldest sealed segment once it is due, reads it once, and
+//!   writes the readings of devices still here as one sorted run (a window) into the lower
+//!   tier's last level. The segment then retires. This is the only way data leaves the log.
+//! - `consolidate`: a device's windowed readings move into the settled space when it has more
+//!   windows than a read should touch, and windows mostly dead are emptied the same way, so
+//!   that window files stay within their space bound.
+//! - Here: which work is due (`next_work`), retirement of segments that left the log, and the
+//!   dropping of windows no live device reads.
+//!
+//! **When a segment is due** (`Options::move_rule`):
+//! - `MoveRule::AtManagementTime` (default): one management time after it was sealed, or
+//!   earlier when the log is over `LOG_PRESSURE_PERCENT` of its budget or the index over its
+//!   cap. A reading leaves the log about one management time after it was written, if its
+//!   device is still here; a device that left by then costs nothing more.
+//! - `MoveRule::Lazy`: only under that pressure. Readings stay in the log as long as its budget
+//!   allows: the fewest bytes moved, the longest recovery.
+
+pub(crate) mod age_out;
+pub(crate) mod consolidate;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::commit_log::group_commit;
+use crate::error::Result;
+use crate::failpoints::PassStep;
+use crate::limits::{
+    INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT, WINDOW_DEAD_BYTES_MIN,
+    WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
+};
+use crate::lower::CatalogOp;
+use crate::lower::Space;
+use crate::lower::keys::{self, Place};
+use crate::mapping::DeviceId;
+use crate::options::MoveRule;
+use crate::spares::Retired;
+use crate::state::{Inner, State};
+use crate::stats::Counters;
+
+/// Why a segment leaves the log now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// Its management time ended.
+    Due,
+    /// Early: the log is near its budget, or the index over its cap.
+    Early,
+    /// Every device with readings in it has left.
+    Dead,
+}
+
+/// What maintenance should do next.
+enum Work {
+    AgeOut { seq: u64, reason: Reason },
+    Consolidate(Vec<DeviceId>),
+    Nothing,
+}
+
+/// One round of maintenance: segments that are due leave the log, then consolidations, each
+/// followed by retirement and window drops, until nothing is due.
+pub(crate) fn maintain(inner: &Inner) -> Result<()> {
+    let _one_at_a_time = inner.maintenance.lock();
+    let mut outcome = Ok(());
+    loop {
+        // Shutdown does not wait for every due segment: they stay in the log and leave it
+        // after the next open.
+        if *inner.shutdown.lock() {
+            break;
+        }
+        if let Err(e) = group_commit::seal_if_old(inner, false) {
+            outcome = Err(e);
+            break;
+        }
+        let done = match next_work(inner, false) {
+            Work::AgeOut { seq, reason } => age_out::pass(inner, seq, reason),
+            Work::Consolidate(devices) => consolidate::pass(inner, &devices),
+            Work::Nothing => break,
+        };
+        let tidied = tidy(inner);
+        if let Err(e) = done.and(tidied) {
+            // The step was rolled back or will be retried at the next round. Other work
+            // this round would pick the same step again: stop here.
+            outcome = Err(e);
+            break;
+        }
+    }
+    outcome.and(tidy(inner))
+}
+
+/// Retires segments that left the log and drops windows nobody reads, timing both.
+fn tidy(inner: &Inner) -> Result<()> {
+    let started = Instant::now();
+    let retired = retire_segments(inner);
+    let dropped = drop_dead_windows(inner);
+    Counters::add_us_since(&inner.counters.pass_retire_us, started);
+    retired.and(dropped)
+}
+
+fn log_under_pressure(inner: &Inner) -> bool {
+    inner.spares.log_bytes() > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT
+}
+
+/// The next piece of work, if any (`for_memory`: only what frees index memory).
+fn next_work(inner: &Inner, for_memory: bool) -> Work {
+    let now_ms = inner.options.clock.now_ms();
+    let pressure = log_under_pressure(inner);
+    let mut st = inner.state.lock();
+    let index_over = st.index_bytes > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT;
+    if let Some((seq, live)) = st.log.oldest_unaged() {
+        let due = live.sealed_at_ms.is_some_and(|sealed_at| {
+            now_ms >= sealed_at.saturating_add(inner.options.management_time_ms)
+        });
+        // Every device that wrote readings there has left: nothing to read or move, only the
+        // catalog's bookkeeping; its space returns at once.
+        let dead = live.holders.iter().all(|id| st.map.entry(*id).is_none());
+        let reason = match inner.options.move_rule {
+            _ if for_memory => index_over.then_some(Reason::Early),
+            _ if dead => Some(Reason::Dead),
+            MoveRule::AtManagementTime if due => Some(Reason::Due),
+            _ if pressure || index_over => Some(Reason::Early),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            return Work::AgeOut { seq, reason };
+        }
+    }
+    if for_memory {
+        return Work::Nothing;
+    }
+    let wanted = consolidation_candidates(&mut st);
+    if wanted.is_empty() {
+        Work::Nothing
+    } else {
+        Work::Consolidate(wanted)
+    }
+}
+
+/// Devices to consolidate: those with too many windows or trims, then, while window files are
+/// over their space bound, the devices of the window with the least live data.
+fn consolidation_candidates(st: &mut State) -> Vec<DeviceId> {
+    let State { map, lower, .. } = st;
+    let mut wanted: Vec<DeviceId> = std::mem::take(&mut lower.consolidation_wanted);
+    wanted.sort_unstable();
+    wanted.dedup();
+    wanted.retain(|id| map.entry(*id).is_some_and(|e| e.lower.is_some()));
+    if !wanted.is_empty() {
+        return wanted;
+    }
+    let (file_bytes, live_bytes) = lower.window_bytes();
+    let dead_bytes = file_bytes.saturating_sub(live_bytes);
+    let over = file_bytes * 100 > live_bytes * WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX
+        && dead_bytes > WINDOW_DEAD_BYTES_MIN;
+    if !over {
+        return Vec::new();
+    }
+    let emptiest = lower
+        .windows
+        .iter()
+        .filter(|(_, w)| w.live_bytes > 0)
+        .min_by(|(_, a), (_, b)| {
+            // Least live per file byte first (a / a_file < b / b_file, without division).
+            (a.live_bytes as u128 * b.file_bytes.max(1) as u128)
+                .cmp(&(b.live_bytes as u128 * a.file_bytes.max(1) as u128))
+        })
+        .map(|(_, w)| w.members.clone())
+        .unwrap_or_default();
+    let mut devices: Vec<DeviceId> = emptiest
+        .into_iter()
+        .filter(|id| map.entry(*id).is_some_and(|e| e.lower.is_some()))
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    devices
+}
+
+/// Notes that a device now holds readings in more windows than reads should touch.
+pub(crate) fn note_windows(
+    inner: &Inner,
+    st: &mut State,
+    id: DeviceId,
+    windows: usize,
+    trims: usize,
+) {
+    if windows > inner.options.runs_per_device_max || trims > keys::TRIMS_PER_DEVICE_MAX {
+        st.lower.consolidation_wanted.push(id);
+    }
+}
+
+/// Passes that take segments early until the index is below its low-water mark. Writers that
+/// find the index over its cap call this, and so wait for it (back-pressure).
+pub(crate) fn age_for_memory(inner: &Inner) -> Result<()> {
+    let _one_at_a_time = inner.maintenance.lock();
+    let mut sealed = false;
+    loop {
+        match next_work(inner, true) {
+            Work::AgeOut { seq, reason } => {
+                age_out::pass(inner, seq, reason)?;
+                tidy(inner)?;
+            }
+            // The index is over its mark but every reading is in the active segment: seal it
+            // (once), so that its readings can leave.
+            _ if !sealed && index_over_low_water(inner) => {
+                group_commit::seal_if_old(inner, true)?;
+                sealed = true;
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+fn index_over_low_water(inner: &Inner) -> bool {
+    inner.state.lock().index_bytes > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT
+}
+
+/// Retires the oldest segments whose readings left the log (and that no log reader holds).
+/// Segments are retired strictly in order, so the live log is always a suffix of the whole
+/// log: replayed in order, it never shows a device's records without the later DEPART that
+/// cancels them.
+fn retire_segments(inner: &Inner) -> Result<()> {
+    let mut st = inner.state.lock();
+    let seqs = st.log.retirable();
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let retired = st.log.remove(&seqs);
+    let retired_bytes: u64 = retired.iter().map(|s| s.bytes).sum();
+    inner
+        .spares
+        .live_bytes
+        .fetch_sub(retired_bytes, Ordering::Relaxed);
+    drop(st);
+    let mut outcome = Ok(());
+    for segment in retired {
+        Counters::add(&inner.counters.segments_retired, 1);
+        match segment.retire() {
+            Ok((file, path)) => inner.spares.retire(Retired {
+                file,
+                path,
+                bytes: segment.bytes,
+            }),
+            Err(e) => outcome = Err(e),
+        }
+    }
+    inner.space_freed.notify_all();
+    outcome.and_then(|()| inner.options.fail_points.check(PassStep::Retired))
+}
+
+/// Drops windows no live device reads, once the records that killed them are durable (in the
+/// log or the catalog): a power cut can then never bring back a device whose windows are gone.
+/// Also forgets catalog entries of devices that left before their place was given.
+fn drop_dead_windows(inner: &Inner) -> Result<()> {
+    let has_work = {
+        let st = inner.state.lock();
+        !st.lower.dead.is_empty() || !st.lower.forget.is_empty()
+    };
+    if !has_work {
+        return Ok(());
+    }
+    group_commit::sync_unsynced(inner)?;
+    let (dead, forget) = {
+        let mut st = inner.state.lock();
+        let durable = st.log.durable_end;
+        let State { lower, .. } = &mut *st;
+        let (dead, alive): (Vec<_>, Vec<_>) =
+            lower.dead.drain(..).partition(|(_, at)| *at <= durable);
+        lower.dead = alive;
+        let (forget, later): (Vec<_>, Vec<_>) =
+            lower.forget.drain(..).partition(|(_, at)| *at <= durable);
+        lower.forget = later;
+        (
+            dead.into_iter().map(|(w, _)| w).collect::<Vec<u64>>(),
+            forget.into_iter().map(|(id, _)| id).collect::<Vec<u64>>(),
+        )
+    };
+    if !forget.is_empty() {
+        let ops: Vec<CatalogOp> = forget
+            .iter()
+            .flat_map(|lower_id| {
+                let (start, end) = keys::device_catalog_range(*lower_id);
+                let (s_start, s_end) = Place::Settled.range(*lower_id, None);
+                [
+                    CatalogOp::DeleteRange(Space::Catalog, start, end),
+                    CatalogOp::DeleteRange(Space::Settled, s_start, s_end),
+                ]
+            })
+            .collect();
+        if let Err(e) = inner.lower.write_catalog(&ops) {
+            let at = inner.state.lock().log.applied_end;
+            inner
+                .state
+                .lock()
+                .lower
+                .forget
+                .extend(forget.iter().map(|id| (*id, at)));
+            return Err(e);
+        }
+    }
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let dropped = {
+        let _no_readers = inner.window_gate.write();
+        inner.lower.drop_windows(&dead)
+    };
+    let mut st = inner.state.lock();
+    match dropped {
+        Ok(()) => {
+            for win in &dead {
+                st.lower.windows.remove(win);
+            }
+            Counters::add(&inner.counters.windows_dropped, dead.len() as u64);
+            drop(st);
+            inner.options.fail_points.check(PassStep::WindowsDropped)
+        }
+        Err(e) => {
+            // Tried again at the next round (the windows are dead and stay so).
+            let at = st.log.durable_end;
+            st.lower.dead.extend(dead.iter().map(|w| (*w, at)));
+            Err(e)
+        }
+    }
+}
+
+/// The `roamkv-maintain` thread: a round of maintenance every `maintenance_interval_ms`, or at
+/// once when a writer asks (`Inner::wake_maintenance`), until shutdown.
+pub(crate) fn run(inner: &Inner) {
+    let interval = Duration::from_millis(inner.options.maintenance_interval_ms);
+    loop {
+        {
+            let mut stop = inner.shutdown.lock();
+            if !*stop && !inner.maintenance_wanted.load(Ordering::Relaxed) {
+                inner.shutdown_signal.wait_for(&mut stop, interval);
+            }
+            if *stop {
+                return;
+            }
+        }
+        // Cleared before the round: a writer that stalls during it asks again.
+        inner.maintenance_wanted.store(false, Ordering::Relaxed);
+        let outcome = maintain(inner);
+        inner.state.lock().last_maintenance_error = outcome.err().map(|e| e.to_string());
+    }
+}
