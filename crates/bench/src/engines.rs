@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use roamkv_engine::{
-    Durability as RoamDurability, Engine, LowerTierKind, Options as RoamOptions, Record,
+    Durability as RoamDurability, Engine, LowerTierKind, Options as RoamOptions, Record, ms_to_ns,
 };
 
 pub type Result<T> = std::result::Result<T, String>;
@@ -177,23 +177,20 @@ impl BenchEngine for RoamkvEngine {
     fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
         let records: Vec<Record<'_>> = batch
             .iter()
-            .map(|p| Record {
-                device: p.device,
-                sensor: p.sensor,
-                ts_ms: p.ts_ms,
-                value: p.value,
-            })
+            .map(|p| Record::at_ms(p.device, p.sensor, p.ts_ms, p.value))
             .collect();
         self.0.put_batch(&records).map_err(|e| e.to_string())
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
         self.0
-            .scan(device, Some(sensor), from_ms, to_ms)
+            .scan(device, Some(sensor), ms_to_ns(from_ms), ms_to_ns(to_ms))
             .map(|r| r.len())
             .map_err(|e| e.to_string())
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
-        self.0.get(device, sensor, ts_ms).map_err(|e| e.to_string())
+        self.0
+            .get(device, sensor, ms_to_ns(ts_ms))
+            .map_err(|e| e.to_string())
     }
     fn depart(&self, device: &str) -> Result<()> {
         self.0.depart(device).map_err(|e| e.to_string())
@@ -206,16 +203,20 @@ impl BenchEngine for RoamkvEngine {
             "log_bytes": s.log_bytes,
             "log_bytes_max": s.log_bytes_max,
             "live_segments": s.live_segments,
-            "migration_backlog_bytes": s.migration_backlog_bytes,
-            "migration_backlog_devices": s.migration_backlog_devices,
+            "migration_backlog_bytes": s.overdue_bytes,
+            "overdue_segments": s.overdue_segments,
+            "windows": s.windows,
+            "window_file_bytes": s.window_file_bytes,
+            "window_live_bytes": s.window_live_bytes,
+            "moved_bytes": s.moved_bytes,
+            "consolidations": s.consolidations,
             "index_bytes": s.index_bytes,
             "index_bytes_max": s.index_bytes_max,
-            "migrations": s.migrations,
-            "early_migrations": s.early_migrations,
+            "segments_aged": s.segments_aged,
+            "early_passes": s.early_passes,
             "write_stalls": s.write_stalls,
             "write_stall_ms": s.write_stall_ms,
             "no_space_errors": s.no_space_errors,
-            "lower_persists": s.lower_persists,
             "pending_bytes": s.pending_bytes,
             "last_maintenance_error": s.last_maintenance_error,
             "maintenance_read_bytes": s.maintenance_read_bytes,
@@ -243,8 +244,8 @@ impl BenchEngine for RoamkvEngine {
     fn close(self: Box<Self>) -> Result<()> {
         let stats = self.0.stats();
         eprintln!(
-            "roamkv: {} migrations, {} departures, engine WA {:.3}, index {:.1} MiB",
-            stats.migrations,
+            "roamkv: {} segments left the log, {} departures, engine WA {:.3}, index {:.1} MiB",
+            stats.segments_aged,
             stats.departures,
             stats.write_amplification(),
             stats.index_bytes as f64 / 1048576.0
@@ -261,7 +262,7 @@ fn baseline_key(device: &str, sensor: &str, ts_ms: i64) -> Vec<u8> {
     key.push(0);
     key.extend_from_slice(sensor.as_bytes());
     key.push(0);
-    key.extend_from_slice(&roamkv_engine::key::encode_ts(ts_ms));
+    key.extend_from_slice(&roamkv_engine::keys::encode_ts(ts_ms));
     key
 }
 

@@ -485,6 +485,21 @@ pub struct DbBenchSpec {
     pub sync: bool,
 }
 
+/// The db_bench binary (Debian's rocksdb-tools names it either way).
+fn find_db_bench() -> Result<&'static str> {
+    ["db_bench", "rocksdb_db_bench"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--help")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        })
+        .ok_or_else(|| "db_bench not found (Debian package rocksdb-tools)".to_string())
+}
+
 /// RocksDB's own db_bench (Debian's rocksdb-tools, RocksDB 7.8) on the same file system with
 /// the same value size and comparable buffers: a cross-check that our plain-RocksDB setup is
 /// not misconfigured. Returns (command, ops/s) or why it could not run.
@@ -499,17 +514,7 @@ pub fn db_bench_crosscheck(spec: DbBenchSpec) -> Result<(String, f64)> {
         cgroup_limit_bytes,
         sync,
     } = spec;
-    let binary = ["db_bench", "rocksdb_db_bench"]
-        .into_iter()
-        .find(|b| {
-            Command::new(b)
-                .arg("--help")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok()
-        })
-        .ok_or("db_bench not found (Debian package rocksdb-tools)")?;
+    let binary = find_db_bench()?;
     let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
     let db = fixture.mount_dir().join("dbbench");
     let args = vec![

@@ -381,12 +381,7 @@ impl Sender for EngineSender {
     fn send(&mut self, event: &EventSpec) -> Result<(), String> {
         let device = event.device();
         let records: Vec<Record<'_>> = (0..event.readings)
-            .map(|i| Record {
-                device: &device,
-                sensor: &self.sensors[i],
-                ts_ms: event.origin_ms,
-                value: &self.values[i],
-            })
+            .map(|i| Record::at_ms(&device, &self.sensors[i], event.origin_ms, &self.values[i]))
             .collect();
         self.engine.put_batch(&records).map_err(|e| e.to_string())
     }

@@ -197,21 +197,7 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
         .unwrap_or_else(|| vec![EngineKind::Roamkv, EngineKind::Rocksdb, EngineKind::Leveldb]);
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let header = MachineHeader::collect();
-    let memory_bytes = args.memory_mib << 20;
-    println!(
-        "roamkv bench steady: {} s warm-up + {} s measured per engine, {:?} threads, departure probability {}, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, seed {}",
-        args.warmup_seconds,
-        args.seconds,
-        args.threads,
-        args.depart_probability,
-        args.durability.name(),
-        args.disk_gib,
-        fs.name(),
-        args.memory_mib,
-        args.value_bytes,
-        args.management_time_ms,
-        args.seed
-    );
+    println!("roamkv bench steady: {}", describe_config(args, fs));
     let mut runs = Vec::new();
     let mut points = Vec::new();
     let mut db_bench = Vec::new();
@@ -233,14 +219,7 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
     let json = serde_json::json!({
         "machine": header,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "config": {
-            "fs": fs.name(), "disk_bytes": args.disk_gib << 30, "seconds": args.seconds,
-            "warmup_seconds": args.warmup_seconds, "threads": args.threads,
-            "depart_probability": args.depart_probability,
-            "durability": args.durability.name(), "memory_budget_bytes": memory_bytes,
-            "value_bytes": args.value_bytes, "management_time_ms": args.management_time_ms,
-            "seed": args.seed,
-        },
+        "config": config_json(args, fs),
         "runs": runs,
         "db_bench": db_bench,
     });
@@ -259,6 +238,36 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// The run's settings, in a line.
+fn describe_config(args: &SteadyArgs, fs: FsSpec) -> String {
+    format!(
+        "{} s warm-up + {} s measured per engine, {:?} threads, departure probability {}, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, seed {}",
+        args.warmup_seconds,
+        args.seconds,
+        args.threads,
+        args.depart_probability,
+        args.durability.name(),
+        args.disk_gib,
+        fs.name(),
+        args.memory_mib,
+        args.value_bytes,
+        args.management_time_ms,
+        args.seed
+    )
+}
+
+/// The run's settings, for results.json.
+fn config_json(args: &SteadyArgs, fs: FsSpec) -> serde_json::Value {
+    serde_json::json!({
+        "fs": fs.name(), "disk_bytes": args.disk_gib << 30, "seconds": args.seconds,
+        "warmup_seconds": args.warmup_seconds, "threads": args.threads,
+        "depart_probability": args.depart_probability,
+        "durability": args.durability.name(), "memory_budget_bytes": args.memory_mib << 20,
+        "value_bytes": args.value_bytes, "management_time_ms": args.management_time_ms,
+        "seed": args.seed,
     })
 }
 
@@ -367,42 +376,26 @@ fn run_engine(
 
     let worker = RunningWorker::start(&spec, memory_bytes)?;
     let memory_capped = worker.memory_capped;
-    let mut points: Vec<Point> = Vec::new();
-    let mut previous: Option<(Tick, DevStat, Instant)> = None;
-    let mut first_measured: Option<Tick> = None;
-    let cgroup_reader = CgroupReader::new(&worker);
-    let (result, cgroup) = worker.finish(|line| {
-        let Ok(tick) = serde_json::from_str::<Tick>(line) else {
-            return;
-        };
-        let now = Instant::now();
-        let device = DevStat::read(fixture.device_name()).unwrap_or(before);
-        let point = to_point(
-            kind,
-            &variant.label,
-            &tick,
-            previous.as_ref(),
-            &device,
-            used_bytes(fixture.mount_dir()).saturating_sub(base_used),
-            cgroup_reader.usage_bytes(),
-        );
-        bar.set_position(tick.t_s as u64);
-        bar.set_message(format!(
-            "{}: {:.0} ops/s, disk {:.2} GB (live {:.2} GB), mem {:.0} MiB",
-            tick.phase,
-            point.ops_per_sec,
-            point.space_bytes as f64 / 1e9,
-            point.live_user_bytes as f64 / 1e9,
-            point.cgroup_bytes as f64 / 1048576.0
-        ));
-        points.push(point);
-        if tick.phase == "measure" && first_measured.is_none() {
-            // The tick before the first measured one is the nearest to the phase's start.
-            first_measured = previous.as_ref().map(|(t, _, _)| t.clone());
-        }
-        previous = Some((tick, device, now));
-    });
-    bar.finish_and_clear();
+    let mut series = Series {
+        kind,
+        label: &variant.label,
+        fixture: &fixture,
+        base_used,
+        before,
+        cgroup: CgroupReader::new(&worker),
+        bar,
+        points: Vec::new(),
+        previous: None,
+        first_measured: None,
+    };
+    let (result, cgroup) = worker.finish(|line| series.tick(line));
+    series.bar.finish_and_clear();
+    let Series {
+        points,
+        previous,
+        first_measured,
+        ..
+    } = series;
     fixture.quiesce().map_err(|e| e.to_string())?;
     let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
     let mut run = SteadyRun {
@@ -440,6 +433,55 @@ fn run_engine(
         }
     }
     Ok((run, points))
+}
+
+/// One engine's time series, a point per tick of its worker.
+struct Series<'a> {
+    kind: EngineKind,
+    label: &'a str,
+    fixture: &'a Fixture,
+    base_used: u64,
+    before: DevStat,
+    cgroup: CgroupReader,
+    bar: indicatif::ProgressBar,
+    points: Vec<Point>,
+    previous: Option<(Tick, DevStat, Instant)>,
+    /// The tick just before the measured phase began (the nearest to its start).
+    first_measured: Option<Tick>,
+}
+
+impl Series<'_> {
+    /// A line the worker printed: a tick becomes a point, and the progress bar moves.
+    fn tick(&mut self, line: &str) {
+        let Ok(tick) = serde_json::from_str::<Tick>(line) else {
+            return;
+        };
+        let now = Instant::now();
+        let device = DevStat::read(self.fixture.device_name()).unwrap_or(self.before);
+        let point = to_point(
+            self.kind,
+            self.label,
+            &tick,
+            self.previous.as_ref(),
+            &device,
+            used_bytes(self.fixture.mount_dir()).saturating_sub(self.base_used),
+            self.cgroup.usage_bytes(),
+        );
+        self.bar.set_position(tick.t_s as u64);
+        self.bar.set_message(format!(
+            "{}: {:.0} ops/s, disk {:.2} GB (live {:.2} GB), mem {:.0} MiB",
+            tick.phase,
+            point.ops_per_sec,
+            point.space_bytes as f64 / 1e9,
+            point.live_user_bytes as f64 / 1e9,
+            point.cgroup_bytes as f64 / 1048576.0
+        ));
+        self.points.push(point);
+        if tick.phase == "measure" && self.first_measured.is_none() {
+            self.first_measured = self.previous.as_ref().map(|(t, _, _)| t.clone());
+        }
+        self.previous = Some((tick, device, now));
+    }
 }
 
 /// The worker's instructions: the mobility workload with TPCx-IoT's query pair at its own sizes
@@ -750,11 +792,6 @@ fn terminal_table(runs: &[SteadyRun]) -> String {
         "mem max MiB",
         "query p50/p99 µs",
     ]);
-    let best_baseline = runs
-        .iter()
-        .filter(|r| !r.engine.starts_with("roamkv") && r.completed)
-        .map(|r| r.ops_per_sec)
-        .fold(0.0, f64::max);
     for r in runs {
         table.add_row(vec![
             r.engine.clone(),
@@ -776,6 +813,19 @@ fn terminal_table(runs: &[SteadyRun]) -> String {
         ]);
     }
     let mut text = table.to_string();
+    text.push_str(&ratio_lines(runs));
+    text
+}
+
+/// roamkv against each baseline at the same thread count, against its own log-only rate, and
+/// against its space bound; and any run that went without a memory cap.
+fn ratio_lines(runs: &[SteadyRun]) -> String {
+    let mut text = String::new();
+    let best_baseline = runs
+        .iter()
+        .filter(|r| !r.engine.starts_with("roamkv") && r.completed)
+        .map(|r| r.ops_per_sec)
+        .fold(0.0, f64::max);
     let completed = |r: &&SteadyRun| r.completed;
     for r in runs
         .iter()

@@ -151,7 +151,7 @@ pub fn survey(engine: &Engine) -> Result<Survey, String> {
             .scan(&device, None, i64::MIN, i64::MAX)
             .map_err(|e| format!("scanning {device}: {e}"))?;
         for r in readings {
-            let problem = match u64::try_from(r.ts_ms) {
+            let problem = match u64::try_from(r.ts_ms()) {
                 Err(_) => Some("a negative timestamp".to_string()),
                 Ok(i) if i % DEVICES != d => Some(format!("record {i} under {device}")),
                 Ok(i) if r.sensor != sensor_of(i) => {
@@ -171,7 +171,7 @@ pub fn survey(engine: &Engine) -> Result<Survey, String> {
                 if survey.wrong.len() < EXAMPLES_MAX {
                     survey
                         .wrong
-                        .push(format!("{device}/{}@{}: {problem}", r.sensor, r.ts_ms));
+                        .push(format!("{device}/{}@{}: {problem}", r.sensor, r.ts_ms()));
                 }
             }
         }

@@ -8,6 +8,7 @@ use clap::Args;
 use roamkv_engine::{Durability, Engine, LowerTierKind, Options, Record, Stats};
 
 use crate::json::{InputLine, OutputLine};
+use crate::time_arg;
 
 /// How to open a data directory (shared by every command).
 #[derive(Args, Debug, Clone)]
@@ -70,7 +71,7 @@ pub struct LoadArgs {
 struct Owned {
     device: String,
     sensor: String,
-    ts_ms: i64,
+    ts_ns: i64,
     value: Vec<u8>,
 }
 
@@ -131,7 +132,7 @@ impl<W: Write> Batches<'_, W> {
             .map(|o| Record {
                 device: &o.device,
                 sensor: &o.sensor,
-                ts_ms: o.ts_ms,
+                ts_ns: o.ts_ns,
                 value: &o.value,
             })
             .collect();
@@ -195,16 +196,17 @@ fn parse_line(line: &str) -> Result<Owned, String> {
     let parsed: InputLine =
         serde_json::from_str(line).map_err(|e| format!("not a reading: {e}"))?;
     let value = parsed.value_bytes()?;
+    let ts_ns = parsed.ts_ns()?;
     let owned = Owned {
         device: parsed.device,
         sensor: parsed.sensor,
-        ts_ms: parsed.ts,
+        ts_ns,
         value,
     };
     roamkv_engine::validate_record(&Record {
         device: &owned.device,
         sensor: &owned.sensor,
-        ts_ms: owned.ts_ms,
+        ts_ns: owned.ts_ns,
         value: &owned.value,
     })
     .map_err(|e| e.to_string())?;
@@ -219,26 +221,27 @@ pub struct GetArgs {
     pub device: String,
     #[arg(long)]
     pub sensor: String,
-    /// Timestamp in ms.
+    /// The reading's time: RFC 3339 (with any fraction), or milliseconds since the epoch.
+    #[arg(long, allow_hyphen_values = true, value_parser = time_arg::parse_time, conflicts_with = "ts_ns", required_unless_present = "ts_ns")]
+    pub ts: Option<i64>,
+    /// The reading's time in nanoseconds since the epoch.
     #[arg(long, allow_hyphen_values = true)]
-    pub ts: i64,
+    pub ts_ns: Option<i64>,
 }
 
 pub fn get(args: &GetArgs) -> Result<(), String> {
+    let ts_ns = args.ts_ns.or(args.ts).ok_or("give --ts or --ts-ns")?;
     let engine = args.open.open(Durability::Sync, false)?;
     match engine
-        .get(&args.device, &args.sensor, args.ts)
+        .get(&args.device, &args.sensor, ts_ns)
         .map_err(|e| e.to_string())?
     {
-        Some(value) => print_line(&OutputLine::new(
-            &args.device,
-            &args.sensor,
-            args.ts,
-            &value,
-        )),
+        Some(value) => print_line(&OutputLine::new(&args.device, &args.sensor, ts_ns, &value)),
         None => Err(format!(
             "no reading of {}/{} at {}",
-            args.device, args.sensor, args.ts
+            args.device,
+            args.sensor,
+            time_arg::format_time(ts_ns)
         )),
     }
 }
@@ -251,21 +254,27 @@ pub struct ScanArgs {
     pub device: String,
     #[arg(long)]
     pub sensor: Option<String>,
-    /// First timestamp (ms, inclusive).
-    #[arg(long, default_value_t = i64::MIN, allow_hyphen_values = true)]
-    pub from: i64,
-    /// End timestamp (ms, exclusive).
-    #[arg(long, default_value_t = i64::MAX, allow_hyphen_values = true)]
-    pub to: i64,
+    /// First time (inclusive): RFC 3339 (with any fraction), relative (-1h), or epoch
+    /// milliseconds.
+    #[arg(long, allow_hyphen_values = true, value_parser = time_arg::parse_time)]
+    pub from: Option<i64>,
+    /// End time (exclusive), in the same forms.
+    #[arg(long, allow_hyphen_values = true, value_parser = time_arg::parse_time)]
+    pub to: Option<i64>,
 }
 
 pub fn scan(args: &ScanArgs) -> Result<(), String> {
     let engine = args.open.open(Durability::Sync, false)?;
     let readings = engine
-        .scan(&args.device, args.sensor.as_deref(), args.from, args.to)
+        .scan(
+            &args.device,
+            args.sensor.as_deref(),
+            args.from.unwrap_or(i64::MIN),
+            args.to.unwrap_or(i64::MAX),
+        )
         .map_err(|e| e.to_string())?;
     for r in &readings {
-        print_line(&OutputLine::new(&r.device, &r.sensor, r.ts_ms, &r.value))?;
+        print_line(&OutputLine::new(&r.device, &r.sensor, r.ts_ns, &r.value))?;
     }
     Ok(())
 }
@@ -323,8 +332,15 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
         "lower": {"devices": s.lower.devices, "records_estimate": s.lower.records, "bytes": s.lower.bytes},
         "index_bytes": s.index_bytes,
         "index_bytes_max": s.index_bytes_max,
-        "migrations": s.migrations,
-        "migrated_records": s.migrated_records,
+        "segments_aged": s.segments_aged,
+        "moved_records": s.moved_records,
+        "moved_bytes": s.moved_bytes,
+        "windows": s.windows,
+        "window_file_bytes": s.window_file_bytes,
+        "window_live_bytes": s.window_live_bytes,
+        "consolidations": s.consolidations,
+        "consolidated_bytes": s.consolidated_bytes,
+        "windows_dropped": s.windows_dropped,
         "departures": s.departures,
         "group_commits": s.group_commits,
         "fdatasyncs": s.fdatasyncs,
@@ -337,18 +353,20 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
             "index_bytes": s.index_bytes, "index_bytes_max": s.index_bytes_max,
             "devices": s.devices, "devices_max": s.devices_max,
             "pending_bytes": s.pending_bytes, "pending_bytes_max": s.pending_bytes_max,
-            "migration_run_bytes_max": s.migration_run_bytes_max,
+            "run_bytes_max": s.run_bytes_max,
+            "runs_per_device_max": s.runs_per_device_max,
+            "window_space_amplification_percent": s.window_space_amplification_percent,
+            "window_space_amplification_percent_max": s.window_space_amplification_percent_max,
             "log_dirty_bytes_max": s.log_dirty_bytes_max,
             "recovery_buffer_bytes_max": s.recovery_buffer_bytes_max,
         },
-        "early_migrations": s.early_migrations,
-        "migration_failures": s.migration_failures,
-        "migration_backlog_devices": s.migration_backlog_devices,
-        "migration_backlog_bytes": s.migration_backlog_bytes,
+        "early_passes": s.early_passes,
+        "pass_failures": s.pass_failures,
+        "overdue_segments": s.overdue_segments,
+        "overdue_bytes": s.overdue_bytes,
         "write_stalls": s.write_stalls,
         "write_stall_ms": s.write_stall_ms,
         "no_space_errors": s.no_space_errors,
-        "lower_persists": s.lower_persists,
         "recovery_ms": s.recovery_ms,
         "recovered_records": s.recovered_records,
         "recovery_cut": s.recovery_cut,
@@ -423,11 +441,17 @@ fn bounds_lines(s: &Stats) -> String {
 fn activity_lines(s: &Stats) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "maintenance: backlog {} devices / {:.2} MiB; {} early migrations, {} failed passes; {} write stalls ({} ms), {} refused for space\n",
-        s.migration_backlog_devices,
-        mib(s.migration_backlog_bytes),
-        s.early_migrations,
-        s.migration_failures,
+        "maintenance: {} segments overdue ({:.2} MiB); {} segments left the log ({} early, {} failed passes); {} windows ({:.2} MiB, {:.2} MiB live), {} dropped, {} consolidations; {} write stalls ({} ms), {} refused for space\n",
+        s.overdue_segments,
+        mib(s.overdue_bytes),
+        s.segments_aged,
+        s.early_passes,
+        s.pass_failures,
+        s.windows,
+        mib(s.window_file_bytes),
+        mib(s.window_live_bytes),
+        s.windows_dropped,
+        s.consolidations,
         s.write_stalls,
         s.write_stall_ms,
         s.no_space_errors
@@ -446,11 +470,11 @@ fn activity_lines(s: &Stats) -> String {
         0.0
     };
     out.push_str(&format!(
-        "engine write amplification {:.3} ({:.3} without the one-time zero-fill of new segments); reclaimed without a write {:.2} MiB; {} migrations, {} departures\n",
+        "engine write amplification {:.3} ({:.3} without the one-time zero-fill of new segments); reclaimed without a write {:.2} MiB; {} readings moved out of the log, {} departures\n",
         s.write_amplification(),
         without_preparation,
         mib(s.reclaimed_bytes_without_write),
-        s.migrations,
+        s.moved_records,
         s.departures
     ));
     out.push_str(&format!(

@@ -182,12 +182,7 @@ fn write_tick(
     }
     let records: Vec<Record<'_>> = batch
         .iter()
-        .map(|(device, sensor, ts_ms)| Record {
-            device,
-            sensor,
-            ts_ms: *ts_ms,
-            value,
-        })
+        .map(|(device, sensor, ts_ms)| Record::at_ms(device, sensor, *ts_ms, value))
         .collect();
     engine.put_batch(&records).map_err(|e| e.to_string())?;
     for name in &departing {

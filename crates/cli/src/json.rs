@@ -1,23 +1,54 @@
 //! The JSON-lines form of a reading, shared by `load` (input) and `get`/`scan` (output).
 //!
-//! `{"device":"car-17","sensor":"speed","ts":1700000000000,"value":"88.5"}`; a value that is
-//! not UTF-8 travels as `"value_b64"` (standard base64) instead.
+//! Output: `{"device":"car-17","sensor":"speed","ts_ns":1700000000000000000,
+//! "ts":"2023-11-14T22:13:20Z","value":"88.5"}`; a value that is not UTF-8 travels as
+//! `"value_b64"` (standard base64) instead. Input takes the same form, or `"ts"` alone: an RFC
+//! 3339 time (with any fraction) or an integer of milliseconds since the epoch. When both are
+//! given they must name the same time, so printed lines load back unchanged.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
+
+use crate::time_arg::{format_time, ms_to_ns, parse_time};
+
+/// The `ts` field as given: milliseconds, or a time in text.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum TsField {
+    Ms(i64),
+    Text(String),
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputLine {
     pub device: String,
     pub sensor: String,
-    pub ts: i64,
+    pub ts_ns: Option<i64>,
+    pub ts: Option<TsField>,
     pub value: Option<String>,
     pub value_b64: Option<String>,
 }
 
 impl InputLine {
+    /// The reading's time in nanoseconds since the epoch.
+    pub fn ts_ns(&self) -> Result<i64, String> {
+        let from_ts = match &self.ts {
+            None => None,
+            Some(TsField::Ms(ms)) => Some(ms_to_ns(*ms)),
+            Some(TsField::Text(text)) => Some(parse_time(text)?),
+        };
+        match (self.ts_ns, from_ts) {
+            (Some(ns), None) | (None, Some(ns)) => Ok(ns),
+            (Some(ns), Some(other)) if ns == other => Ok(ns),
+            (Some(ns), Some(other)) => Err(format!(
+                "ts_ns {ns} and ts ({other} ns) name different times"
+            )),
+            (None, None) => Err("missing \"ts_ns\" (or \"ts\")".into()),
+        }
+    }
+
     /// The value's bytes; exactly one of `value` and `value_b64` must be present.
     pub fn value_bytes(&self) -> Result<Vec<u8>, String> {
         match (&self.value, &self.value_b64) {
@@ -35,7 +66,8 @@ impl InputLine {
 pub struct OutputLine<'a> {
     pub device: &'a str,
     pub sensor: &'a str,
-    pub ts: i64,
+    pub ts_ns: i64,
+    pub ts: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,22 +75,18 @@ pub struct OutputLine<'a> {
 }
 
 impl<'a> OutputLine<'a> {
-    pub fn new(device: &'a str, sensor: &'a str, ts: i64, value: &'a [u8]) -> OutputLine<'a> {
-        match std::str::from_utf8(value) {
-            Ok(text) => OutputLine {
-                device,
-                sensor,
-                ts,
-                value: Some(text),
-                value_b64: None,
-            },
-            Err(_) => OutputLine {
-                device,
-                sensor,
-                ts,
-                value: None,
-                value_b64: Some(BASE64.encode(value)),
-            },
+    pub fn new(device: &'a str, sensor: &'a str, ts_ns: i64, value: &'a [u8]) -> OutputLine<'a> {
+        let (value, value_b64) = match std::str::from_utf8(value) {
+            Ok(text) => (Some(text), None),
+            Err(_) => (None, Some(BASE64.encode(value))),
+        };
+        OutputLine {
+            device,
+            sensor,
+            ts_ns,
+            ts: format_time(ts_ns),
+            value,
+            value_b64,
         }
     }
 }

@@ -1,8 +1,14 @@
+#![recursion_limit = "256"]
 //! `roamkv`: the operator's tools for a data directory, the demo, the benchmark and the I/O lab.
 
 mod admin;
 mod demo;
 mod json;
+/// Times in RFC 3339, relative or epoch milliseconds: the server's parser, one rule for both
+/// (compiled in from its file, as the JSON-lines fuzz target does, so `json.rs` stays free of
+/// the server crate).
+#[path = "../../server/src/time_arg.rs"]
+mod time_arg;
 
 use std::process::ExitCode;
 

@@ -1,5 +1,6 @@
 //! DESIGN.md property 4 at the system-call level: once the log is warm, a commit is one pwrite
-//! into the preallocated segment and one fdatasync of it — no file growth, creation, rename,
+//! (pwritev: the writers' buffers as they are) into the preallocated segment and one fdatasync
+//! of it — no file growth, creation, rename,
 //! fallocate or fsync on the commit path. (docs/LAB.md measures the same at the block layer.)
 
 use std::process::{Command, Stdio};
@@ -22,7 +23,7 @@ fn load(data: &std::path::Path, input: &str, extra: &[&str], strace_out: Option<
     let mut command = match strace_out {
         Some(out) => {
             let mut c = Command::new("strace");
-            c.args(["-f", "-qq", "-e", "trace=pwrite64,write,fdatasync,fsync,ftruncate,fallocate,rename,renameat,renameat2,openat"])
+            c.args(["-f", "-qq", "-e", "trace=pwrite64,pwritev,pwritev2,write,fdatasync,fsync,ftruncate,fallocate,rename,renameat,renameat2,openat"])
                 .arg("-o")
                 .arg(out)
                 .arg(ROAMKV);
@@ -48,6 +49,13 @@ fn load(data: &std::path::Path, input: &str, extra: &[&str], strace_out: Option<
         "load failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A positional write, plain or vectored.
+fn is_pwrite(line: &str) -> bool {
+    ["pwrite64(", "pwritev(", "pwritev2("]
+        .iter()
+        .any(|call| line.starts_with(call))
 }
 
 #[test]
@@ -92,19 +100,16 @@ fn a_warm_commit_is_one_pwrite_and_one_fdatasync() {
         .filter(|l| {
             l.contains(&format!("({segment_fd},")) || l.contains(&format!("({segment_fd})"))
         })
-        .skip_while(|l| !l.starts_with("pwrite64("))
+        .skip_while(|l| !is_pwrite(l))
         .collect();
-    let pwrites = on_segment
-        .iter()
-        .filter(|l| l.starts_with("pwrite64("))
-        .count();
+    let pwrites = on_segment.iter().filter(|l| is_pwrite(l)).count();
     let fdatasyncs = on_segment
         .iter()
         .filter(|l| l.starts_with("fdatasync("))
         .count();
     let others: Vec<&&str> = on_segment
         .iter()
-        .filter(|l| !l.starts_with("pwrite64(") && !l.starts_with("fdatasync("))
+        .filter(|l| !is_pwrite(l) && !l.starts_with("fdatasync("))
         .collect();
     assert_eq!(pwrites, commits as usize, "{on_segment:#?}");
     assert_eq!(fdatasyncs, commits as usize, "{on_segment:#?}");

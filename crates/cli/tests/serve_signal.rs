@@ -107,7 +107,7 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
         roamkv_engine::Engine::open(&data, roamkv_engine::Options::default()).expect("reopen");
     assert!(
         engine
-            .get("car-17", "speed", 1_700_000_000_000)
+            .get("car-17", "speed", 1_700_000_000_000_000_000)
             .expect("get")
             .is_some()
     );

@@ -401,6 +401,24 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
     })
 }
 
+/// Sealed segments past their management time whose readings are still in the log, and their
+/// bytes.
+fn overdue(st: &State, now_ms: u64, management_time_ms: u64) -> (u64, u64) {
+    st.log
+        .segments
+        .iter()
+        .filter(|(seq, live)| {
+            !live.aged
+                && **seq < st.log.active.seq
+                && live
+                    .sealed_at_ms
+                    .is_some_and(|at| now_ms >= at.saturating_add(management_time_ms))
+        })
+        .fold((0, 0), |(n, bytes), (_, live)| {
+            (n + 1, bytes + live.written_end)
+        })
+}
+
 /// `Engine::stats`: counters, tiers, and every limit beside its current value. Under the state
 /// lock it reads kept totals and walks the log's segments and the windows, never the mapping
 /// table.
@@ -425,17 +443,8 @@ fn stats(inner: &Inner) -> Stats {
         stats.upper.records = st.log_readings;
         stats.upper.bytes = st.log_reading_bytes;
         stats.lower.devices = placed;
-        for (seq, live) in &st.log.segments {
-            let overdue = !live.aged
-                && *seq < st.log.active.seq
-                && live.sealed_at_ms.is_some_and(|at| {
-                    now_ms >= at.saturating_add(inner.options.management_time_ms)
-                });
-            if overdue {
-                stats.overdue_segments += 1;
-                stats.overdue_bytes += live.written_end;
-            }
-        }
+        (stats.overdue_segments, stats.overdue_bytes) =
+            overdue(&st, now_ms, inner.options.management_time_ms);
         stats
     };
     let (lower_records, lower_bytes) = inner.lower.estimate();

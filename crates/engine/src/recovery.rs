@@ -434,45 +434,10 @@ fn cut_torn_tail(
     // The first segment not sealed whole: the one holding the end of the log, or the empty one
     // after it (made active before the crash), or a hole before the end.
     let cut_at = replayed.stopped_at.unwrap_or(last);
+    refuse_durable_damage(segments, ends, cut_at)?;
     let end = &ends[cut_at];
     let at = segments[cut_at].as_ref();
-    let lost_tail = cut_at < last && end.damage.is_none();
-    let stop_offset = end.damage.as_ref().map_or(end.data_end, |(o, _)| *o);
-    if let Some(valid) = end.valid_record_after {
-        return Err(Error::Corrupt {
-            file: at.path.clone(),
-            offset: stop_offset,
-            reason: format!(
-                "{}; a record written after this point was durable follows at offset {valid}, \
-                 so this is not a torn tail",
-                end.damage
-                    .as_ref()
-                    .map_or("the segment's data stops", |(_, r)| r.as_str())
-            ),
-        });
-    }
-    if let Some((later, proof)) = segments
-        .iter()
-        .zip(ends)
-        .skip(cut_at + 1)
-        .find_map(|(s, e)| e.first_synced_record.map(|at| (s, at)))
-    {
-        let why = match &end.damage {
-            Some((_, reason)) => reason.clone(),
-            None => "the segment ends without its SEGMENT_END record".to_string(),
-        };
-        return Err(Error::Corrupt {
-            file: at.path.clone(),
-            offset: stop_offset,
-            reason: format!(
-                "{why}, yet {} holds a record written when the whole log before it was durable \
-                 (offset {proof}): data that was durable is lost here, not a torn tail",
-                later.path.display()
-            ),
-        });
-    }
-    let mut cut = None;
-    if end.damage.is_some() || lost_tail {
+    let cut = if end.damage.is_some() || cut_at < last {
         // Zero the torn bytes, so that records written after this point can never be
         // followed by leftovers of the torn batch that happen to decode.
         let zeros = vec![0u8; (at.bytes - end.data_end) as usize];
@@ -483,29 +448,88 @@ fn cut_torn_tail(
             .map_or("a later segment holds data".to_string(), |(o, r)| {
                 format!("{r} at offset {o}")
             });
-        cut = Some(format!("{}@{} ({reason})", at.path.display(), end.data_end));
-    }
-    // Past a hole, later segments hold records never acknowledged as durable: they are removed
-    // (with any empty ones after them), so that their sequence numbers are given again to
-    // clean files.
-    let beyond: Vec<&Arc<Segment>> = if cut_at < last {
-        segments[cut_at + 1..].iter().collect()
+        Some(format!("{}@{} ({reason})", at.path.display(), end.data_end))
     } else {
-        Vec::new()
+        None
     };
-    if !beyond.is_empty() {
-        for segment in beyond.iter().rev() {
-            options
-                .storage
-                .remove(&segment.path)
-                .context(|| format!("removing {}", segment.path.display()))?;
-            st.log.segments.remove(&segment.seq);
-        }
-        segment::sync_dir(&*options.storage, log_dir)?;
+    if cut_at < last {
+        remove_past_the_cut(options, log_dir, &segments[cut_at + 1..], st)?;
     }
-    // What recovery read may be only in the page cache (a process killed in None mode): make
-    // every kept segment durable before anything is written after it, so that the records this
-    // session writes can be flagged `synced_before` truthfully.
+    make_kept_durable(options, segments, ends, cut_at, cut.is_some(), st)?;
+    Ok((cut_at, cut))
+}
+
+/// A hole is a torn tail only if nothing after it was written when the log before it was
+/// durable (`SYNCED_BEFORE`): later in its segment, or in any later one.
+fn refuse_durable_damage(segments: &[Arc<Segment>], ends: &[ScanEnd], cut_at: usize) -> Result<()> {
+    let end = &ends[cut_at];
+    let at = &segments[cut_at];
+    let stop_offset = end.damage.as_ref().map_or(end.data_end, |(o, _)| *o);
+    let why = match &end.damage {
+        Some((_, reason)) => reason.clone(),
+        None => "the segment ends without its SEGMENT_END record".to_string(),
+    };
+    if let Some(valid) = end.valid_record_after {
+        return Err(Error::Corrupt {
+            file: at.path.clone(),
+            offset: stop_offset,
+            reason: format!(
+                "{why}; a record written after this point was durable follows at offset \
+                 {valid}, so this is not a torn tail"
+            ),
+        });
+    }
+    match segments
+        .iter()
+        .zip(ends)
+        .skip(cut_at + 1)
+        .find_map(|(s, e)| e.first_synced_record.map(|offset| (s, offset)))
+    {
+        Some((later, proof)) => Err(Error::Corrupt {
+            file: at.path.clone(),
+            offset: stop_offset,
+            reason: format!(
+                "{why}, yet {} holds a record written when the whole log before it was durable \
+                 (offset {proof}): data that was durable is lost here, not a torn tail",
+                later.path.display()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Past a hole, later segments hold records never acknowledged as durable: they are removed
+/// (with any empty ones after them), so that their sequence numbers are given again to clean
+/// files.
+fn remove_past_the_cut(
+    options: &Options,
+    log_dir: &Path,
+    beyond: &[Arc<Segment>],
+    st: &mut State,
+) -> Result<()> {
+    for segment in beyond.iter().rev() {
+        options
+            .storage
+            .remove(&segment.path)
+            .context(|| format!("removing {}", segment.path.display()))?;
+        st.log.segments.remove(&segment.seq);
+    }
+    segment::sync_dir(&*options.storage, log_dir)
+}
+
+/// What recovery read may be only in the page cache (a process killed in None mode): every
+/// kept segment is made durable before anything is written after it, so that the records this
+/// session writes can be flagged `synced_before` truthfully. Then the log resumes at the cut.
+fn make_kept_durable(
+    options: &Options,
+    segments: &[Arc<Segment>],
+    ends: &[ScanEnd],
+    cut_at: usize,
+    was_cut: bool,
+    st: &mut State,
+) -> Result<()> {
+    let at = &segments[cut_at];
+    let end = &ends[cut_at];
     let mut synced = Vec::new();
     for (segment, end) in segments[..=cut_at].iter().zip(ends) {
         segment.sync_data()?;
@@ -516,7 +540,7 @@ fn cut_torn_tail(
             .expect("kept segments are live");
         live.written_end = end.data_end;
         live.sealed_end = end.data_end;
-        live.sealed_at_ms = if segment.seq == at.seq && cut.is_some() {
+        live.sealed_at_ms = if segment.seq == at.seq && was_cut {
             None
         } else {
             end.sealed_at_ms
@@ -528,10 +552,10 @@ fn cut_torn_tail(
     st.log.active_since_ms =
         (!st.log.sealed && end.data_end > SEGMENT_HEADER_BYTES).then(|| options.clock.now_ms());
     st.log.applied_end = LogPosition::at(at.seq, end.data_end);
-    st.log.active = Arc::clone(&segments[cut_at]);
+    st.log.active = Arc::clone(at);
     st.log.tail = end.data_end;
     st.log.mark_synced(&synced);
-    Ok((cut_at, cut))
+    Ok(())
 }
 
 /// Every window a present device reads must exist: a missing one is damage to the lower tier.

@@ -4,11 +4,11 @@
 //! ```text
 //! offset  size  field
 //!      0     4  magic "RKVB"
-//!      4     1  version = 1
+//!      4     1  version: 2 (ts in nanoseconds); 1 (ts in milliseconds) is read too
 //!      5     3  reserved, zero
 //!      8     4  record count (u32 LE), 1..=--batch-readings-max
 //!     12     …  records, back to back, each the engine's PUT payload (docs/FORMAT.md):
-//!               u16 device_len | u16 sensor_len | u32 value_len | i64 ts_ms | device | sensor | value
+//!               u16 device_len | u16 sensor_len | u32 value_len | i64 ts | device | sensor | value
 //! ```
 //! All integers little-endian. The body ends exactly after the last record. Every error names
 //! the byte offset of the field at fault and the record's number.
@@ -19,10 +19,13 @@ use crate::error::ApiError;
 /// The media type that selects this form.
 pub const CONTENT_TYPE: &str = "application/vnd.roamkv.batch";
 pub const MAGIC: &[u8; 4] = b"RKVB";
-pub const VERSION: u8 = 1;
+/// The version written: timestamps in nanoseconds.
+pub const VERSION: u8 = 2;
+/// The version before it, still read: timestamps in milliseconds.
+const VERSION_MS: u8 = 1;
 /// Magic, version, reserved, count.
 pub const HEADER_BYTES: usize = 12;
-/// device_len, sensor_len, value_len, ts_ms.
+/// device_len, sensor_len, value_len, ts.
 pub const RECORD_FIXED_BYTES: usize = 16;
 
 /// Appends a batch's header (the caller then appends `count` records).
@@ -34,11 +37,11 @@ pub fn encode_header(out: &mut Vec<u8>, count: u32) {
 
 /// Appends one record. The lengths must fit their fields (ids <= 255 bytes, values <= 256 KiB
 /// are what the server accepts anyway).
-pub fn encode_record(out: &mut Vec<u8>, device: &str, sensor: &str, ts_ms: i64, value: &[u8]) {
+pub fn encode_record(out: &mut Vec<u8>, device: &str, sensor: &str, ts_ns: i64, value: &[u8]) {
     out.extend_from_slice(&(device.len() as u16).to_le_bytes());
     out.extend_from_slice(&(sensor.len() as u16).to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    out.extend_from_slice(&ts_ms.to_le_bytes());
+    out.extend_from_slice(&ts_ns.to_le_bytes());
     out.extend_from_slice(device.as_bytes());
     out.extend_from_slice(sensor.as_bytes());
     out.extend_from_slice(value);
@@ -81,7 +84,7 @@ fn le_u32(b: &[u8]) -> usize {
 /// Decodes and checks a whole batch (nothing is written unless all of it is good).
 pub fn decode(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
     let mut r = Reader { body, at: 0 };
-    let count = decode_header(&mut r).map_err(ApiError::bad_request)?;
+    let (version, count) = decode_header(&mut r).map_err(ApiError::bad_request)?;
     if count > max {
         return Err(ApiError::too_large(format!(
             "at byte 8: the batch has {count} records, more than {max} (the limit)"
@@ -89,7 +92,7 @@ pub fn decode(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
     }
     let mut out = Vec::with_capacity(count);
     for number in 1..=count {
-        let reading = decode_record(&mut r)
+        let reading = decode_record(&mut r, version)
             .map_err(|e| ApiError::bad_request(format!("record {number}: {e}")))?;
         out.push(reading);
     }
@@ -103,7 +106,8 @@ pub fn decode(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
     Ok(out)
 }
 
-fn decode_header(r: &mut Reader<'_>) -> Result<usize, String> {
+/// The batch's version and record count.
+fn decode_header(r: &mut Reader<'_>) -> Result<(u8, usize), String> {
     let magic = r.take(4, "the magic")?;
     if magic != MAGIC {
         return Err(format!(
@@ -111,9 +115,10 @@ fn decode_header(r: &mut Reader<'_>) -> Result<usize, String> {
         ));
     }
     let version = r.take(4, "the version and reserved bytes")?;
-    if version[0] != VERSION {
+    if version[0] != VERSION && version[0] != VERSION_MS {
         return Err(format!(
-            "at byte 4: version {} is not supported (this server reads version {VERSION})",
+            "at byte 4: version {} is not supported (this server reads versions {VERSION_MS} \
+             and {VERSION})",
             version[0]
         ));
     }
@@ -124,10 +129,10 @@ fn decode_header(r: &mut Reader<'_>) -> Result<usize, String> {
     if count == 0 {
         return Err("at byte 8: the batch has no readings".into());
     }
-    Ok(count)
+    Ok((version[0], count))
 }
 
-fn decode_record(r: &mut Reader<'_>) -> Result<KeyedReading, String> {
+fn decode_record(r: &mut Reader<'_>, version: u8) -> Result<KeyedReading, String> {
     let start = r.at;
     let fixed = r.take(RECORD_FIXED_BYTES, "the record's lengths and timestamp")?;
     let (device_len, sensor_len, value_len) = (
@@ -135,23 +140,28 @@ fn decode_record(r: &mut Reader<'_>) -> Result<KeyedReading, String> {
         le_u16(&fixed[2..4]),
         le_u32(&fixed[4..8]),
     );
-    let ts_ms = i64::from_le_bytes([
+    let ts = i64::from_le_bytes([
         fixed[8], fixed[9], fixed[10], fixed[11], fixed[12], fixed[13], fixed[14], fixed[15],
     ]);
+    let ts_ns = if version == VERSION_MS {
+        roamkv_engine::ms_to_ns(ts)
+    } else {
+        ts
+    };
     let device = r.text(device_len, "the device id")?;
     let sensor = r.text(sensor_len, "the sensor id")?;
     let value = r.take(value_len, "the value")?;
     roamkv_engine::validate_record(&roamkv_engine::Record {
         device,
         sensor,
-        ts_ms,
+        ts_ns,
         value,
     })
     .map_err(|e| format!("at byte {start}: {e}"))?;
     Ok(KeyedReading {
         device: device.to_string(),
         sensor: sensor.to_string(),
-        ts_ms,
+        ts_ns,
         value: value.to_vec(),
     })
 }
@@ -182,12 +192,16 @@ mod tests {
             (
                 readings[1].device.as_str(),
                 readings[1].sensor.as_str(),
-                readings[1].ts_ms
+                readings[1].ts_ns
             ),
             ("car-2", "raw", 7)
         );
         assert_eq!(readings[1].value, vec![0, 255]);
-        assert_eq!(readings[0].ts_ms, -5);
+        assert_eq!(readings[0].ts_ns, -5);
+        // Version 1 carried milliseconds: still read, as nanoseconds.
+        let mut old = body.clone();
+        old[4] = 1;
+        assert_eq!(decode(&old, 10).expect("v1")[1].ts_ns, 7_000_000);
     }
 
     fn error(body: &[u8]) -> String {
@@ -205,8 +219,8 @@ mod tests {
         bad[0] = b'X';
         assert!(error(&bad).contains("magic"));
         let mut bad = good.clone();
-        bad[4] = 2;
-        assert!(error(&bad).starts_with("at byte 4: version 2"));
+        bad[4] = 3;
+        assert!(error(&bad).starts_with("at byte 4: version 3"));
         let mut bad = good.clone();
         bad[6] = 1;
         assert!(error(&bad).starts_with("at byte 5"));

@@ -4,7 +4,7 @@
 //! Mapping (docs/SERVER.md says why):
 //! - engine device  = the reading's `deviceName` (equal to the event's),
 //! - engine sensor  = the reading's `resourceName`,
-//! - engine ts_ms   = the reading's `origin` (ns) divided by 1 000 000, rounded down,
+//! - engine ts_ns   = the reading's `origin` (ns), exactly,
 //! - engine value   = a CBOR map ([`StoredReading`]) with everything else of the reading and
 //!   of its event: reading id, exact origin in ns, valueType, units, the value itself, tags,
 //!   and the event's id, origin, profileName and sourceName (the event's tags ride on its first
@@ -19,7 +19,6 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 pub const API_VERSION: &str = "v3";
-const NS_PER_MS: i64 = 1_000_000;
 
 /// valueType values EdgeX v3 defines.
 const VALUE_TYPES: [&str; 26] = [
@@ -180,7 +179,7 @@ pub struct StoredReading {
 pub struct KeyedReading {
     pub device: String,
     pub sensor: String,
-    pub ts_ms: i64,
+    pub ts_ns: i64,
     pub value: Vec<u8>,
 }
 
@@ -263,17 +262,19 @@ pub fn event_to_readings(
         let event_tags = if i == 0 { event.tags.as_ref() } else { None };
         out.push(keyed_reading(&event, r, event_tags)?);
     }
-    check_one_per_millisecond(&out)?;
+    check_one_per_origin(&out)?;
     Ok(out)
 }
 
-/// The store keeps one reading per (device, resource, millisecond): two in one event would
-/// silently become one. Checked on the finished batch (one sort, no per-reading copies).
-fn check_one_per_millisecond(readings: &[KeyedReading]) -> Result<(), ApiError> {
+/// The store keeps one reading per (device, resource, origin): two in one event with the same
+/// origin, to the nanosecond, would silently become one. Checked on the finished batch (one
+/// sort, no per-reading copies). The same reading posted again in another request replaces
+/// itself: a retry is stored once.
+fn check_one_per_origin(readings: &[KeyedReading]) -> Result<(), ApiError> {
     let mut keys: Vec<(&str, i64, usize)> = readings
         .iter()
         .enumerate()
-        .map(|(i, r)| (r.sensor.as_str(), r.ts_ms, i))
+        .map(|(i, r)| (r.sensor.as_str(), r.ts_ns, i))
         .collect();
     keys.sort_unstable();
     match keys
@@ -281,8 +282,8 @@ fn check_one_per_millisecond(readings: &[KeyedReading]) -> Result<(), ApiError> 
         .find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1))
     {
         Some(w) => Err(ApiError::bad_request(format!(
-            "reading {}: a second reading of resource {:?} in the same millisecond: the store \
-             keeps one reading per device, resource and millisecond",
+            "reading {}: a second reading of resource {:?} with the same origin: the store \
+             keeps one reading per device, resource and origin (nanosecond)",
             w[1].2, w[1].0
         ))),
         None => Ok(()),
@@ -436,7 +437,7 @@ fn keyed_reading(
     Ok(KeyedReading {
         device: event.device_name.clone(),
         sensor: std::mem::take(&mut r.resource_name),
-        ts_ms: r.origin.div_euclid(NS_PER_MS),
+        ts_ns: r.origin,
         value,
     })
 }
@@ -455,11 +456,11 @@ pub fn decode(reading: roamkv_engine::Reading) -> Decoded {
     let stored = ciborium::from_reader::<StoredReading, _>(reading.value.as_slice())
         .unwrap_or_else(|_| StoredReading {
             event_id: String::new(),
-            event_origin: reading.ts_ms.saturating_mul(NS_PER_MS),
+            event_origin: reading.ts_ns,
             profile_name: String::new(),
             source_name: String::new(),
             id: String::new(),
-            origin: reading.ts_ms.saturating_mul(NS_PER_MS),
+            origin: reading.ts_ns,
             value_type: "String".into(),
             units: None,
             value: Some(String::from_utf8_lossy(&reading.value).into_owned()),
@@ -520,13 +521,9 @@ pub fn group_events(readings: &[Decoded]) -> Vec<Event> {
     events.into_values().collect()
 }
 
-/// Nanoseconds to the engine's millisecond keys: [start_ns, end_ns] (inclusive, as EdgeX's
-/// range routes) becomes [from_ms, to_ms).
-pub fn ns_range_to_ms(start_ns: i64, end_ns: i64) -> (i64, i64) {
-    (
-        start_ns.div_euclid(NS_PER_MS),
-        end_ns.div_euclid(NS_PER_MS).saturating_add(1),
-    )
+/// EdgeX's inclusive [start, end] (ns) as the engine's [from, to).
+pub fn inclusive_range(start_ns: i64, end_ns: i64) -> (i64, i64) {
+    (start_ns, end_ns.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -569,7 +566,7 @@ mod tests {
         ]));
         let keyed = event_to_readings(req.clone(), None, 10).expect("valid");
         assert_eq!(keyed.len(), 3);
-        assert_eq!(keyed[0].ts_ms, 1602168089665);
+        assert_eq!(keyed[0].ts_ns, 1602168089665565300);
         // The borrowed form writes exactly what the owned StoredReading writes.
         for k in &keyed {
             let owned: StoredReading =
@@ -584,7 +581,7 @@ mod tests {
                 decode(roamkv_engine::Reading {
                     device: k.device,
                     sensor: k.sensor,
-                    ts_ms: k.ts_ms,
+                    ts_ns: k.ts_ns,
                     value: k.value,
                 })
             })
@@ -644,9 +641,9 @@ mod tests {
             (
                 request(serde_json::json!([
                     reading("t", 5_000_001),
-                    reading("t", 5_000_002)
+                    reading("t", 5_000_001)
                 ])),
-                "same millisecond",
+                "same origin",
             ),
             (
                 request(
@@ -678,7 +675,7 @@ mod tests {
                 error.message
             );
         }
-        let many: Vec<Value> = (0..11).map(|i| reading("t", (i + 1) * NS_PER_MS)).collect();
+        let many: Vec<Value> = (0..11).map(|i| reading("t", (i + 1) * 1_000_000)).collect();
         let error = event_to_readings(request(Value::Array(many)), None, 10).expect_err("413");
         assert_eq!(error.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
         let error = event_to_readings(
@@ -748,8 +745,11 @@ mod tests {
     }
 
     #[test]
-    fn nanosecond_ranges_cover_their_milliseconds() {
-        assert_eq!(ns_range_to_ms(1_999_999, 3_000_000), (1, 4));
-        assert_eq!(ns_range_to_ms(-1, 0), (-1, 1));
+    fn inclusive_ranges_end_one_nanosecond_later() {
+        assert_eq!(
+            inclusive_range(1_999_999, 3_000_000),
+            (1_999_999, 3_000_001)
+        );
+        assert_eq!(inclusive_range(0, i64::MAX), (0, i64::MAX));
     }
 }

@@ -21,6 +21,7 @@ pub mod retention;
 mod router;
 mod state;
 pub mod status;
+pub mod time_arg;
 mod v3;
 
 use std::net::SocketAddr;

@@ -70,11 +70,11 @@ struct EngineGauges {
     lower_bytes_written: Gauge,
     user_bytes: Gauge,
     write_amplification: Gauge<f64, AtomicU64>,
-    migrations: Gauge,
+    moved_readings: Gauge,
     departures: Gauge,
     trims: Gauge,
-    migration_backlog_devices: Gauge,
-    migration_backlog_bytes: Gauge,
+    overdue_segments: Gauge,
+    overdue_log_bytes: Gauge,
     log_bytes: Gauge,
     log_bytes_max: Gauge,
     write_stalls: Gauge,
@@ -217,9 +217,9 @@ impl EngineGauges {
                 &self.user_bytes,
             ),
             (
-                "migrations",
-                "Devices migrated to the lower tier since start",
-                &self.migrations,
+                "moved_readings",
+                "Readings moved out of the log into the lower tier since start",
+                &self.moved_readings,
             ),
             (
                 "departures",
@@ -232,14 +232,14 @@ impl EngineGauges {
                 &self.trims,
             ),
             (
-                "migration_backlog_devices",
-                "Upper-tier devices past their management time, not yet settled",
-                &self.migration_backlog_devices,
+                "overdue_segments",
+                "Log segments past their management time whose readings have not left the log",
+                &self.overdue_segments,
             ),
             (
-                "migration_backlog_bytes",
-                "Record bytes of upper-tier devices past their management time, not yet settled",
-                &self.migration_backlog_bytes,
+                "overdue_log_bytes",
+                "Bytes of log segments past their management time whose readings have not left the log",
+                &self.overdue_log_bytes,
             ),
             (
                 "log_bytes",
@@ -301,14 +301,11 @@ impl EngineGauges {
         set(&self.lower_bytes_written, stats.lower_bytes_written);
         set(&self.user_bytes, stats.user_bytes);
         self.write_amplification.set(stats.write_amplification());
-        set(&self.migrations, stats.migrations);
+        set(&self.moved_readings, stats.moved_records);
         set(&self.departures, stats.departures);
         set(&self.trims, stats.trims);
-        set(
-            &self.migration_backlog_devices,
-            stats.migration_backlog_devices,
-        );
-        set(&self.migration_backlog_bytes, stats.migration_backlog_bytes);
+        set(&self.overdue_segments, stats.overdue_segments);
+        set(&self.overdue_log_bytes, stats.overdue_bytes);
         set(&self.log_bytes, stats.log_bytes);
         set(&self.log_bytes_max, stats.log_bytes_max);
         set(&self.write_stalls, stats.write_stalls);

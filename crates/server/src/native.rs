@@ -4,13 +4,17 @@
 //! - `GET /devices`: every device with its tier and age;
 //! - `GET /devices/{device}/latest[?sensor=S]`: the newest reading of each sensor;
 //! - `GET /devices/{device}/readings?sensor=&from=&to=&limit=&after=`: a paged scan whose
-//!   `next` token resumes it (each page is one engine call that reads only that page);
+//!   `next` token resumes it (each page is one engine call that reads only that page); `from`
+//!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds (time_arg.rs),
+//!   `from_ns` and `to_ns` the same in nanoseconds;
 //! - `DELETE /devices/{device}`: the device departs;
 //! - `PUT|GET|DELETE /devices/{device}/retention` (`{"max_age_ms": N}`), `GET /retention`: the
 //!   device's maximum reading age, kept across restarts and applied every
 //!   `--retention-interval-s` (retention.rs).
 //!
-//! Timestamps here are the engine's: milliseconds since the epoch.
+//! Readings carry `ts_ns` (nanoseconds since the epoch, the engine's key) and `ts` (the same
+//! in RFC 3339). A line written to `POST /readings` gives `ts_ns`, or `ts` in RFC 3339 or epoch
+//! milliseconds.
 
 use std::collections::HashMap;
 
@@ -33,6 +37,7 @@ use crate::edgex::KeyedReading;
 use crate::error::ApiError;
 use crate::retention;
 use crate::state::{Shared, now_ms};
+use crate::time_arg::{format_time, parse_time};
 
 /// Default and largest page of a native scan.
 const PAGE_READINGS_DEFAULT: usize = 1000;
@@ -60,7 +65,10 @@ pub fn routes() -> Router<Shared> {
 struct Line {
     device: String,
     sensor: String,
-    ts: i64,
+    #[serde(default)]
+    ts_ns: Option<i64>,
+    #[serde(default)]
+    ts: Option<Value>,
     #[serde(default)]
     value: Option<String>,
     #[serde(default)]
@@ -82,6 +90,20 @@ fn parse_lines(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
         }
         let at = |msg: String| ApiError::bad_request(format!("line {}: {msg}", i + 1));
         let line: Line = serde_json::from_str(line).map_err(|e| at(e.to_string()))?;
+        let ts_ns = match (line.ts_ns, &line.ts) {
+            (Some(ns), None) => ns,
+            (None, Some(Value::Number(ms))) => roamkv_engine::ms_to_ns(
+                ms.as_i64()
+                    .ok_or_else(|| at(format!("ts {ms} is not an integer")))?,
+            ),
+            (None, Some(Value::String(text))) => parse_time(text).map_err(at)?,
+            _ => {
+                return Err(at(
+                    "give exactly one of ts_ns (nanoseconds) and ts (RFC 3339 or milliseconds)"
+                        .into(),
+                ));
+            }
+        };
         let value = match (line.value, line.value_b64) {
             (Some(v), None) => v.into_bytes(),
             (None, Some(b)) => STANDARD
@@ -92,14 +114,14 @@ fn parse_lines(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
         let record = roamkv_engine::Record {
             device: &line.device,
             sensor: &line.sensor,
-            ts_ms: line.ts,
+            ts_ns,
             value: &value,
         };
         roamkv_engine::validate_record(&record).map_err(|e| at(e.to_string()))?;
         out.push(KeyedReading {
             device: line.device,
             sensor: line.sensor,
-            ts_ms: line.ts,
+            ts_ns,
             value,
         });
     }
@@ -140,7 +162,9 @@ async fn post_readings(
 }
 
 fn reading_json(r: Reading) -> Value {
-    let mut out = json!({"device": r.device, "sensor": r.sensor, "ts": r.ts_ms});
+    let mut out = json!({
+        "device": r.device, "sensor": r.sensor, "ts_ns": r.ts_ns, "ts": format_time(r.ts_ns),
+    });
     match String::from_utf8(r.value) {
         Ok(text) => out["value"] = Value::String(text),
         Err(e) => out["value_b64"] = Value::String(STANDARD.encode(e.into_bytes())),
@@ -159,7 +183,8 @@ async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError>
                 "tier": d.tier.name(),
                 "registered_at_ms": d.registered_at_ms,
                 "age_ms": now.saturating_sub(d.registered_at_ms),
-                "upper_records": d.upper_records,
+                "log_readings": d.log_readings,
+                "lower_runs": d.lower_runs,
             })
         })
         .collect();
@@ -184,7 +209,7 @@ async fn latest(
 
 /// The continuation token: base64url of "sensor NUL ts" (ids hold no NUL).
 fn encode_token(cursor: &ScanCursor) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}\0{}", cursor.sensor, cursor.ts_ms))
+    URL_SAFE_NO_PAD.encode(format!("{}\0{}", cursor.sensor, cursor.ts_ns))
 }
 
 fn decode_token(token: &str) -> Result<ScanCursor, ApiError> {
@@ -198,16 +223,26 @@ fn decode_token(token: &str) -> Result<ScanCursor, ApiError> {
     let (sensor, ts) = text.split_once('\0').ok_or_else(bad)?;
     Ok(ScanCursor {
         sensor: sensor.to_string(),
-        ts_ms: ts.parse().map_err(|_| bad())?,
+        ts_ns: ts.parse().map_err(|_| bad())?,
     })
 }
 
-fn parse_i64(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64, ApiError> {
-    match query.get(name) {
-        Some(text) => text
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("{name} {text:?} is not an integer (ms)"))),
-        None => Ok(default),
+/// A window bound: `NAME_ns` (integer nanoseconds) or `NAME` (time_arg.rs), not both.
+fn parse_bound(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64, ApiError> {
+    let ns_name = format!("{name}_ns");
+    match (query.get(name), query.get(&ns_name)) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(format!(
+            "give {name} or {ns_name}, not both"
+        ))),
+        (Some(text), None) => {
+            parse_time(text).map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
+        }
+        (None, Some(text)) => text.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "{ns_name} {text:?} is not an integer (nanoseconds since the epoch)"
+            ))
+        }),
+        (None, None) => Ok(default),
     }
 }
 
@@ -216,8 +251,8 @@ async fn scan(
     Path(device): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let from = parse_i64(&query, "from", i64::MIN)?;
-    let to = parse_i64(&query, "to", i64::MAX)?;
+    let from = parse_bound(&query, "from", i64::MIN)?;
+    let to = parse_bound(&query, "to", i64::MAX)?;
     let limit = match query.get("limit") {
         Some(text) => text
             .parse::<usize>()
@@ -246,7 +281,7 @@ fn check_device(device: &str) -> Result<(), ApiError> {
     roamkv_engine::validate_record(&roamkv_engine::Record {
         device,
         sensor: "s",
-        ts_ms: 0,
+        ts_ns: 0,
         value: b"",
     })
     .map_err(|e| ApiError::bad_request(format!("device name: {e}")))
@@ -360,7 +395,7 @@ async fn depart_device(
             roamkv_engine::validate_record(&roamkv_engine::Record {
                 device: &device,
                 sensor: "s",
-                ts_ms: 0,
+                ts_ns: 0,
                 value: b"",
             })
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -386,7 +421,7 @@ mod tests {
     fn tokens_round_trip_and_foreign_ones_are_refused() {
         let cursor = ScanCursor {
             sensor: "speed".into(),
-            ts_ms: -42,
+            ts_ns: -42,
         };
         assert_eq!(decode_token(&encode_token(&cursor)).expect("token"), cursor);
         assert!(decode_token("!!").is_err());

@@ -149,12 +149,12 @@ impl AppState {
     pub fn apply_cutoff(
         &self,
         device: &str,
-        cutoff_ms: i64,
+        cutoff_ns: i64,
         how: &'static str,
     ) -> Result<Applied, ApiError> {
         if self
             .engine
-            .depart_if_older_than(device, cutoff_ms)
+            .depart_if_older_than(device, cutoff_ns)
             .map_err(ApiError::from_engine)?
         {
             self.history.lock().push_departure(Departure {
@@ -167,7 +167,7 @@ impl AppState {
         Ok(
             if self
                 .engine
-                .trim_before(device, cutoff_ms)
+                .trim_before(device, cutoff_ns)
                 .map_err(ApiError::from_engine)?
             {
                 Applied::Trimmed
@@ -187,8 +187,9 @@ impl AppState {
 }
 
 /// Readings with ts < now - max_age are past their retention.
+/// The cutoff (ns since the epoch) of a maximum age in milliseconds: readings older go.
 pub fn cutoff_for(max_age_ms: u64) -> i64 {
-    i64::try_from(now_ms().saturating_sub(max_age_ms)).unwrap_or(i64::MAX)
+    roamkv_engine::ms_to_ns(i64::try_from(now_ms().saturating_sub(max_age_ms)).unwrap_or(i64::MAX))
 }
 
 /// Applies every setting every `interval`, until shutdown. A device that fails (e.g. the log

@@ -99,7 +99,7 @@ impl AppState {
                 .map(|r| Record {
                     device: &r.device,
                     sensor: &r.sensor,
-                    ts_ms: r.ts_ms,
+                    ts_ns: r.ts_ns,
                     value: &r.value,
                 })
                 .collect();
@@ -135,8 +135,8 @@ impl AppState {
         &self,
         device: Option<&str>,
         resource: Option<&str>,
-        from_ms: i64,
-        to_ms: i64,
+        from_ns: i64,
+        to_ns: i64,
     ) -> Result<Vec<Decoded>, ApiError> {
         let devices: Vec<String> = match device {
             Some(d) => vec![d.to_string()],
@@ -152,8 +152,8 @@ impl AppState {
                     .scan_page(
                         device,
                         resource,
-                        from_ms,
-                        to_ms,
+                        from_ns,
+                        to_ns,
                         after.as_ref(),
                         QUERY_PAGE_READINGS,
                     )

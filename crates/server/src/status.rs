@@ -185,7 +185,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
 <h1>roamkv serve</h1><div class="sub">version {version} · management time {mt} s · {durability_note}</div>
 <div class="tiles">
 <div class="tile" id="upper">upper tier<b>{upper}</b>devices</div>
-<div class="tile" id="migrating">migrating<b>{migrating}</b>devices</div>
+<div class="tile" id="windows">lower-tier runs<b>{windows}</b>windows</div>
 <div class="tile" id="lower">lower tier<b>{lower}</b>devices</div>
 <div class="tile">readings ingested<b>{readings}</b>since start</div>
 <div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
@@ -196,7 +196,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
         mt = management_time_ms / 1000,
         durability_note = format_args!("{} live log segments", stats.live_segments),
         upper = count(DeviceTier::Upper),
-        migrating = count(DeviceTier::Migrating),
+        windows = stats.windows,
         lower = count(DeviceTier::Lower),
         readings = history.samples.back().map_or(0, |s| s.readings_total),
         wa = stats.write_amplification(),
@@ -207,24 +207,24 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
 
 /// The newest devices, with tier and age (at most DEVICES_LISTED_MAX).
 fn render_devices(html: &mut String, devices: &[DeviceInfo], now_ms: u64) {
-    html.push_str("<h2>Devices</h2><table><tr><th>device</th><th>tier</th><th>age</th><th>upper-tier readings</th></tr>");
+    html.push_str("<h2>Devices</h2><table><tr><th>device</th><th>tier</th><th>age</th><th>readings in the log</th><th>lower-tier runs</th></tr>");
     let mut newest: Vec<&DeviceInfo> = devices.iter().collect();
     newest.sort_by_key(|d| std::cmp::Reverse(d.registered_at_ms));
     for d in newest.iter().take(DEVICES_LISTED_MAX) {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{} s</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{} s</td><td>{}</td><td>{}</td></tr>",
             escape(&d.name),
             d.tier.name(),
             now_ms.saturating_sub(d.registered_at_ms) / 1000,
-            d.upper_records
-                .map_or("settled".to_string(), |n| n.to_string()),
+            d.log_readings,
+            d.lower_runs,
         );
     }
     if devices.len() > DEVICES_LISTED_MAX {
         let _ = write!(
             html,
-            "<tr><td colspan=4>… and {} more</td></tr>",
+            "<tr><td colspan=5>… and {} more</td></tr>",
             devices.len() - DEVICES_LISTED_MAX
         );
     }
@@ -277,7 +277,8 @@ mod tests {
             name: "car&1".into(),
             tier: DeviceTier::Upper,
             registered_at_ms: 0,
-            upper_records: Some(3),
+            log_readings: 3,
+            lower_runs: 0,
         }];
         let html = render(&PageInput {
             stats: &Stats::default(),

@@ -77,7 +77,7 @@ fn check_device(name: &str) -> Result<(), ApiError> {
     roamkv_engine::validate_record(&roamkv_engine::Record {
         device: name,
         sensor: "s",
-        ts_ms: 0,
+        ts_ns: 0,
         value: b"",
     })
     .map_err(|e| ApiError::bad_request(format!("device name: {e}")))
@@ -87,7 +87,7 @@ fn check_resource(name: &str) -> Result<(), ApiError> {
     roamkv_engine::validate_record(&roamkv_engine::Record {
         device: "d",
         sensor: name,
-        ts_ms: 0,
+        ts_ns: 0,
         value: b"",
     })
     .map_err(|e| ApiError::bad_request(format!("resource name: {e}")))
@@ -152,11 +152,11 @@ async fn events_response(
     let paging = paging(&query, state.config.max_result_count)?;
     let events = state
         .blocking(move |s| {
-            let (from_ms, to_ms) = match window_ns {
-                Some((start, end)) => edgex::ns_range_to_ms(start, end),
+            let (from_ns, to_ns) = match window_ns {
+                Some((start, end)) => edgex::inclusive_range(start, end),
                 None => (i64::MIN, i64::MAX),
             };
-            let readings = s.collect(device.as_deref(), None, from_ms, to_ms)?;
+            let readings = s.collect(device.as_deref(), None, from_ns, to_ns)?;
             let mut events = edgex::group_events(&readings);
             if let Some((start, end)) = window_ns {
                 events.retain(|e| (start..=end).contains(&e.origin));
@@ -186,11 +186,11 @@ async fn readings_response(
     let paging = paging(&query, state.config.max_result_count)?;
     let readings = state
         .blocking(move |s| {
-            let (from_ms, to_ms) = match window_ns {
-                Some((start, end)) => edgex::ns_range_to_ms(start, end),
+            let (from_ns, to_ns) = match window_ns {
+                Some((start, end)) => edgex::inclusive_range(start, end),
                 None => (i64::MIN, i64::MAX),
             };
-            let mut readings = s.collect(device.as_deref(), resource.as_deref(), from_ms, to_ms)?;
+            let mut readings = s.collect(device.as_deref(), resource.as_deref(), from_ns, to_ns)?;
             if let Some((start, end)) = window_ns {
                 readings.retain(|r| (start..=end).contains(&r.stored.origin));
             }
@@ -372,15 +372,13 @@ pub async fn delete_by_age(
             "age {age:?} is not a non-negative number of nanoseconds"
         ))
     })?;
+    // Readings with origin < cutoff go; none at or after it.
     let cutoff_ns = now_ns().saturating_sub(age_ns);
-    // Readings of milliseconds that end before the cutoff go (ts_ms < cutoff_ms), so no reading
-    // at or after the cutoff is ever removed; one within the cutoff's millisecond stays.
-    let cutoff_ms = cutoff_ns.div_euclid(1_000_000);
     let counts = state
         .blocking(move |s| {
             let mut counts = [0usize; 3];
             for device in s.engine.devices() {
-                let slot = match s.apply_cutoff(&device.name, cutoff_ms, "age")? {
+                let slot = match s.apply_cutoff(&device.name, cutoff_ns, "age")? {
                     Applied::Departed => 0,
                     Applied::Trimmed => 1,
                     Applied::Unchanged => 2,

@@ -291,7 +291,7 @@ async fn native_api_pages_scans_and_departs() {
     for sensor in ["alt", "speed"] {
         for ts in 0..25 {
             lines.push_str(
-                &json!({"device": "drone-1", "sensor": sensor, "ts": ts, "value": format!("{ts}")})
+                &json!({"device": "drone-1", "sensor": sensor, "ts_ns": ts, "value": format!("{ts}")})
                     .to_string(),
             );
             lines.push('\n');
@@ -326,7 +326,7 @@ async fn native_api_pages_scans_and_departs() {
         for r in b["readings"].as_array().expect("readings") {
             seen.push((
                 r["sensor"].as_str().expect("s").to_string(),
-                r["ts"].as_i64().expect("ts"),
+                r["ts_ns"].as_i64().expect("ts_ns"),
             ));
         }
         match b["next"].as_str() {
@@ -342,10 +342,10 @@ async fn native_api_pages_scans_and_departs() {
 
     let (_, b) = server.get("/api/roamkv/v1/devices/drone-1/latest").await;
     assert_eq!(b["readings"].as_array().map(Vec::len), Some(2));
-    assert_eq!(b["readings"][1]["ts"], 24);
+    assert_eq!(b["readings"][1]["ts_ns"], 24);
     let (_, b) = server.get("/api/roamkv/v1/devices").await;
     assert_eq!(b["devices"][0]["tier"], "upper");
-    assert_eq!(b["devices"][0]["upper_records"], 50);
+    assert_eq!(b["devices"][0]["log_readings"], 50);
     // Native readings show through the EdgeX routes too, as String readings.
     let (_, b) = server
         .get("/api/v3/reading/count/device/name/drone-1")

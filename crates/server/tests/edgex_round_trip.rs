@@ -362,7 +362,7 @@ async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
     let (_, body) = server
         .get("/api/roamkv/v1/devices/bus-1/latest?sensor=speed")
         .await;
-    assert_eq!(body["readings"][0]["ts"], now.div_euclid(MS), "{body}");
+    assert_eq!(body["readings"][0]["ts_ns"], now, "{body}");
 
     let (status, _) = server.delete("/api/v3/event/device/name/bus-1").await;
     assert_eq!(status, 202);
@@ -375,7 +375,7 @@ async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
         "{text}"
     );
     assert!(
-        metric(&text, "roamkv_migrations").is_some_and(|m| m >= 1.0),
+        metric(&text, "roamkv_moved_readings").is_some_and(|m| m >= 1.0),
         "{text}"
     );
     server.stop().await;

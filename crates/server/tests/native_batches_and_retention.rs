@@ -66,7 +66,7 @@ async fn binary_batches_are_written_and_bad_ones_name_their_offset() {
     assert_eq!(car1.len(), 2, "{car1:?}");
     assert_eq!(car1[0]["value_b64"], "AP8=", "{car1:?}");
     assert_eq!(car1[1]["value"], "88.5", "{car1:?}");
-    assert_eq!(readings(&server, "car-2").await[0]["ts"], -7);
+    assert_eq!(readings(&server, "car-2").await[0]["ts_ns"], -7);
 
     // Each bad batch: 400 (413 over the limit) naming the offset; nothing of it is written.
     let one =
@@ -192,7 +192,7 @@ async fn retention_settings_apply_now_and_periodically_and_survive_a_restart() {
     let a: Vec<i64> = readings(&server, "sensor-a")
         .await
         .iter()
-        .filter_map(|r| r["ts"].as_i64())
+        .filter_map(|r| r["ts_ns"].as_i64().map(|ns| ns / 1_000_000))
         .collect();
     assert_eq!(a, [now], "sensor-a keeps only its recent reading");
     let (status, _) = server.get("/api/roamkv/v1/devices/sensor-b/latest").await;

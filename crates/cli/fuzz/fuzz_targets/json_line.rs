@@ -5,6 +5,9 @@
 #[path = "../../src/json.rs"]
 #[allow(dead_code)]
 mod json;
+#[path = "../../../server/src/time_arg.rs"]
+#[allow(dead_code)]
+mod time_arg;
 
 use json::{InputLine, OutputLine};
 use libfuzzer_sys::fuzz_target;
@@ -16,15 +19,15 @@ fuzz_target!(|data: &[u8]| {
     let Ok(line) = serde_json::from_str::<InputLine>(text) else {
         return;
     };
-    let Ok(value) = line.value_bytes() else {
+    let (Ok(value), Ok(ts_ns)) = (line.value_bytes(), line.ts_ns()) else {
         return;
     };
-    let out = OutputLine::new(&line.device, &line.sensor, line.ts, &value);
+    let out = OutputLine::new(&line.device, &line.sensor, ts_ns, &value);
     let printed = serde_json::to_string(&out).expect("an output line serializes");
     let again: InputLine = serde_json::from_str(&printed).expect("an output line parses as input");
     assert_eq!(
-        (again.device.as_str(), again.sensor.as_str(), again.ts),
-        (line.device.as_str(), line.sensor.as_str(), line.ts)
+        (again.device.as_str(), again.sensor.as_str(), again.ts_ns()),
+        (line.device.as_str(), line.sensor.as_str(), Ok(ts_ns))
     );
     assert_eq!(again.value_bytes().expect("value of a printed line"), value);
 });

@@ -36,7 +36,24 @@ use crate::state::{Inner, LowerBook, State, Window};
 use crate::stats::Counters;
 use crate::upper::IndexEntry;
 
-use super::{Reason, note_windows};
+/// Why a segment leaves the log now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// Its management time ended.
+    Due,
+    /// Early: the log is near its budget, or the index over its cap.
+    Early,
+    /// Every device with readings in it has left.
+    Dead,
+}
+
+/// Notes that a device now holds readings in more windows (or trims) than reads should
+/// check: maintenance consolidates it next.
+fn note_windows(inner: &Inner, st: &mut State, id: DeviceId, windows: usize, trims: usize) {
+    if windows > inner.options.runs_per_device_max || trims > keys::TRIMS_PER_DEVICE_MAX {
+        st.lower.consolidation_wanted.push(id);
+    }
+}
 
 /// One reading to move: whose, and where it is in the segment.
 struct Moving {
@@ -434,65 +451,10 @@ fn commit(
 ) {
     let c = &inner.counters;
     let mut st = inner.state.lock();
-    let applied = st.log.applied_end;
-    for (id, lower_id, _) in &snapshot.new_devices {
-        if st.map.entry(*id).is_some() {
-            st.map.place(
-                *id,
-                LowerPlace {
-                    lower_id: *lower_id,
-                    ..LowerPlace::default()
-                },
-            );
-        } else {
-            // It left while the pass ran: the catalog names it (the batch was built before);
-            // forgotten once its DEPART is durable.
-            st.lower.forget.push((*lower_id, applied));
-        }
-    }
-    let mut moved_devices: Vec<DeviceId> = snapshot.moving.iter().map(|m| m.device).collect();
-    moved_devices.dedup();
-    let mut moved_records = 0;
-    for id in moved_devices {
-        let State {
-            map, index_bytes, ..
-        } = &mut *st;
-        if let Some(entry) = map.entry_mut(id) {
-            let before = entry.index.index_bytes();
-            let (records, bytes) = entry.index.remove_oldest_segment(snapshot.seq);
-            moved_records += records;
-            *index_bytes -= before - entry.index.index_bytes();
-            st.index_changed((records, bytes), (0, 0));
-        }
-    }
+    place_new_devices(&mut st, snapshot);
+    let moved_records = remove_moved_entries(&mut st, snapshot);
     for (run, bytes) in runs.iter().zip(file_bytes) {
-        let mut live_bytes = 0;
-        let mut members = Vec::new();
-        for (id, (_, member_bytes)) in &run.members {
-            let Some(entry) = st.map.entry_mut(*id) else {
-                continue; // left while the pass ran: its readings here are dead on arrival
-            };
-            let Some(place) = entry.lower.as_mut() else {
-                continue;
-            };
-            place.windows.push((run.win, *member_bytes));
-            let (windows, trims) = (place.windows.len(), entry.trims.len());
-            live_bytes += member_bytes;
-            members.push(*id);
-            note_windows(inner, &mut st, *id, windows, trims);
-        }
-        st.lower.windows.insert(
-            run.win,
-            Window {
-                live_bytes,
-                file_bytes: *bytes,
-                members,
-            },
-        );
-        if live_bytes == 0 {
-            let at = st.log.applied_end;
-            st.lower.dead.push((run.win, at));
-        }
+        add_window(inner, &mut st, run, *bytes);
     }
     for &(device, _, before_ns) in &snapshot.settled_trims {
         if let Some(entry) = st.map.entry_mut(device)
@@ -512,5 +474,78 @@ fn commit(
     Counters::add(&c.segments_aged, 1);
     if reason == Reason::Early {
         Counters::add(&c.early_migrations, 1);
+    }
+}
+
+/// Devices the catalog learned in this pass get their place; one that left while the pass ran
+/// is named by the catalog (the batch was built before) and forgotten once its DEPART is
+/// durable.
+fn place_new_devices(st: &mut State, snapshot: &Snapshot) {
+    let applied = st.log.applied_end;
+    for (id, lower_id, _) in &snapshot.new_devices {
+        if st.map.entry(*id).is_some() {
+            st.map.place(
+                *id,
+                LowerPlace {
+                    lower_id: *lower_id,
+                    ..LowerPlace::default()
+                },
+            );
+        } else {
+            st.lower.forget.push((*lower_id, applied));
+        }
+    }
+}
+
+/// The moved readings leave the devices' indexes (the segment's entries: S is sealed, so every
+/// entry in it now is one the snapshot took, or one removed since). Returns their count.
+fn remove_moved_entries(st: &mut State, snapshot: &Snapshot) -> u64 {
+    let mut moved_devices: Vec<DeviceId> = snapshot.moving.iter().map(|m| m.device).collect();
+    moved_devices.dedup();
+    let mut moved_records = 0;
+    for id in moved_devices {
+        let State {
+            map, index_bytes, ..
+        } = &mut *st;
+        if let Some(entry) = map.entry_mut(id) {
+            let before = entry.index.index_bytes();
+            let (records, bytes) = entry.index.remove_oldest_segment(snapshot.seq);
+            moved_records += records;
+            *index_bytes -= before - entry.index.index_bytes();
+            st.index_changed((records, bytes), (0, 0));
+        }
+    }
+    moved_records
+}
+
+/// A window joins the bookkeeping: its devices (still here) read it; a window nobody reads is
+/// dead on arrival.
+fn add_window(inner: &Inner, st: &mut State, run: &WindowRun, file_bytes: u64) {
+    let mut live_bytes = 0;
+    let mut members = Vec::new();
+    for (id, (_, member_bytes)) in &run.members {
+        let Some(entry) = st.map.entry_mut(*id) else {
+            continue; // left while the pass ran: its readings here are dead on arrival
+        };
+        let Some(place) = entry.lower.as_mut() else {
+            continue;
+        };
+        place.windows.push((run.win, *member_bytes));
+        let (windows, trims) = (place.windows.len(), entry.trims.len());
+        live_bytes += member_bytes;
+        members.push(*id);
+        note_windows(inner, st, *id, windows, trims);
+    }
+    st.lower.windows.insert(
+        run.win,
+        Window {
+            live_bytes,
+            file_bytes,
+            members,
+        },
+    );
+    if live_bytes == 0 {
+        let at = st.log.applied_end;
+        st.lower.dead.push((run.win, at));
     }
 }

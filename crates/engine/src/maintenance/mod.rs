@@ -21,6 +21,8 @@
 pub(crate) mod age_out;
 pub(crate) mod consolidate;
 
+use age_out::Reason;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -39,17 +41,6 @@ use crate::options::MoveRule;
 use crate::spares::Retired;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
-
-/// Why a segment leaves the log now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reason {
-    /// Its management time ended.
-    Due,
-    /// Early: the log is near its budget, or the index over its cap.
-    Early,
-    /// Every device with readings in it has left.
-    Dead,
-}
 
 /// What maintenance should do next.
 enum Work {
@@ -173,19 +164,6 @@ fn consolidation_candidates(st: &mut State) -> Vec<DeviceId> {
     devices.sort_unstable();
     devices.dedup();
     devices
-}
-
-/// Notes that a device now holds readings in more windows than reads should touch.
-pub(crate) fn note_windows(
-    inner: &Inner,
-    st: &mut State,
-    id: DeviceId,
-    windows: usize,
-    trims: usize,
-) {
-    if windows > inner.options.runs_per_device_max || trims > keys::TRIMS_PER_DEVICE_MAX {
-        st.lower.consolidation_wanted.push(id);
-    }
 }
 
 /// Passes that take segments early until the index is below its low-water mark. Writers that

@@ -215,7 +215,7 @@ pub fn roamkv_sessions_with(
             let record = Record {
                 device: &device,
                 sensor: "row",
-                ts_ms: i as i64,
+                ts_ns: i as i64,
                 value: &payload,
             };
             let t0 = Instant::now();

@@ -75,7 +75,7 @@ mod with_engine {
                     .map(|(d, s, i, v)| Record {
                         device: &devices[*d],
                         sensor: &sensors[*s],
-                        ts_ms: spec.ts(*i),
+                        ts_ns: spec.ts(*i),
                         value: v,
                     })
                     .collect();
@@ -106,8 +106,11 @@ mod with_engine {
             })
         }
 
-        /// Lets the management time pass and migrates every device into the lower tier.
+        /// Lets the management time pass and moves every reading into the lower tier: half a
+        /// management time seals the log's segment, one more makes it due.
         pub fn migrate_all(&mut self) -> Result<(), LabError> {
+            self.clock.advance_ms(MANAGEMENT_TIME_MS);
+            self.engine.maintain().map_err(engine_err)?;
             self.clock.advance_ms(MANAGEMENT_TIME_MS * 2);
             self.engine.maintain().map_err(engine_err)?;
             let stats = self.engine.stats();
