@@ -414,19 +414,7 @@ fn run_engine(
     drop(cgroup);
     summarize_points(&mut run, &points);
     match result {
-        Ok(w) => {
-            record_result(&mut run, &w, before, after);
-            if let (Some(first), Some((last, _, _))) = (&first_measured, &previous) {
-                let device = std::mem::take(&mut run.diagnosis);
-                run.diagnosis = Diagnosis {
-                    device_bytes_read: device.device_bytes_read,
-                    read_write_ratio: device.read_write_ratio,
-                    put_p50_us: w.put_p50_us,
-                    put_p999_us: w.put_p999_us,
-                    ..diagnose(first, last, w.user_bytes)
-                };
-            }
-        }
+        Ok(w) => record_outcome(&mut run, &w, (before, after), first_measured, previous),
         Err(e) => {
             let at = points.last().map_or(0.0, |p| p.t_s);
             run.failure = Some(format!("after {at:.0} s: {e}"));
@@ -514,6 +502,27 @@ fn worker_spec(
 
 /// A completed run's figures: throughput and latencies from the worker, write amplification from
 /// the device's counters between the start of the measured phase and the end.
+/// A finished run's totals and its diagnosis (from the first measured tick to the last).
+fn record_outcome(
+    run: &mut SteadyRun,
+    w: &WorkerResult,
+    (before, after): (DevStat, DevStat),
+    first_measured: Option<Tick>,
+    previous: Option<(Tick, DevStat, Instant)>,
+) {
+    record_result(run, w, before, after);
+    if let (Some(first), Some((last, _, _))) = (&first_measured, &previous) {
+        let device = std::mem::take(&mut run.diagnosis);
+        run.diagnosis = Diagnosis {
+            device_bytes_read: device.device_bytes_read,
+            read_write_ratio: device.read_write_ratio,
+            put_p50_us: w.put_p50_us,
+            put_p999_us: w.put_p999_us,
+            ..diagnose(first, last, w.user_bytes)
+        };
+    }
+}
+
 fn record_result(run: &mut SteadyRun, w: &WorkerResult, before: DevStat, after: DevStat) {
     let start = w
         .device_at_measure_start

@@ -109,6 +109,44 @@ fn module_files(src: &Path) -> BTreeMap<String, PathBuf> {
             out.insert(parts.join("::"), path);
         }
     }
+    // Modules compiled in from elsewhere (`#[path = "..."] mod name;`) are modules too.
+    let declared: Vec<(String, PathBuf)> = out
+        .iter()
+        .flat_map(|(module, file)| path_modules(module, file))
+        .collect();
+    out.extend(declared);
+    out
+}
+
+/// The `#[path = "..."] mod name;` declarations of `module` (in `file`): (module path, file).
+fn path_modules(module: &str, file: &Path) -> Vec<(String, PathBuf)> {
+    let text = std::fs::read_to_string(file).expect("read module");
+    let mut out = Vec::new();
+    let mut pending: Option<&str> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(path) = line
+            .strip_prefix("#[path = \"")
+            .and_then(|l| l.strip_suffix("\"]"))
+        {
+            pending = Some(path);
+            continue;
+        }
+        if line.starts_with("#[") {
+            continue;
+        }
+        let name = line
+            .strip_prefix("mod ")
+            .or_else(|| line.strip_prefix("pub mod "))
+            .and_then(|l| l.strip_suffix(';'));
+        if let (Some(path), Some(name)) = (pending.take(), name) {
+            let full = if module.is_empty() {
+                name.to_string()
+            } else {
+                format!("{module}::{name}")
+            };
+            out.push((full, file.parent().expect("a file's folder").join(path)));
+        }
+    }
     out
 }
 
@@ -317,4 +355,19 @@ fn the_cycle_check_finds_a_cycle_when_there_is_one() {
     assert_eq!(deps("a"), BTreeSet::from(["b".to_string()]));
     assert_eq!(deps("b"), BTreeSet::from(["c".to_string()]));
     assert_eq!(deps("c"), BTreeSet::from(["a".to_string()]));
+    // A module compiled in from another folder is a module of its own, not the crate root.
+    std::fs::create_dir(src.join("elsewhere")).expect("mkdir");
+    std::fs::write(src.join("elsewhere/shared.rs"), "pub fn f() {}\n").expect("write");
+    std::fs::write(
+        src.join("lib.rs"),
+        "mod a;\nmod b;\nmod c;\n#[path = \"elsewhere/shared.rs\"]\nmod shared;\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("a.rs"), "use crate::shared::f;\n").expect("write");
+    let modules = module_files(src);
+    assert!(modules.contains_key("shared"), "{modules:?}");
+    assert_eq!(
+        dependencies("a", &modules["a"], &modules),
+        BTreeSet::from(["shared".to_string()])
+    );
 }

@@ -46,12 +46,13 @@ fn run(step: PassStep, durability: Durability) {
         ..options(&clock)
     };
     let engine = Engine::open(dir.path(), options.clone()).expect("open");
-    // "stays" has readings in a window already and more in the segment being taken; "leaves"
-    // has a window of its own that its departure kills (so the pass has a window to drop).
-    write(&engine, "stays", 0, 50);
+    // "leaves" has a window of its own that its departure kills (so the pass has a window to
+    // drop); "stays" has readings in a window already and more in the segment being taken.
     write(&engine, "leaves", 0, 50);
     settle(&engine, &clock);
-    assert_eq!(engine.stats().windows, 1);
+    write(&engine, "stays", 0, 50);
+    settle(&engine, &clock);
+    assert_eq!(engine.stats().windows, 2);
     write(&engine, "stays", 50, 100);
     write(&engine, "new", 0, 50);
     clock.advance_ms(MANAGEMENT_MS / 2);
@@ -65,8 +66,9 @@ fn run(step: PassStep, durability: Durability) {
     assert!(failed.is_err(), "{step:?}: the fail point fired");
     engine.abandon();
 
-    let engine = Engine::open(dir.path(), options.clone()).expect("reopen");
     let label = format!("{step:?} ({durability:?})");
+    let engine = Engine::open(dir.path(), options.clone())
+        .unwrap_or_else(|e| panic!("{label}: reopen: {e}"));
     assert_eq!(check(&engine, "stays"), 200, "{label}");
     assert_eq!(check(&engine, "new"), 100, "{label}");
     assert_eq!(
@@ -79,6 +81,10 @@ fn run(step: PassStep, durability: Durability) {
     assert_eq!(
         s.upper.records, 0,
         "{label}: every reading left the log: {s:?}"
+    );
+    assert_eq!(
+        s.windows, 2,
+        "{label}: the window only \"leaves\" read is dropped, the others stay: {s:?}"
     );
     assert_eq!(
         s.lower_diagnostics.ingested_files_by_level[..6]
