@@ -86,6 +86,9 @@ for name, line in [
     ("text", {"device": "car-17", "sensor": "speed", "ts": 1700000000000, "value": "88.5"}),
     ("base64", {"device": "car-17", "sensor": "raw", "ts": -1, "value_b64": "/wA="}),
     ("both", {"device": "d", "sensor": "s", "ts": 0, "value": "x", "value_b64": "eA=="}),
+    ("ts-ns", {"device": "d", "sensor": "s", "ts_ns": 1700000000000000001, "value": "v"}),
+    ("rfc3339", {"device": "d", "sensor": "s", "ts": "2026-11-23T10:00:00.5Z", "value": "v"}),
+    ("both-times", {"device": "d", "sensor": "s", "ts_ns": -5, "ts": "-1h", "value": "v"}),
 ]:
     write("cli", "json_line", name, json.dumps(line).encode())
 write("cli", "json_line", "unknown-field", b'{"device":"d","sensor":"s","ts":1,"value":"v","extra":1}')

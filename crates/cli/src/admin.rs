@@ -238,10 +238,10 @@ pub fn get(args: &GetArgs) -> Result<(), String> {
     {
         Some(value) => print_line(&OutputLine::new(&args.device, &args.sensor, ts_ns, &value)),
         None => Err(format!(
-            "no reading of {}/{} at {}",
+            "no reading of {}/{} at {} (ts_ns {ts_ns})",
             args.device,
             args.sensor,
-            time_arg::format_time(ts_ns)
+            time_arg::format_time(ts_ns).unwrap_or_else(|| "a time before 1970".into())
         )),
     }
 }

@@ -67,7 +67,9 @@ pub struct OutputLine<'a> {
     pub device: &'a str,
     pub sensor: &'a str,
     pub ts_ns: i64,
-    pub ts: String,
+    /// RFC 3339; left out before 1970 (time_arg.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -433,6 +433,7 @@ fn stats(inner: &Inner) -> Stats {
             live_segments: st.log.segments.len() as u64,
             pending_bytes: st.log.queued_bytes as u64,
             devices: st.map.len() as u64,
+            mapping_table_scans: st.map.scans(),
             last_maintenance_error: st.last_maintenance_error.clone(),
             windows: st.lower.windows.len() as u64,
             window_file_bytes,

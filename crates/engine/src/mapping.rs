@@ -7,6 +7,7 @@
 //! old one can never be applied to the new one.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lower::keys::WindowTrim;
 use crate::upper::DeviceIndex;
@@ -53,6 +54,9 @@ pub struct MappingTable {
     next_id: DeviceId,
     /// Devices with a place in the lower tier (kept as they change: stats never scan).
     placed: u64,
+    /// Walks over the whole table (`entries`): device listings and checks, never maintenance
+    /// (crates/engine/tests/pass_cost.rs holds it to that).
+    scans: AtomicU64,
 }
 
 impl MappingTable {
@@ -131,6 +135,12 @@ impl MappingTable {
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (DeviceId, &DeviceEntry)> {
+        self.scans.fetch_add(1, Ordering::Relaxed);
         self.devices.iter().map(|(id, e)| (*id, e))
+    }
+
+    /// How many times the whole table was walked.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(Ordering::Relaxed)
     }
 }

@@ -92,6 +92,9 @@ pub struct Stats {
     /// Devices in the mapping table, and the limit.
     pub devices: u64,
     pub devices_max: u64,
+    /// Walks over the whole mapping table (device listings, `check`); maintenance never walks
+    /// it, so its cost does not grow with the devices present.
+    pub mapping_table_scans: u64,
     /// Values one run (one pass's window, one consolidation) holds in memory.
     pub run_bytes_max: u64,
     /// Bound on the log's dirty page cache in `none`/`periodic` mode (two write-back windows).
@@ -144,6 +147,10 @@ pub struct PassTimes {
     pub commit_us: u64,
     /// Retiring log segments and dropping dead runs.
     pub retire_us: u64,
+    /// Mapping-table entries the passes looked at (a segment's holders and events, the devices
+    /// a pass moved or consolidated): a pass costs what its segment holds, not how many devices
+    /// exist (crates/engine/tests/pass_cost.rs).
+    pub devices_visited: u64,
 }
 
 /// The lower tier's own work, from its statistics (zeros where it reports none).
@@ -193,6 +200,7 @@ pub(crate) struct Counters {
     pub pass_catalog_us: AtomicU64,
     pub pass_commit_us: AtomicU64,
     pub pass_retire_us: AtomicU64,
+    pub pass_devices_visited: AtomicU64,
 }
 
 impl Counters {
@@ -226,6 +234,7 @@ impl Counters {
             catalog_us: Counters::get(&self.pass_catalog_us),
             commit_us: Counters::get(&self.pass_commit_us),
             retire_us: Counters::get(&self.pass_retire_us),
+            devices_visited: Counters::get(&self.pass_devices_visited),
         }
     }
 }

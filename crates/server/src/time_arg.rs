@@ -41,15 +41,12 @@ fn ns_since_epoch(at: SystemTime) -> Result<i64, String> {
     i64::try_from(since.as_nanos()).map_err(|_| "the time is after 2262".to_string())
 }
 
-/// RFC 3339 with nanoseconds (UTC) for a reading's timestamp; the integer for times before
-/// 1970 (RFC 3339 tools rarely agree on those).
-pub fn format_time(ts_ns: i64) -> String {
-    match u64::try_from(ts_ns) {
-        Ok(ns) => {
-            humantime::format_rfc3339_nanos(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
-        }
-        Err(_) => ts_ns.to_string(),
-    }
+/// RFC 3339 with nanoseconds (UTC) for a reading's timestamp; none for times before 1970
+/// (RFC 3339 tools rarely agree on those, and an integer would read back as milliseconds):
+/// `ts_ns` carries them alone.
+pub fn format_time(ts_ns: i64) -> Option<String> {
+    let ns = u64::try_from(ts_ns).ok()?;
+    Some(humantime::format_rfc3339_nanos(UNIX_EPOCH + Duration::from_nanos(ns)).to_string())
 }
 
 #[cfg(test)]
@@ -68,9 +65,9 @@ mod tests {
         assert!((now - an_hour_ago - 3_600_000_000_000).abs() < 5_000_000_000);
         assert!(parse_time("yesterday").is_err());
         assert_eq!(
-            format_time(1_700_000_000_000_000_001),
-            "2023-11-14T22:13:20.000000001Z"
+            format_time(1_700_000_000_000_000_001).as_deref(),
+            Some("2023-11-14T22:13:20.000000001Z")
         );
-        assert_eq!(format_time(-5), "-5");
+        assert_eq!(format_time(-5), None);
     }
 }

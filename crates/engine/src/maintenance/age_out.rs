@@ -18,7 +18,7 @@
 //! segment is still in the log and the catalog does not name the new windows (recovery drops
 //! them as orphans); after it, the catalog names them and the segment is not replayed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -144,7 +144,11 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
     } = &mut *st;
     let live = log.segments.get(&seq).filter(|l| !l.aged)?;
     let segment = Arc::clone(&live.segment);
-    let mut new_devices = Vec::new();
+    Counters::add(
+        &inner.counters.pass_devices_visited,
+        (live.events.len() + live.holders.len()) as u64,
+    );
+    let mut new_devices = NewDevices::default();
     for event in &live.events {
         if let SegmentEvent::Register(id) = event {
             give_place(map, lower, &mut new_devices, *id);
@@ -207,7 +211,7 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
         seq,
         segment,
         moving,
-        new_devices,
+        new_devices: new_devices.records,
         rewrites,
         departed,
         settled_trims,
@@ -217,23 +221,33 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
     })
 }
 
+/// Devices a pass gives a place (a lower id), in the order it gave them.
+#[derive(Default)]
+struct NewDevices {
+    records: Vec<(DeviceId, u64, DeviceRecord)>,
+    given: HashMap<DeviceId, u64>,
+}
+
 /// A lower id for a device without a place (once per pass): the catalog learns it in this pass.
 fn give_place(
     map: &MappingTable,
     lower: &mut LowerBook,
-    new_devices: &mut Vec<(DeviceId, u64, DeviceRecord)>,
+    new_devices: &mut NewDevices,
     id: DeviceId,
 ) -> Option<u64> {
     let entry = map.entry(id)?;
     if entry.lower.is_some() {
         return None;
     }
-    if let Some((_, lower_id, _)) = new_devices.iter().find(|(d, _, _)| *d == id) {
+    if let Some(lower_id) = new_devices.given.get(&id) {
         return Some(*lower_id);
     }
     let lower_id = lower.next_lower_id;
     lower.next_lower_id += 1;
-    new_devices.push((id, lower_id, device_record(entry, false)));
+    new_devices.given.insert(id, lower_id);
+    new_devices
+        .records
+        .push((id, lower_id, device_record(entry, false)));
     Some(lower_id)
 }
 
@@ -456,7 +470,8 @@ fn commit(
     let c = &inner.counters;
     let mut st = inner.state.lock();
     place_new_devices(&mut st, snapshot);
-    let moved_records = remove_moved_entries(&mut st, snapshot);
+    let mut visits = 0;
+    let moved_records = remove_moved_entries(&mut st, snapshot, &mut visits);
     for (run, bytes) in runs.iter().zip(file_bytes) {
         add_window(inner, &mut st, run, *bytes);
     }
@@ -475,6 +490,7 @@ fn commit(
     }
     drop(st);
     Counters::add(&c.migrated_records, moved_records);
+    Counters::add(&c.pass_devices_visited, visits);
     Counters::add(&c.segments_aged, 1);
     if reason == Reason::Early {
         Counters::add(&c.early_migrations, 1);
@@ -503,9 +519,10 @@ fn place_new_devices(st: &mut State, snapshot: &Snapshot) {
 
 /// The moved readings leave the devices' indexes (the segment's entries: S is sealed, so every
 /// entry in it now is one the snapshot took, or one removed since). Returns their count.
-fn remove_moved_entries(st: &mut State, snapshot: &Snapshot) -> u64 {
+fn remove_moved_entries(st: &mut State, snapshot: &Snapshot, visits: &mut u64) -> u64 {
     let mut moved_devices: Vec<DeviceId> = snapshot.moving.iter().map(|m| m.device).collect();
     moved_devices.dedup();
+    *visits += (moved_devices.len() + snapshot.new_devices.len()) as u64;
     let mut moved_records = 0;
     for id in moved_devices {
         let State {

@@ -41,6 +41,7 @@ struct Draining {
 /// Moves the chosen devices' oldest windowed readings into the settled space.
 pub(crate) fn pass(inner: &Inner, devices: &[DeviceId]) -> Result<()> {
     let started = Instant::now();
+    Counters::add(&inner.counters.pass_devices_visited, devices.len() as u64);
     let draining = snapshot(inner, devices);
     if draining.is_empty() {
         return Ok(());
