@@ -103,12 +103,12 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
         return Ok(());
     };
     let mut step = Counters::add_us_since(&c.pass_snapshot_us, started);
-    let runs = read_runs(inner, &snapshot)?;
+    let mut runs = read_runs(inner, &snapshot)?;
     let settled_deletes = settled_trim_deletes(inner, &snapshot.settled_trims)?;
     inner.options.fail_points.check(PassStep::ReadLog)?;
     step = Counters::add_us_since(&c.pass_read_us, step);
 
-    let file_bytes = write_runs(inner, &runs)?;
+    let file_bytes = write_runs(inner, &mut runs)?;
     step = Counters::add_us_since(&c.pass_write_us, step);
 
     let ops = catalog_ops(&snapshot, &runs, settled_deletes);
@@ -373,10 +373,19 @@ fn settled_trim_deletes(inner: &Inner, trims: &[(DeviceId, u64, i64)]) -> Result
 }
 
 /// Step 3: each window's run written and ingested. Returns each window's file bytes.
-fn write_runs(inner: &Inner, runs: &[WindowRun]) -> Result<Vec<u64>> {
+/// The runs' entries are handed over (a pass holds its readings once).
+fn write_runs(inner: &Inner, runs: &mut [WindowRun]) -> Result<Vec<u64>> {
+    let moved_bytes: u64 = runs
+        .iter()
+        .flat_map(|r| r.entries.iter())
+        .map(|(k, v)| (k.len() + v.len()) as u64)
+        .sum();
     let mut prepared: Vec<PreparedRun> = Vec::with_capacity(runs.len());
-    for run in runs.iter().filter(|r| !r.entries.is_empty()) {
-        match inner.lower.prepare_run(Space::Runs, run.entries.clone()) {
+    for run in runs.iter_mut().filter(|r| !r.entries.is_empty()) {
+        match inner
+            .lower
+            .prepare_run(Space::Runs, std::mem::take(&mut run.entries))
+        {
             Ok(p) => prepared.push(p),
             Err(e) => {
                 prepared.into_iter().for_each(|p| inner.lower.discard(p));
@@ -404,13 +413,7 @@ fn write_runs(inner: &Inner, runs: &[WindowRun]) -> Result<Vec<u64>> {
         let _ = inner.lower.drop_windows(&ingested);
         return Err(e);
     }
-    Counters::add(
-        &inner.counters.moved_bytes,
-        runs.iter()
-            .flat_map(|r| r.entries.iter())
-            .map(|(k, v)| (k.len() + v.len()) as u64)
-            .sum(),
-    );
+    Counters::add(&inner.counters.moved_bytes, moved_bytes);
     Ok(file_bytes)
 }
 
