@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use roamkv_lab::fixture::FsSpec;
-use roamkv_lab::report::MachineHeader;
+use roamkv_testbed::fixture::FsSpec;
+use roamkv_testbed::report::MachineHeader;
 
 use crate::engines::{self, Durability, EngineKind};
 use crate::report::{self, RunRecord};
@@ -130,15 +130,6 @@ fn scenario(name: &str) -> Result<Scenario, String> {
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
-
 /// A sweep's settings, from the arguments and the quick/full defaults.
 struct Sweep {
     fs: FsSpec,
@@ -160,7 +151,7 @@ impl Sweep {
         let fs: FsSpec = args
             .fs
             .parse()
-            .map_err(|e: roamkv_lab::LabError| e.to_string())?;
+            .map_err(|e: roamkv_testbed::Error| e.to_string())?;
         let quick = args.quick;
         let scenario_names = args.scenarios.clone().unwrap_or_else(|| {
             if quick {
@@ -205,7 +196,7 @@ impl Sweep {
 }
 
 fn mobility(args: &MobilityArgs) -> Result<(), String> {
-    roamkv_lab::fixture::require_root().map_err(|e| e.to_string())?;
+    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
     let sweep = Sweep::from_args(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let header = MachineHeader::collect();
@@ -270,8 +261,8 @@ fn physical_limits(sweep: &Sweep) -> Result<(f64, serde_json::Value), String> {
         raw / 1e6
     );
     let cache_check = {
-        let fixture =
-            roamkv_lab::fixture::Fixture::create(sweep.fs, 4 << 30).map_err(|e| e.to_string())?;
+        let fixture = roamkv_testbed::fixture::Fixture::create(sweep.fs, 4 << 30)
+            .map_err(|e| e.to_string())?;
         runner::check_cgroup_caps_page_cache(fixture.mount_dir(), 64 << 20)
             .unwrap_or_else(|e| serde_json::json!({ "caps_page_cache": false, "error": e }))
     };
@@ -368,7 +359,7 @@ fn median_record(
     let ops =
         |o: &runner::RunOutcome| (o.worker.puts + o.worker.queries) as f64 / o.worker.elapsed_s;
     let mut all_ops: Vec<f64> = outcomes.iter().map(ops).collect();
-    let median_ops = median(&mut all_ops.clone());
+    let median_ops = roamkv_testbed::stats::median(&mut all_ops.clone());
     let chosen = outcomes.iter().min_by(|a, b| {
         (ops(a) - median_ops)
             .abs()
@@ -465,7 +456,7 @@ fn write_outputs(
         "failures": failures,
         "runs": runs,
     });
-    roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
     report::write_csv(&args.out.join("results.csv"), runs)?;
     report::write_html(&args.out.join("report.html"), header, summary, &notes, runs)?;
     println!(

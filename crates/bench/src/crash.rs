@@ -272,7 +272,7 @@ fn soak(args: &CrashArgs) -> Result<FaultResults, String> {
             results.acked_records, results.lost, results.corrupt, results.torn_tails_cut
         ));
         if failed {
-            roamkv_lab::report::say(
+            roamkv_testbed::report::say(
                 &bar,
                 format!(
                     "round {}: acknowledged data lost or damaged; stopping (the directory stays in {})",

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use roamkv_lab::report::{Html, MachineHeader, write_json};
+use roamkv_testbed::report::{Html, MachineHeader, write_json};
 
 use crate::survival::{EXAMPLES_MAX, Ledger, Survey};
 

@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::fault_report::{CheckOutcome, FaultResults, RoundRow};
 use crate::survival::{self, Ledger, Survey};
+use roamkv_testbed::vm::GuestImage;
 
 /// Every line the guest's init prints for the host starts with this.
 const MARK: &str = "POWERCUT ";
@@ -132,8 +133,7 @@ struct Boot {
 
 /// Everything a boot needs that does not change between rounds.
 struct Guest {
-    kernel: PathBuf,
-    initramfs: PathBuf,
+    image: GuestImage,
     disk: PathBuf,
     memory_mib: u32,
     records_per_second: u64,
@@ -171,21 +171,15 @@ impl Guest {
     }
 
     fn start_qemu(&self, append: &str) -> Result<Qemu, String> {
-        let drive = format!(
-            "file={},format=raw,if=virtio,cache=none",
-            self.disk.display()
-        );
-        let child = Command::new("qemu-system-x86_64")
-            .args([
-                "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
-            ])
-            .args(["-m", &self.memory_mib.to_string()])
-            .args(["-nographic", "-no-reboot", "-kernel"])
-            .arg(&self.kernel)
-            .arg("-initrd")
-            .arg(&self.initramfs)
-            .args(["-append", append, "-drive", &drive])
-            .stdin(Stdio::null())
+        let disks = [self.disk.clone()];
+        let machine = roamkv_testbed::vm::Machine {
+            image: &self.image,
+            memory_mib: self.memory_mib,
+            append,
+            disks: &disks,
+        };
+        let child = machine
+            .command()
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -329,35 +323,11 @@ fn console_lines(qemu: &mut Qemu) -> mpsc::Receiver<String> {
 }
 
 /// Builds the guest (kernel + initramfs with this roamkv binary) unless the cached one was built
-/// from the same binary and script; returns (kernel, initramfs).
-fn ensure_guest(cache: &Path) -> Result<(PathBuf, PathBuf), String> {
+/// from the same binary and scripts.
+fn ensure_guest(cache: &Path) -> Result<GuestImage, String> {
     let roamkv = std::env::current_exe().map_err(|e| format!("finding the roamkv binary: {e}"))?;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/powercut-guest.sh");
-    let kernel = cache.join("vmlinuz");
-    let initramfs = cache.join("initramfs.img");
-    let stamp = cache.join("roamkv-binary.stamp");
-    let identity = roamkv_lab::vm::files_identity(&[&roamkv, &script]);
-    let fresh = kernel.is_file()
-        && initramfs.is_file()
-        && std::fs::read_to_string(&stamp).is_ok_and(|s| s == identity);
-    if !fresh {
-        eprintln!(
-            "roamkv bench powercut: building the guest in {} (Debian's kernel and busybox via apt-get download)",
-            cache.display()
-        );
-        std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-        let status = Command::new("bash")
-            .arg(&script)
-            .arg(cache)
-            .arg(&roamkv)
-            .status()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !status.success() {
-            return Err(format!("{} failed ({status})", script.display()));
-        }
-        std::fs::write(&stamp, identity).map_err(|e| format!("{}: {e}", stamp.display()))?;
-    }
-    Ok((kernel, initramfs))
+    roamkv_testbed::vm::ensure_image(cache, &script, &roamkv).map_err(|e| e.to_string())
 }
 
 /// First record number of the next round. The guest feeds at most `rate` records a second from
@@ -402,15 +372,14 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("mkfs.ext4", "e2fsprogs"),
     ] {
-        roamkv_lab::fixture::require_tool(tool, package).map_err(|e| e.to_string())?;
+        roamkv_testbed::prerequisite::require_tool(tool, package).map_err(|e| e.to_string())?;
     }
-    let (kernel, initramfs) = ensure_guest(&args.cache)?;
+    let image = ensure_guest(&args.cache)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let mut disk = make_disk(args)?;
     let console_path = args.out.join("console.log");
     let mut guest = Guest {
-        kernel,
-        initramfs,
+        image,
         disk: disk.path.clone(),
         memory_mib: args.memory_mib,
         records_per_second: args.records_per_second,
@@ -436,7 +405,10 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
         if let Some(row) = pending.take() {
             let failed = judge_round(row, &boot, &ledger, &mut results);
             if failed {
-                roamkv_lab::report::say(&bar, "acknowledged data lost or damaged; stopping".into());
+                roamkv_testbed::report::say(
+                    &bar,
+                    "acknowledged data lost or damaged; stopping".into(),
+                );
                 break;
             }
         }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use roamkv_lab::report::{Html, MachineHeader, bar_chart_svg, line_chart_svg};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, line_chart_svg};
 
 /// One (engine, threads, durability, scenario) measurement: the median of its repeats by ops/s.
 #[derive(Debug, Clone, serde::Serialize)]

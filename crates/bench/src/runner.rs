@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use roamkv_lab::devstat::DevStat;
-use roamkv_lab::fixture::{Fixture, FsSpec};
+use roamkv_testbed::devstat::DevStat;
+use roamkv_testbed::fixture::{Fixture, FsSpec};
 
 use crate::engines::{Durability, EngineConfig, EngineKind};
 use crate::worker::{WorkerResult, WorkerSpec};

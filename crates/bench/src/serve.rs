@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use roamkv_lab::report::{Html, MachineHeader, bar_chart_svg, say};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, say};
+use roamkv_testbed::stats::median;
 
 use crate::serve_load::{EventSpec, Pace, drive, edgex_json};
 use crate::serve_targets::{Target, process_cpu_seconds, start, stored_values};
@@ -270,8 +271,9 @@ fn half_peak_runs(
                     .filter(|r| r.target == target.name() && r.readings_per_event == size)
                     .map(|r| r.readings_per_sec)
                     .collect();
+                // NaN (no peak run) or no rate: nothing to pace at half of.
                 let half = median(&mut rates) / 2.0;
-                if half <= 0.0 {
+                if half.is_nan() || half <= 0.0 {
                     continue;
                 }
                 bar.set_message(format!(
@@ -377,15 +379,6 @@ fn run_one(
         check,
         measured_s: outcome.measured_s,
     })
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
@@ -630,7 +623,7 @@ fn write_outputs(
         "decode_cost": costs,
         "runs": runs,
     });
-    roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
     write_html(
         &args.out.join("report.html"),
         header,

@@ -212,7 +212,7 @@ fn run_phases(
     let device_at_measure_start = match &spec.device_name {
         Some(name) => {
             sync_file_system(&spec.dir)?;
-            let stat = roamkv_lab::devstat::DevStat::read(name).map_err(|e| e.to_string())?;
+            let stat = roamkv_testbed::devstat::DevStat::read(name).map_err(|e| e.to_string())?;
             Some((stat.writes, stat.sectors_written, stat.flushes))
         }
         None => None,

@@ -52,8 +52,8 @@ fn load(data: &std::path::Path, input: &str, extra: &[&str], strace_out: Option<
 
 #[test]
 fn a_warm_commit_is_one_pwrite_and_one_fdatasync() {
-    if !roamkv_lab::prerequisite::tool_runs("strace", "-V") {
-        roamkv_lab::prerequisite::unmet(
+    if !roamkv_testbed::prerequisite::tool_runs("strace", "-V") {
+        roamkv_testbed::prerequisite::unmet(
             "a_warm_commit_is_one_pwrite_and_one_fdatasync",
             "strace is not installed (scripts/install-deps installs it)",
         );

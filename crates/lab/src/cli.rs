@@ -2,11 +2,12 @@
 //! it prints and writes lives in the report modules (`report::fs_workloads`,
 //! `report::trace_command`, `trace::render`).
 use crate::LabError;
-use crate::fixture::{Fixture, FsSpec, parse_fs_list, require_root};
 use crate::report::fs_workloads::{self, FsRun};
 use crate::report::trace_command::{self, TraceOutputs, TraceRun};
 use crate::trace::Tracer;
 use crate::workload::{IoMode, Measurement, Plan, Workload, measure};
+use roamkv_testbed::fixture::{Fixture, FsSpec, parse_fs_list};
+use roamkv_testbed::prerequisite::require_root;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -256,7 +257,7 @@ pub fn run_fs(args: &FsArgs) -> Result<ExitCode, LabError> {
                 "roamkv lab fs: {} ({} workloads) at {}",
                 spec.name(),
                 workloads.len(),
-                crate::report::now_utc()
+                roamkv_testbed::report::now_utc()
             );
         }
         let fixture = match &args.device {
@@ -374,9 +375,9 @@ pub fn run_trace(args: &TraceArgs) -> Result<ExitCode, LabError> {
         .env("ROAMKV_LAB_MOUNT", &mount)
         .spawn()
         .and_then(|mut child| {
-            crate::fixture::set_waited_child(child.id());
+            roamkv_testbed::fixture::set_waited_child(child.id());
             let status = child.wait();
-            crate::fixture::set_waited_child(0);
+            roamkv_testbed::fixture::set_waited_child(0);
             status
         });
     if args.sync_after {

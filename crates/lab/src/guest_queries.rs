@@ -11,7 +11,7 @@ use crate::queries::{
     Cache, QueriesArgs, QueriesConfig, QueryRun, QuerySet, generate_tables, load_database,
     run_query_set,
 };
-use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -74,7 +74,7 @@ fn prefix_before(word: &str) -> Vec<String> {
 fn run_in_guest(command: &QueriesCommand) -> Result<ExitCode, LabError> {
     let args = &command.args;
     let names = crate::vm::parse_guest_fs_list(args.fs.as_deref().unwrap_or(GUEST_DEFAULT_FS))?;
-    crate::fixture::require_root()?;
+    roamkv_testbed::prerequisite::require_root()?;
     let rows = args.rows.unwrap_or(if args.quick {
         GUEST_ROWS_QUICK
     } else {
@@ -323,7 +323,7 @@ fn guest_queries(args: &GuestQueriesArgs) -> Result<(), LabError> {
         };
         runs.extend(run_query_set(
             &set,
-            &crate::fixture::drop_caches,
+            &roamkv_testbed::fixture::drop_caches,
             &|what| eprintln!("guest: {what}"),
         )?);
     }

@@ -9,10 +9,11 @@
 //! The lab asks the device (/sys/block/DEV/queue/io_poll) and tries one polled O_DIRECT write;
 //! where either says no, the report says "not supported by this device" and gives no number.
 use crate::LabError;
-use crate::fixture::{Fixture, FsSpec, interrupted, require_root};
-use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use crate::sqlite::config::{JournalMode, Op, SyncCall, Synchronous};
 use crate::sqlite::measure::{RunSpec, run_one};
+use roamkv_testbed::fixture::{Fixture, FsSpec, interrupted};
+use roamkv_testbed::prerequisite::require_root;
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

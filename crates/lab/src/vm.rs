@@ -1,16 +1,16 @@
 //! The --vm route: file systems this host kernel lacks (FAT, F2FS, NILFS2, exFAT) measured inside
 //! a qemu guest running Debian's stock kernel, with ext4 in the same guest as the control.
 //!
-//! `crates/lab/vm/build-guest.sh` builds (once, cached) a busybox initramfs holding the kernel's
-//! modules, the mkfs tools and this lab binary. The guest's /init formats one virtio disk per
+//! `crates/lab/vm/build-guest.sh` (on the shared base of `roamkv_testbed::vm`) builds (once,
+//! cached) a busybox initramfs holding the kernel's modules, the mkfs tools and this lab binary. The guest's /init formats one virtio disk per
 //! file system in turn, mounts it, runs `lab guest-fs` (the same workloads as `lab fs`) and writes
 //! the JSON results to a second virtio disk that the host reads back.
 //!
 //! Emulation (TCG: no usable KVM here) makes the guest several times slower than the host, so
 //! guest numbers are only comparable with other guest numbers (ext4-in-guest is the control).
 use crate::LabError;
-use crate::fixture::run_command;
 use crate::workload::{Measurement, MountedDevice, Plan, measure_on};
+use roamkv_testbed::vm;
 use std::path::{Path, PathBuf};
 
 /// Guest file systems: name, mkfs command (the device is appended), mount type, and arguments
@@ -35,6 +35,9 @@ pub const GUEST_FS: [(&str, &str, &str, &str); 5] = [
 
 /// The guest's data disk (a sparse file on the host).
 const GUEST_DISK_BYTES: u64 = 6 << 30;
+
+/// The guest's results disk: JSON of every file system's measurements.
+const RESULTS_DISK_BYTES: u64 = 16 << 20;
 
 /// Marker the guest writes before its JSON on the results disk.
 const RESULTS_MAGIC: &str = "ROAMKV-GUEST-RESULTS\n";
@@ -151,32 +154,10 @@ fn build_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/build-guest.sh")
 }
 
-/// Builds the guest (kernel + initramfs) if not cached; returns (kernel, initramfs).
-pub fn ensure_guest(cache: &Path) -> Result<(PathBuf, PathBuf), LabError> {
+/// Builds the guest (kernel + initramfs with this binary) if not cached.
+pub fn ensure_guest(cache: &Path) -> Result<vm::GuestImage, LabError> {
     let lab_binary = std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?;
-    let kernel = cache.join("vmlinuz");
-    let initramfs = cache.join("initramfs.img");
-    let stamp = cache.join("lab-binary.stamp");
-    // Rebuild when the lab binary or the build script changes.
-    let binary_id = files_identity(&[&lab_binary, &build_script()]);
-    let fresh = kernel.is_file()
-        && initramfs.is_file()
-        && std::fs::read_to_string(&stamp).is_ok_and(|s| s == binary_id);
-    if !fresh {
-        eprintln!(
-            "roamkv lab: building the guest image in {} (first use; Debian packages via apt-get download)",
-            cache.display()
-        );
-        let script = build_script();
-        run_command(&[
-            "bash",
-            &script.to_string_lossy(),
-            &cache.to_string_lossy(),
-            &lab_binary.to_string_lossy(),
-        ])?;
-        std::fs::write(&stamp, binary_id).map_err(|e| LabError::io(&stamp, e))?;
-    }
-    Ok((kernel, initramfs))
+    vm::ensure_image(cache, &build_script(), &lab_binary)
 }
 
 /// Boots the guest once for all `fs_names`; returns what it measured.
@@ -193,72 +174,39 @@ pub fn run_guest(
     fs_names: &[&str],
     options: &GuestOptions,
 ) -> Result<GuestResults, LabError> {
-    let memory_mib = options.memory_mib;
-    crate::fixture::require_tool("qemu-system-x86_64", "qemu-system-x86")?;
+    vm::require_qemu()?;
     let cache = default_cache_dir();
-    std::fs::create_dir_all(&cache).map_err(|e| LabError::io(&cache, e))?;
-    let (kernel, initramfs) = ensure_guest(&cache)?;
+    let image = ensure_guest(&cache)?;
     let work = tempfile::Builder::new()
         .prefix("roamkv-lab-vm-")
         .tempdir()
         .map_err(|e| LabError::io("temp dir", e))?;
     let disk = work.path().join("disk.img");
     let results = work.path().join("results.img");
-    for (path, bytes) in [(&disk, GUEST_DISK_BYTES), (&results, 16u64 << 20)] {
-        let f = std::fs::File::create(path).map_err(|e| LabError::io(path, e))?;
-        f.set_len(bytes).map_err(|e| LabError::io(path, e))?;
-    }
+    vm::sparse_file(&disk, GUEST_DISK_BYTES)?;
+    vm::sparse_file(&results, RESULTS_DISK_BYTES)?;
     let append = kernel_command_line(cmd_prefix, fs_names, options)?;
-    // cache=none: the guest's flushes reach the host disk, as a real device's would.
-    let disk_arg = format!("file={},format=raw,if=virtio,cache=none", disk.display());
-    let results_arg = format!("file={},format=raw,if=virtio,cache=none", results.display());
-    let memory = memory_mib.to_string();
-    let kernel_s = kernel.to_string_lossy().into_owned();
-    let initrd_s = initramfs.to_string_lossy().into_owned();
-    let args = [
-        "qemu-system-x86_64",
-        "-machine",
-        "q35",
-        "-accel",
-        "tcg",
-        "-cpu",
-        "max",
-        "-smp",
-        "1",
-        "-m",
-        &memory,
-        "-nographic",
-        "-no-reboot",
-        "-kernel",
-        &kernel_s,
-        "-initrd",
-        &initrd_s,
-        "-append",
-        &append,
-        "-drive",
-        &disk_arg,
-        "-drive",
-        &results_arg,
-    ];
+    let disks = [disk, results.clone()];
+    let machine = vm::Machine {
+        image: &image,
+        memory_mib: options.memory_mib,
+        append: &append,
+        disks: &disks,
+    };
     eprintln!(
         "roamkv lab: booting the guest (software emulation; this takes minutes): {}",
-        args.join(" ")
+        machine.describe()
     );
-    let status = std::process::Command::new(args[0])
-        .args(&args[1..])
-        .stdin(std::process::Stdio::null())
+    let status = machine
+        .command()
         .status()
         .map_err(|e| LabError::io("qemu-system-x86_64", e))?;
-    let raw = std::fs::read(&results).map_err(|e| LabError::io(&results, e))?;
-    let text = String::from_utf8_lossy(&raw);
-    let text = text.trim_end_matches('\0');
-    let Some(json) = text.strip_prefix(RESULTS_MAGIC) else {
+    let Some(json) = vm::read_results_disk(&results, RESULTS_MAGIC)? else {
         return Err(LabError::Unsupported(format!(
             "the guest wrote no results (qemu {status}); see its console output above"
         )));
     };
-    let json = json.split('\0').next().unwrap_or("");
-    serde_json::from_str(json).map_err(|e| LabError::Parse {
+    serde_json::from_str(&json).map_err(|e| LabError::Parse {
         what: "guest results".into(),
         detail: e.to_string(),
     })
@@ -363,20 +311,6 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
             .and_then(|v| v.as_str())
             .map(str::to_string),
     })
-}
-
-/// A stamp of files (path, size, modification time): a cached guest image is rebuilt when the
-/// stamp it was built from changes.
-pub fn files_identity(paths: &[&Path]) -> String {
-    paths
-        .iter()
-        .map(|p| {
-            std::fs::metadata(p)
-                .map(|m| format!("{} {} {:?}", p.display(), m.len(), m.modified().ok()))
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[cfg(test)]

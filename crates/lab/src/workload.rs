@@ -9,11 +9,12 @@
 //!   with one fsync inside the timed region, so buffered writes are measured to the device;
 //! - the file being read or overwritten is prepared (written + fsynced) outside the timed region.
 use crate::LabError;
-use crate::devstat::DevStat;
-use crate::fixture::{Fixture, drop_caches, interrupted};
 use crate::trace::{Trace, Tracer};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
+use roamkv_testbed::devstat::DevStat;
+use roamkv_testbed::fixture::{Fixture, drop_caches, interrupted};
+use roamkv_testbed::stats::median;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -347,19 +348,6 @@ pub struct Measurement {
     pub traced_per_op: Option<TracedPerOp>,
     /// Set when the workload could not run (e.g. O_DIRECT unsupported in data=journal mode).
     pub error: Option<String>,
-}
-
-pub fn median(values: &mut [f64]) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(|a, b| a.total_cmp(b));
-    let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> LabError + '_ {
@@ -874,12 +862,5 @@ mod tests {
         assert!(!full.iter().any(|w| w.name().contains("rand append")));
         let quick = Plan::quick().workloads();
         assert!(quick.len() < full.len() / 2);
-    }
-
-    #[test]
-    fn median_of_even_and_odd() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&mut []).is_nan());
     }
 }

@@ -16,8 +16,9 @@ pub mod throttle;
 pub use model::{Device, DeviceReport, Engine, Plan, Row};
 
 use crate::LabError;
-use crate::fixture::{Fixture, interrupted, require_root};
 use postgres::{Cluster, WalSettings};
+use roamkv_testbed::fixture::{Fixture, interrupted};
+use roamkv_testbed::prerequisite::require_root;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use throttle::WriteThrottle;
@@ -233,7 +234,7 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
     for &device in &plan.devices {
         let log_fixture = Fixture::create(plan.fs, LOG_DEVICE_BYTES)?;
         let report = describe_device(&log_fixture, device, &plan)?;
-        crate::report::say(&bar, device_line(device, &report));
+        roamkv_testbed::report::say(&bar, device_line(device, &report));
         devices.push(report);
         for &engine in &plan.engines {
             let result = run_engine(
@@ -249,7 +250,10 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
                 if matches!(e, LabError::Interrupted) || interrupted() {
                     return Err(LabError::Interrupted);
                 }
-                crate::report::say(&bar, format!("{} on {}: {e}", engine.name(), device.name()));
+                roamkv_testbed::report::say(
+                    &bar,
+                    format!("{} on {}: {e}", engine.name(), device.name()),
+                );
                 add_failed_rows(&plan, engine, device, &e, &mut rows, &bar);
             }
             log_fixture.clear()?;
@@ -411,7 +415,7 @@ fn run_engine(
                 Ok(row) => row,
                 Err(LabError::Interrupted) => return Err(LabError::Interrupted),
                 Err(e) => {
-                    crate::report::say(
+                    roamkv_testbed::report::say(
                         bar,
                         format!(
                             "{} {} {sessions} sessions: {e}",

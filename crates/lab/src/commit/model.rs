@@ -2,7 +2,7 @@
 //! results.json, a log device's description. Shared by the runner (`commit`) and `render`.
 
 use super::postgres::WalSettings;
-use crate::fixture::FsSpec;
+use roamkv_testbed::fixture::FsSpec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -2,7 +2,7 @@
 //! and report.html with charts shaped like paper 003's Figure 1, the paper's own figures beside.
 use super::model::{Device, DeviceReport, Plan, Row};
 use crate::LabError;
-use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::{Path, PathBuf};
 
 /// Paper 003, Table 2: total seconds per session count (1..4) for 10k/20k/40k 1-byte

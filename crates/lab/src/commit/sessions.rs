@@ -3,7 +3,7 @@
 //! the commit-wait share is Σ commit time / Σ session time, as paper 003's Table 3 sums its
 //! sessions' waits and run times.
 use crate::LabError;
-use crate::fixture::interrupted;
+use roamkv_testbed::fixture::interrupted;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -288,7 +288,7 @@ pub fn sync_write_cost(
     std::fs::remove_file(&path).map_err(|e| LabError::io(&path, e))?;
     let mean_ms = ms.iter().sum::<f64>() / ms.len().max(1) as f64;
     Ok(SyncWriteCost {
-        median_ms: crate::workload::median(&mut ms),
+        median_ms: roamkv_testbed::stats::median(&mut ms),
         mean_ms,
     })
 }

@@ -2,8 +2,8 @@
 //! one chart per workload family and the traced request mix of the sync workloads.
 
 use crate::LabError;
-use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use crate::workload::{Measurement, Plan, TracedPerOp};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::{Path, PathBuf};
 
 /// What one `lab fs` run measured, and where, for its report.

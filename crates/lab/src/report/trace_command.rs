@@ -2,9 +2,9 @@
 //! figures, and trace.json / trace.html (plus the optional --json and --svg copies).
 
 use crate::LabError;
-use crate::fixture::Fixture;
-use crate::report::{Html, MachineHeader, write_json};
 use crate::trace::{Trace, print_trace, summary_rows, timeline_text, trace_svg};
+use roamkv_testbed::fixture::Fixture;
+use roamkv_testbed::report::{Html, MachineHeader, write_json};
 use std::path::{Path, PathBuf};
 
 /// The HTML page lists at most this many requests; the JSON always has all of them.

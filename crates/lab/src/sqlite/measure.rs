@@ -7,9 +7,9 @@ use super::config::{JournalMode, Op, SyncCall, Synchronous};
 use super::vfs::SyncCounts;
 use super::workload::{self, DbConfig, LatencyUs, StreamSpec};
 use crate::LabError;
-use crate::devstat::DevStat;
-use crate::fixture::Fixture;
 use crate::trace::{Kind, Request, Summary, Tracer, WriteCount, parse_rwbs};
+use roamkv_testbed::devstat::DevStat;
+use roamkv_testbed::fixture::Fixture;
 
 /// One point of the matrix.
 #[derive(Clone, Copy, Debug, serde::Serialize)]

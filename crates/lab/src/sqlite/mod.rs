@@ -14,11 +14,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::LabError;
-use crate::fixture::{self, Fixture};
-use crate::report::say;
 pub use config::SqliteConfig;
 use config::{JournalMode, Op, SyncCall, Synchronous, parse_list};
 use measure::{RunResult, RunSpec, run_one};
+use roamkv_testbed::fixture::{self, Fixture};
+use roamkv_testbed::prerequisite::require_root;
+use roamkv_testbed::report::say;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SqliteArgs {
@@ -181,7 +182,7 @@ pub fn run(args: &SqliteArgs) -> ExitCode {
 /// Every combination of the configuration, on every file system; writes results.json and
 /// report.html into `out` and prints a table.
 pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
-    fixture::require_root()?;
+    require_root()?;
     std::fs::create_dir_all(out).map_err(|e| LabError::io(out, e))?;
     let specs = matrix(config);
     let started = Instant::now();
@@ -272,7 +273,7 @@ fn write_results(
     fixtures: &[serde_json::Value],
     results: &[RunResult],
 ) -> Result<(), LabError> {
-    let header = crate::report::MachineHeader::collect();
+    let header = roamkv_testbed::report::MachineHeader::collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let value = serde_json::json!({
         "tool": "roamkv lab sqlite",
@@ -289,7 +290,7 @@ fn write_results(
             "note": "Galaxy S3, eMMC, Android 4.0.4 SQLite calling fsync; one 100-byte insert traced",
         },
     });
-    let json = crate::report::write_json(out, "results", &value)?;
+    let json = roamkv_testbed::report::write_json(out, "results", &value)?;
     let html = out.join("report.html");
     report::write_html(&html, &header, &command, results)?;
     eprintln!("wrote {} and {}", json.display(), html.display());

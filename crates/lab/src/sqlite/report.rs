@@ -6,7 +6,7 @@ use std::path::Path;
 use super::config::{Op, Synchronous};
 use super::measure::RunResult;
 use crate::LabError;
-use crate::report::{Html, MachineHeader, bar_chart_svg};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg};
 
 const COLUMNS: [&str; 14] = [
     "fs",

@@ -244,19 +244,10 @@ impl LatencyUs {
         us.sort_by(f64::total_cmp);
         LatencyUs {
             mean: us.iter().sum::<f64>() / us.len() as f64,
-            p50: percentile(&us, 50.0),
-            p95: percentile(&us, 95.0),
-            p99: percentile(&us, 99.0),
+            p50: roamkv_testbed::stats::percentile(&us, 50.0),
+            p95: roamkv_testbed::stats::percentile(&us, 95.0),
+            p99: roamkv_testbed::stats::percentile(&us, 99.0),
             max: us[us.len() - 1],
         }
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], pct: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }

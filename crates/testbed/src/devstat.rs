@@ -1,7 +1,7 @@
 //! Block device counters from /sys/block/<dev>/stat. They count every request the file system sent
 //! to the device (data, journal and metadata alike), so a delta around a workload gives block-layer
 //! writes and bytes per operation. Field layout: Documentation/block/stat.rst.
-use crate::LabError;
+use crate::error::Error;
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct DevStat {
@@ -16,10 +16,10 @@ pub struct DevStat {
 const STAT_SECTOR_BYTES: u64 = 512;
 
 impl DevStat {
-    pub fn read(device_name: &str) -> Result<DevStat, LabError> {
+    pub fn read(device_name: &str) -> Result<DevStat, Error> {
         let path = format!("/sys/block/{device_name}/stat");
-        let text = std::fs::read_to_string(&path).map_err(|e| LabError::io(&path, e))?;
-        DevStat::parse(&text).ok_or_else(|| LabError::Parse {
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        DevStat::parse(&text).ok_or_else(|| Error::Parse {
             what: path,
             detail: text.trim().to_string(),
         })

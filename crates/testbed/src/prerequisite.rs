@@ -7,7 +7,12 @@
 //!   `SKIP <test>: <why>` on stderr and passes.
 //! - With neither set, the test fails and says how to skip it.
 //!
-//! Usage in a test: `if let Err(e) = require_root() { prerequisite::unmet("my_test", &e.to_string()); return; }`.
+//! Usage in a test: `if !prerequisite::met("my_test", require_root()) { return; }`.
+//!
+//! The rule is here once; every crate's tests take this crate as a dev-dependency rather than
+//! copy it (copies drifted: one took only "1" as set, another only `CI=true` as CI).
+use crate::error::Error;
+use std::path::PathBuf;
 
 /// What to do about a missing prerequisite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +60,42 @@ pub fn unmet(test: &str, reason: &str) {
     }
 }
 
+/// `Ok`: the prerequisite is there (true). `Err`: `unmet` decides, and the test returns on false.
+pub fn met<T, E: std::fmt::Display>(test: &str, check: Result<T, E>) -> bool {
+    match check {
+        Ok(_) => true,
+        Err(e) => {
+            unmet(test, &e.to_string());
+            false
+        }
+    }
+}
+
+/// Root is needed for loop devices, mount, tracefs and drop_caches.
+pub fn require_root() -> Result<(), Error> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        Ok(())
+    } else {
+        Err(Error::NotRoot)
+    }
+}
+
+/// Fails with the Debian package name when `tool` is not on PATH (or in /sbin, /usr/sbin).
+pub fn require_tool(tool: &str, package: &str) -> Result<PathBuf, Error> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from));
+    dirs.into_iter()
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::MissingTool {
+            tool: tool.to_string(),
+            package: package.to_string(),
+        })
+}
+
 /// True when `program` can be started (`program --version` or any exit status counts; only a
 /// failure to execute it, e.g. not installed, is false).
 pub fn tool_runs(program: &str, probe_arg: &str) -> bool {
@@ -85,6 +126,20 @@ mod tests {
         assert_eq!(verdict(None, Some("1")), Verdict::Skip);
         assert_eq!(verdict(Some("false"), Some("1")), Verdict::Skip);
         assert_eq!(verdict(Some(""), Some("1")), Verdict::Skip);
+    }
+
+    #[test]
+    fn missing_tool_names_the_debian_package() {
+        let msg = require_tool("mkfs.definitely-not-here", "f2fs-tools")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(msg.contains("apt-get install f2fs-tools"), "{msg}");
+    }
+
+    #[test]
+    fn a_present_prerequisite_is_met_without_a_verdict() {
+        assert!(met("t", Ok::<(), String>(())));
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! One error type for the whole lab: every expected failure (bad input, missing tool, not root,
-//! busy device, kernel feature absent) is a variant with a message a newcomer can act on.
+//! One error type for the rig and the lab built on it: every expected failure (bad input, missing
+//! tool, not root, busy device, kernel feature absent) is a variant with a message a newcomer can
+//! act on.
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LabError {
+pub enum Error {
     #[error("unknown file system {given:?}; valid names: {valid}")]
     UnknownFs { given: String, valid: String },
-    #[error("the lab needs root (loop devices, mount, tracefs); run it with sudo or as root")]
+    #[error("this needs root (loop devices, mount, tracefs); run it with sudo or as root")]
     NotRoot,
     #[error(
         "`{tool}` not found; install the Debian package `{package}` (apt-get install {package})"
@@ -37,9 +38,9 @@ pub enum LabError {
     Interrupted,
 }
 
-impl LabError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> LabError {
-        LabError::Io {
+impl Error {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
             path: path.into(),
             source,
         }
