@@ -18,38 +18,11 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 
-pub const API_VERSION: &str = "v3";
-const NS_PER_MS: i64 = 1_000_000;
+pub mod contract;
 
-/// valueType values EdgeX v3 defines.
-const VALUE_TYPES: [&str; 26] = [
-    "Bool",
-    "String",
-    "Uint8",
-    "Uint16",
-    "Uint32",
-    "Uint64",
-    "Int8",
-    "Int16",
-    "Int32",
-    "Int64",
-    "Float32",
-    "Float64",
-    "Binary",
-    "BoolArray",
-    "StringArray",
-    "Uint8Array",
-    "Uint16Array",
-    "Uint32Array",
-    "Uint64Array",
-    "Int8Array",
-    "Int16Array",
-    "Int32Array",
-    "Int64Array",
-    "Float32Array",
-    "Float64Array",
-    "Object",
-];
+use contract::{API_VERSION, VALUE_TYPES};
+
+const NS_PER_MS: i64 = 1_000_000;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]

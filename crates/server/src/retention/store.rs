@@ -1,10 +1,4 @@
-//! Retention by age: the v3 `DELETE event/age/{age}` call and the native API's per-device
-//! settings (`PUT /api/roamkv/v1/devices/{device}/retention`), applied at once and then every
-//! `--retention-interval-s` by a background task.
-//!
-//! Applying a cutoff to a device is one engine call: the device departs if every reading is
-//! older (one DEPART: it is left with nothing, and a departure frees the most), otherwise its
-//! older readings are trimmed (one TRIM record, `Engine::trim_before`).
+//! The per-device retention settings and the file that keeps them.
 //!
 //! The settings survive restarts in `DATA_DIR/server/retention.json` (the server's own file
 //! beside the engine's; the data directory's LOCK keeps a second server out), replaced
@@ -14,16 +8,10 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use crate::error::ApiError;
-use crate::state::{AppState, Shared, now_ms};
-use crate::status::Departure;
 
 /// Devices that may have a retention setting: bounds the file (rewritten whole on a change)
 /// and one application pass.
@@ -140,89 +128,5 @@ impl RetentionStore {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| fail("syncing the directory of", e))
-    }
-}
-
-impl AppState {
-    /// Applies a cutoff (engine milliseconds) to one device: departs it if every reading is
-    /// older, else trims its older readings. Blocking (engine calls).
-    pub fn apply_cutoff(
-        &self,
-        device: &str,
-        cutoff_ms: i64,
-        how: &'static str,
-    ) -> Result<Applied, ApiError> {
-        if self
-            .engine
-            .depart_if_older_than(device, cutoff_ms)
-            .map_err(ApiError::from_engine)?
-        {
-            self.history.lock().push_departure(Departure {
-                at_ms: now_ms(),
-                device: device.to_string(),
-                how,
-            });
-            return Ok(Applied::Departed);
-        }
-        Ok(
-            if self
-                .engine
-                .trim_before(device, cutoff_ms)
-                .map_err(ApiError::from_engine)?
-            {
-                Applied::Trimmed
-            } else {
-                Applied::Unchanged
-            },
-        )
-    }
-
-    /// Applies one device's retention setting now (a no-op without one).
-    pub fn apply_retention(&self, device: &str) -> Result<Applied, ApiError> {
-        match self.retention.get(device) {
-            Some(max_age_ms) => self.apply_cutoff(device, cutoff_for(max_age_ms), "retention"),
-            None => Ok(Applied::Unchanged),
-        }
-    }
-}
-
-/// Readings with ts < now - max_age are past their retention.
-pub fn cutoff_for(max_age_ms: u64) -> i64 {
-    i64::try_from(now_ms().saturating_sub(max_age_ms)).unwrap_or(i64::MAX)
-}
-
-/// Applies every setting every `interval`, until shutdown. A device that fails (e.g. the log
-/// budget is full) is logged and retried at the next pass.
-pub async fn run(state: Shared, interval: Duration, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let s = Arc::clone(&state);
-        let pass = tokio::task::spawn_blocking(move || apply_all(&s)).await;
-        if let Err(e) = pass {
-            tracing::error!(error = %e, "retention pass failed");
-        }
-    }
-}
-
-fn apply_all(state: &AppState) {
-    let present: std::collections::HashSet<String> =
-        state.engine.devices().into_iter().map(|d| d.name).collect();
-    for (device, _) in state.retention.all() {
-        if !present.contains(&device) {
-            continue;
-        }
-        match state.apply_retention(&device) {
-            Ok(Applied::Unchanged) => {}
-            Ok(applied) => tracing::info!(%device, ?applied, "retention applied"),
-            Err(e) if e.status == StatusCode::INSUFFICIENT_STORAGE => {
-                tracing::warn!(%device, error = %e.message, "retention deferred: no log room");
-            }
-            Err(e) => tracing::error!(%device, error = %e.message, "retention failed"),
-        }
     }
 }
