@@ -13,11 +13,11 @@ use roamkv_testbed::devstat::DevStat;
 use roamkv_testbed::fixture::{Fixture, FsSpec};
 use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
 
-use crate::engines::{self, Durability, EngineConfig, EngineKind};
-use crate::report::write_amplification;
-use crate::runner::{self, RunningWorker};
-use crate::worker::{Tick, WorkerResult, WorkerSpec};
-use crate::workload::WorkloadConfig;
+use crate::mobility::engines::{self, Durability, EngineConfig, EngineKind};
+use crate::mobility::report::write_amplification;
+use crate::mobility::runner::{self, RunningWorker};
+use crate::mobility::worker::{Tick, WorkerResult, WorkerSpec};
+use crate::mobility::workload::WorkloadConfig;
 
 #[derive(Args, Debug)]
 pub struct SteadyArgs {

@@ -1,5 +1,6 @@
-//! roamkv-lab: the I/O lab. A tracefs block tracer that names every request (`trace`), the file
-//! workloads of papers 001 and 004 (`workload`), and the `roamkv lab` command line (`cli`);
+//! roamkv-lab: the I/O lab, one module or folder per command. A tracefs block tracer that names
+//! every request (`trace`, and `lab trace`), the file workloads of papers 001 and 004 (`fs`), and
+//! the `roamkv lab` command line (`cli`);
 //! SQLite transactions (`sqlite`) and SQLite queries compared with roamkv (`queries`); paper
 //! 003's commit experiment (`commit`); syscall traces recorded and replayed (`replay`); paper
 //! 004's I/O stack table (`stack`); the qemu guest route (`vm`). The rig under all of them (file
@@ -7,15 +8,13 @@
 //! `roamkv_testbed`.
 pub mod cli;
 pub mod commit;
-pub mod guest_queries;
+pub mod fs;
 pub mod queries;
 pub mod replay;
-pub mod report;
 pub mod sqlite;
 pub mod stack;
 pub mod trace;
 pub mod vm;
-pub mod workload;
 
 /// The lab's errors are the rig's: one enum for every expected failure of both.
 pub use roamkv_testbed::Error as LabError;

@@ -9,7 +9,7 @@
 //! Emulation (TCG: no usable KVM here) makes the guest several times slower than the host, so
 //! guest numbers are only comparable with other guest numbers (ext4-in-guest is the control).
 use crate::LabError;
-use crate::workload::{Measurement, MountedDevice, Plan, measure_on};
+use crate::fs::workload::{Measurement, MountedDevice, Plan, measure_on};
 use roamkv_testbed::vm;
 use std::path::{Path, PathBuf};
 
@@ -105,9 +105,9 @@ pub fn run_guest_fs(args: &GuestFsArgs) -> Result<(), LabError> {
     }
     if let Some(io) = &args.io {
         plan.io_modes = vec![if io == "direct" {
-            crate::workload::IoMode::Direct
+            crate::fs::workload::IoMode::Direct
         } else {
-            crate::workload::IoMode::Buffered
+            crate::fs::workload::IoMode::Buffered
         }];
     }
     let target = MountedDevice {
@@ -282,10 +282,10 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
             .and_then(serde_json::Value::as_f64)
             .unwrap_or(f64::NAN)
     };
-    let spec = crate::workload::Plan::full()
+    let spec = crate::fs::workload::Plan::full()
         .workloads()
         .into_iter()
-        .chain(crate::workload::Plan::quick().workloads())
+        .chain(crate::fs::workload::Plan::quick().workloads())
         .find(|w| Some(w.name().as_str()) == value.get("workload").and_then(|v| v.as_str()))?;
     Some(Measurement {
         fs: format!("{fs} (guest)"),

@@ -2,8 +2,8 @@
 //! 4 KiB write + fsync whose journal writes must be found. Needs root, losetup, mkfs and tracefs:
 //! without them it fails, or skips with ROAMKV_ALLOW_SKIP=1 (`roamkv_testbed::prerequisite`).
 use roamkv_lab::LabError;
+use roamkv_lab::fs::workload::{IoMode, Pattern, Plan, SyncCall, SyncTarget, Workload, measure};
 use roamkv_lab::trace::{Kind, Tracer, tracefs_available};
-use roamkv_lab::workload::{IoMode, Pattern, Plan, SyncCall, SyncTarget, Workload, measure};
 use roamkv_testbed::fixture::{Fixture, FsSpec};
 use roamkv_testbed::prerequisite::{require_root, require_tool};
 use std::io::Write;

@@ -4,8 +4,8 @@
 //! (`pg_ctl stop -m immediate`, then SIGQUIT to the postmaster if that fails) and removes its
 //! directories: on success, on error and on Ctrl-C (the rig's interrupt handler makes the main
 //! thread unwind through here). Debian's postgresql package (15 or newer) provides the programs.
-use crate::error::Error;
 use crate::command::run_command;
+use crate::error::Error;
 use crate::prerequisite::require_tool;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,6 +1,7 @@
 //! `roamkv lab queries`: paper 000's search queries on SQLite, per file system, cold and warm
 //! cache; and the same questions on sensor data asked of roamkv and SQLite (`sensor`).
 pub mod compare;
+pub mod guest;
 pub mod roamkv_store;
 pub mod schema;
 pub mod sensor;

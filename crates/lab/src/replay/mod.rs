@@ -397,7 +397,7 @@ fn write_replay_report(
 
 /// The traces the lab ships (made with `roamkv lab record`; see docs/LAB.md for the commands).
 pub fn shipped_traces_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/traces")
 }
 
 #[cfg(test)]

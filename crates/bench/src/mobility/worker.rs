@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::engines::{self, BenchEngine, EngineConfig, Put};
-use crate::workload::{Generator, Op, ValuePool, WorkloadConfig, sensor_name, user_bytes};
+use crate::mobility::engines::{self, BenchEngine, EngineConfig, Put};
+use crate::mobility::workload::{
+    Generator, Op, ValuePool, WorkloadConfig, sensor_name, user_bytes,
+};
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WorkerSpec {
@@ -340,7 +342,7 @@ fn writer(
     let now_ms = || epoch.elapsed().as_millis() as u64;
     // User bytes written per device slot since the device arrived: live until it departs.
     let mut slot_bytes = vec![0u64; generator.slots()];
-    let sensors: Vec<String> = (0..crate::workload::SENSORS_PER_DEVICE)
+    let sensors: Vec<String> = (0..crate::mobility::workload::SENSORS_PER_DEVICE)
         .map(sensor_name)
         .collect();
     let mut out = ThreadOutcome::default();

@@ -23,8 +23,8 @@ use clap::{Args, Subcommand};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::fault_report::{CheckOutcome, FaultResults, RoundRow};
-use crate::survival::{self, Ledger, Survey};
+use crate::faults::report::{CheckOutcome, FaultResults, RoundRow};
+use crate::faults::survival::{self, Ledger, Survey};
 use roamkv_testbed::vm::GuestImage;
 
 /// Every line the guest's init prints for the host starts with this.
@@ -476,7 +476,7 @@ fn new_results(args: &PowercutArgs) -> FaultResults {
             "guest": "qemu-system-x86_64 -accel tcg -smp 1, Debian stock kernel, busybox initramfs",
             "memory_mib": args.memory_mib,
             "disk": format!("{} MiB ext4 (mkfs.ext4 on the host), virtio, cache=none", args.disk_mib),
-            "loader": format!("roamkv load --data /data/db {}", crate::crash::LOADER_ARGS.join(" ")),
+            "loader": format!("roamkv load --data /data/db {}", crate::faults::crash::LOADER_ARGS.join(" ")),
             "cut_after_ms": [args.cut_after_ms_min, args.cut_after_ms_max],
             "records_per_second": args.records_per_second,
             "cut": "SIGKILL of qemu",

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use roamkv_engine::{Durability, Engine, Options, Record};
 
-use crate::serve_load::{
+use crate::serve::load::{
     EventSpec, HttpClient, HttpSender, PROFILE, SOURCE, Sender, device_name, edgex_json,
     influx_lines, resource_name,
 };

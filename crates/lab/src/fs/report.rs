@@ -2,7 +2,7 @@
 //! one chart per workload family and the traced request mix of the sync workloads.
 
 use crate::LabError;
-use crate::workload::{Measurement, Plan, TracedPerOp};
+use crate::fs::workload::{Measurement, Plan, TracedPerOp};
 use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::{Path, PathBuf};
 

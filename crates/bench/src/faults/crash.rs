@@ -19,8 +19,8 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::fault_report::{CheckOutcome, FaultResults, RoundRow};
-use crate::survival::{self, Ledger};
+use crate::faults::report::{CheckOutcome, FaultResults, RoundRow};
+use crate::faults::survival::{self, Ledger};
 
 /// Record numbers skipped between rounds, so a round never reuses a number an earlier loader was
 /// sent (sent but unacknowledged records may or may not have survived).

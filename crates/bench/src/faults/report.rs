@@ -5,7 +5,7 @@ use std::path::Path;
 
 use roamkv_testbed::report::{Html, MachineHeader, write_json};
 
-use crate::survival::{EXAMPLES_MAX, Ledger, Survey};
+use crate::faults::survival::{EXAMPLES_MAX, Ledger, Survey};
 
 /// What `roamkv check` printed about a data directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use std::time::Instant;
 use roamkv_testbed::devstat::DevStat;
 use roamkv_testbed::fixture::{Fixture, FsSpec};
 
-use crate::engines::{Durability, EngineConfig, EngineKind};
-use crate::worker::{WorkerResult, WorkerSpec};
-use crate::workload::WorkloadConfig;
+use crate::mobility::engines::{Durability, EngineConfig, EngineKind};
+use crate::mobility::worker::{WorkerResult, WorkerSpec};
+use crate::mobility::workload::WorkloadConfig;
 
 pub type Result<T> = std::result::Result<T, String>;
 
