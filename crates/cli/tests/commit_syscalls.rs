@@ -1,4 +1,4 @@
-//! DESIGN.md property 4 at the system-call level: once the log is warm, a commit is one pwrite
+//! docs/PROPERTIES.md property 4 at the system-call level: once the log is warm, a commit is one pwrite
 //! into the preallocated segment and one fdatasync of it — no file growth, creation, rename,
 //! fallocate or fsync on the commit path. (docs/LAB.md measures the same at the block layer.)
 
