@@ -305,6 +305,10 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
         device_bytes_written_per_op: f("device_bytes_written_per_op"),
         device_flushes_per_op: f("device_flushes_per_op"),
         device_reads_per_op: f("device_reads_per_op"),
+        latency_us: value
+            .get("latency_us")
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_else(|| roamkv_testbed::stats::Percentiles::of(&[])),
         traced_per_op: None,
         error: value
             .get("error")

@@ -17,12 +17,15 @@ pub struct FsRun<'a> {
     pub results: &'a [Measurement],
 }
 
-const COLUMNS: [&str; 9] = [
+const COLUMNS: [&str; 12] = [
     "fs",
     "workload",
     "ops/s",
     "ops/s min..max",
     "MB/s",
+    "p50 us",
+    "p99 us",
+    "p99.9 us",
     "dev writes/op",
     "dev KiB written/op",
     "flushes/op",
@@ -98,6 +101,9 @@ fn result_rows(results: &[Measurement]) -> Vec<Vec<String>> {
                     None => format!("{}..{}", fmt_num(m.ops_per_s_min), fmt_num(m.ops_per_s_max)),
                 },
                 fmt_num(m.mb_per_s_median),
+                fmt_num(m.latency_us.p50),
+                fmt_num(m.latency_us.p99),
+                fmt_num(m.latency_us.p99_9),
                 fmt_num(m.device_writes_per_op),
                 fmt_num(m.device_bytes_written_per_op / 1024.0),
                 fmt_num(m.device_flushes_per_op),

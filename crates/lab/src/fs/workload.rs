@@ -14,7 +14,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use roamkv_testbed::devstat::DevStat;
 use roamkv_testbed::fixture::{Fixture, drop_caches, interrupted};
-use roamkv_testbed::stats::median;
+use roamkv_testbed::stats::{Percentiles, median};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -319,12 +319,16 @@ impl Drop for AlignedBuffer {
 }
 
 /// One timed repetition.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Repetition {
     pub elapsed_s: f64,
     pub ops: u64,
     pub bytes: u64,
     pub device: DevStat,
+    /// Latency of each operation (a read or write; with its sync call in the sync workloads), in
+    /// microseconds: not written out, pooled over the repetitions into `Measurement::latency_us`.
+    #[serde(skip)]
+    pub op_latencies_us: Vec<f64>,
 }
 
 /// All repetitions of one workload on one file system, with medians and spread.
@@ -344,6 +348,9 @@ pub struct Measurement {
     pub device_bytes_written_per_op: f64,
     pub device_flushes_per_op: f64,
     pub device_reads_per_op: f64,
+    /// Per-operation latency over every operation of every repetition, in microseconds, with
+    /// fio's percentiles (p50, p99, p99.9; nearest rank).
+    pub latency_us: Percentiles,
     /// Sync workloads: requests per operation by kind, from one traced repetition.
     pub traced_per_op: Option<TracedPerOp>,
     /// Set when the workload could not run (e.g. O_DIRECT unsupported in data=journal mode).
@@ -597,6 +604,7 @@ impl OneRun<'_> {
         let mut read_buffer = AlignedBuffer::new(block_bytes as usize, 0);
         let tracer = maybe_trace(fixture, traced)?;
         let before = device_counters(fixture)?;
+        let mut op_latencies_us = Vec::with_capacity(offsets.len());
         let started = Instant::now();
         let file = open_for(
             &path,
@@ -606,6 +614,7 @@ impl OneRun<'_> {
             false,
         )?;
         for &offset in &offsets {
+            let op_started = Instant::now();
             if pattern.is_read() {
                 let slice = &mut read_buffer.as_mut_slice()[..block_bytes as usize];
                 file.read_exact_at(slice, offset).map_err(io_err(&path))?;
@@ -613,6 +622,7 @@ impl OneRun<'_> {
                 file.write_all_at(buffer.as_slice(block_bytes as usize), offset)
                     .map_err(io_err(&path))?;
             }
+            op_latencies_us.push(op_started.elapsed().as_secs_f64() * 1e6);
         }
         if !pattern.is_read() {
             file.sync_all().map_err(io_err(&path))?;
@@ -627,6 +637,7 @@ impl OneRun<'_> {
                 ops,
                 bytes: ops * block_bytes,
                 device,
+                op_latencies_us,
             },
             trace,
         ))
@@ -665,13 +676,16 @@ impl OneRun<'_> {
         let offsets = offsets(random, SYNC_WRITE_BYTES, ops, seed);
         let tracer = maybe_trace(fixture, traced)?;
         let before = device_counters(fixture)?;
+        let mut op_latencies_us = Vec::with_capacity(offsets.len());
         let started = Instant::now();
         let file = open_for(&path, io, true, false, false)?;
         for &offset in &offsets {
+            let op_started = Instant::now();
             // Appending writes at the current end; offsets are sequential so they coincide.
             file.write_all_at(buffer.as_slice(SYNC_WRITE_BYTES as usize), offset)
                 .map_err(io_err(&path))?;
             sync_file(&file, call, &path)?;
+            op_latencies_us.push(op_started.elapsed().as_secs_f64() * 1e6);
         }
         drop(file);
         let elapsed_s = started.elapsed().as_secs_f64();
@@ -683,6 +697,7 @@ impl OneRun<'_> {
                 ops,
                 bytes: ops * SYNC_WRITE_BYTES,
                 device,
+                op_latencies_us,
             },
             trace,
         ))
@@ -756,6 +771,12 @@ pub fn measure_on(
         })),
         device_flushes_per_op: median(&mut per_rep(&|r| r.device.flushes as f64 / r.ops as f64)),
         device_reads_per_op: median(&mut per_rep(&|r| r.device.reads as f64 / r.ops as f64)),
+        latency_us: Percentiles::of(
+            &reps
+                .iter()
+                .flat_map(|r| r.op_latencies_us.iter().copied())
+                .collect::<Vec<f64>>(),
+        ),
         repetitions: reps,
         traced_per_op,
         error,
