@@ -80,7 +80,7 @@ fn a_cluster_runs_sessions_then_stops_and_removes_itself() {
     cluster.prepare_run().expect("prepare");
     let before = cluster.wal_stats().expect("pg_stat_wal");
     let run = cluster
-        .run_sessions(scripts.path(), 2, 20, 512)
+        .run_sessions(scripts.path(), 2, 20, 512, 1)
         .expect("pgbench");
     assert_eq!(run.report.transactions_processed, 40);
     assert!(run.report.commit_latency_ms().is_some());

@@ -48,6 +48,8 @@ pub struct Plan {
     pub workloads: Vec<(u64, usize)>,
     pub fs: FsSpec,
     pub slow_write_iops: u32,
+    /// Work outside the commit per transaction (each session sleeps before each transaction).
+    pub think_ms: u64,
     pub postgres: WalSettings,
 }
 

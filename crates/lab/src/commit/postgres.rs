@@ -106,18 +106,25 @@ impl Cluster {
     }
 
     /// Runs `sessions` pgbench clients, each `transactions` times BEGIN; INSERT; COMMIT, with a
-    /// wait-event sampler beside them.
+    /// wait-event sampler beside them. With `think_ms`, each client first sleeps that long
+    /// (pgbench's `\sleep`, outside the transaction: work that is not the commit).
     pub fn run_sessions(
         &self,
         script_dir: &Path,
         sessions: u32,
         transactions: u64,
         row_bytes: usize,
+        think_ms: u64,
     ) -> Result<PgRun, LabError> {
         let script = script_dir.join(format!("commit-{row_bytes}.sql"));
+        let think = if think_ms > 0 {
+            format!("\\sleep {think_ms} ms\n")
+        } else {
+            String::new()
+        };
         // A dollar-quoted literal of row_bytes 'x': the row is exactly that many payload bytes.
         let text = format!(
-            "BEGIN;\nINSERT INTO commit_rows (session, payload) VALUES (:client_id, $${}$$);\nCOMMIT;\n",
+            "{think}BEGIN;\nINSERT INTO commit_rows (session, payload) VALUES (:client_id, $${}$$);\nCOMMIT;\n",
             "x".repeat(row_bytes)
         );
         std::fs::write(&script, text).map_err(|e| LabError::io(&script, e))?;

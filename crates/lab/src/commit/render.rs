@@ -262,6 +262,10 @@ pub fn write_report(
         "roamkv lab commit: paper 003's redo-log experiment",
         &header,
     );
+    html.paragraph(&format!(
+        "Work outside the commit: each session sleeps {} ms before each transaction (--think-ms).",
+        plan.think_ms
+    ));
     html.paragraph(
         "Each session runs single-row insert + commit transactions; all sessions start together. \
          'commit wait' is the share of session time spent waiting for the commit to be durable: \
