@@ -33,6 +33,12 @@ pub enum LabCommand {
     Replay(crate::replay::ReplayArgs),
     /// Paper 004's I/O stack table: SQLite inserts/s from the stock stack through each fix.
     Stack(crate::stack::StackArgs),
+    /// Internal: runs the SQLite lab inside the --vm guest.
+    #[command(hide = true)]
+    GuestSqlite(crate::sqlite::guest::GuestSqliteArgs),
+    /// Internal: runs paper 004's stack steps inside the --vm guest.
+    #[command(hide = true)]
+    GuestStack(crate::stack::GuestStackArgs),
     /// Internal: runs the queries lab inside the --vm guest.
     #[command(hide = true)]
     GuestQueries(crate::queries::guest::GuestQueriesArgs),
@@ -45,12 +51,14 @@ pub fn run(args: &LabArgs) -> ExitCode {
     let result = match &args.command {
         LabCommand::Fs(a) => crate::fs::run_fs(a),
         LabCommand::Trace(a) => crate::trace::command::run_trace(a),
-        LabCommand::Sqlite(a) => return crate::sqlite::run(a),
+        LabCommand::Sqlite(a) => return crate::sqlite::guest::run_sqlite(a),
         LabCommand::Queries(a) => return crate::queries::guest::run_queries(a),
         LabCommand::Commit(a) => return crate::commit::run(a),
         LabCommand::Record(a) => return crate::replay::run_record(a),
         LabCommand::Replay(a) => return crate::replay::run_replay(a),
         LabCommand::Stack(a) => return crate::stack::run(a),
+        LabCommand::GuestSqlite(a) => return crate::sqlite::guest::run_guest_sqlite(a),
+        LabCommand::GuestStack(a) => return crate::stack::run_guest_stack(a),
         LabCommand::GuestQueries(a) => return crate::queries::guest::run_guest_queries(a),
         LabCommand::GuestFs(a) => crate::vm::run_guest_fs(a).map(|()| ExitCode::SUCCESS),
     };

@@ -262,6 +262,73 @@ fn kernel_command_line(
     Ok(append)
 }
 
+/// The words between the program name and `word` in this process's command line ("lab" for
+/// `roamkv lab fs`), so the guest can call the same binary the same way.
+pub fn command_prefix(word: &str) -> Vec<String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let end = args.iter().position(|a| a == word).unwrap_or(0);
+    args[..end].to_vec()
+}
+
+/// What the guest's /init appends to a command's words for each file system: `guest-fs
+/// --fs-name NAME --mount DIR --device DEV [lab fs options] --json FILE`. A guest command other
+/// than `guest-fs` (queries, sqlite, stack) takes these words after its own `--`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitWords {
+    pub fs_name: String,
+    pub mount: PathBuf,
+    pub device: String,
+    pub json: PathBuf,
+}
+
+impl InitWords {
+    pub fn parse(words: &[String]) -> Result<InitWords, LabError> {
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| w == flag)
+                .and_then(|i| words.get(i + 1))
+                .cloned()
+                .ok_or_else(|| LabError::Unsupported(format!("the guest's /init passed no {flag}")))
+        };
+        Ok(InitWords {
+            fs_name: after("--fs-name")?,
+            mount: PathBuf::from(after("--mount")?),
+            device: after("--device")?,
+            json: PathBuf::from(after("--json")?),
+        })
+    }
+
+    /// The mounted file system as a workload target.
+    pub fn target(&self) -> MountedDevice {
+        MountedDevice {
+            fs_name: self.fs_name.clone(),
+            mount_dir: self.mount.clone(),
+            device_name: self.device.clone(),
+        }
+    }
+
+    /// Writes the guest's results where /init collects them.
+    pub fn write_results(&self, results: &impl serde::Serialize) -> Result<(), LabError> {
+        let text = serde_json::to_string(results).map_err(|e| LabError::Parse {
+            what: "json".into(),
+            detail: e.to_string(),
+        })?;
+        std::fs::write(&self.json, text).map_err(|e| LabError::io(&self.json, e))
+    }
+}
+
+/// A guest for a command that needs only the init words (no `lab fs` options).
+pub fn plain_options(memory_mib: u32) -> GuestOptions<'static> {
+    GuestOptions {
+        quick: false,
+        repetitions: None,
+        only: None,
+        io: None,
+        memory_mib,
+    }
+}
+
 /// Turns guest measurements back into typed rows for the report.
 pub fn measurements(results: &GuestResults) -> Vec<Measurement> {
     results
@@ -320,6 +387,28 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_words_name_the_file_system_and_the_results() {
+        let words: Vec<String> = [
+            "guest-fs",
+            "--fs-name",
+            "vfat",
+            "--mount",
+            "/mnt",
+            "--device",
+            "vda",
+            "--json",
+            "/tmp/m.json",
+        ]
+        .map(String::from)
+        .to_vec();
+        let parsed = InitWords::parse(&words).expect("complete");
+        assert_eq!(parsed.fs_name, "vfat");
+        assert_eq!(parsed.json, PathBuf::from("/tmp/m.json"));
+        assert_eq!(parsed.target().device_name, "vda");
+        assert!(InitWords::parse(&words[..6]).is_err());
+    }
 
     #[test]
     fn guest_list_always_has_the_ext4_control() {

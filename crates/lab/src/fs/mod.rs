@@ -49,14 +49,6 @@ pub struct FsArgs {
     pub i_mean_it: bool,
 }
 
-/// The words between the program name and "fs" in this process's command line ("lab" for
-/// `roamkv lab fs`), so the guest can call the same binary the same way.
-fn subcommand_prefix() -> Vec<String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let end = args.iter().position(|a| a == "fs").unwrap_or(0);
-    args[..end].to_vec()
-}
-
 fn run_fs_vm(args: &FsArgs) -> Result<ExitCode, LabError> {
     let names = crate::vm::parse_guest_fs_list(args.fs.as_deref().unwrap_or("all"))?;
     require_root()?;
@@ -67,7 +59,7 @@ fn run_fs_vm(args: &FsArgs) -> Result<ExitCode, LabError> {
         io: args.io.as_deref(),
         memory_mib: args.vm_memory_mib,
     };
-    let guest = crate::vm::run_guest(&subcommand_prefix(), &names, &options)?;
+    let guest = crate::vm::run_guest(&crate::vm::command_prefix("fs"), &names, &options)?;
     let results = crate::vm::measurements(&guest);
     let fs_names: Vec<String> = guest
         .file_systems

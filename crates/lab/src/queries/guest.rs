@@ -12,7 +12,6 @@ use crate::queries::{
     run_query_set,
 };
 use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `lab queries` with the guest route added.
@@ -64,13 +63,6 @@ pub fn run_queries(command: &QueriesCommand) -> ExitCode {
     }
 }
 
-/// The words between the program name and "queries" ("lab" for `roamkv lab queries`).
-fn prefix_before(word: &str) -> Vec<String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let end = args.iter().position(|a| a == word).unwrap_or(0);
-    args[..end].to_vec()
-}
-
 fn run_in_guest(command: &QueriesCommand) -> Result<ExitCode, LabError> {
     let args = &command.args;
     let names = crate::vm::parse_guest_fs_list(args.fs.as_deref().unwrap_or(GUEST_DEFAULT_FS))?;
@@ -89,7 +81,7 @@ fn run_in_guest(command: &QueriesCommand) -> Result<ExitCode, LabError> {
             "need at least 100 rows and 1 repetition".into(),
         ));
     }
-    let mut prefix = prefix_before("queries");
+    let mut prefix = crate::vm::command_prefix("queries");
     prefix.extend([
         "guest-queries".to_string(),
         "--rows".into(),
@@ -102,14 +94,11 @@ fn run_in_guest(command: &QueriesCommand) -> Result<ExitCode, LabError> {
         args.seed.to_string(),
         "--".into(),
     ]);
-    let options = crate::vm::GuestOptions {
-        quick: false,
-        repetitions: None,
-        only: None,
-        io: None,
-        memory_mib: command.vm_memory_mib,
-    };
-    let guest = crate::vm::run_guest(&prefix, &names, &options)?;
+    let guest = crate::vm::run_guest(
+        &prefix,
+        &names,
+        &crate::vm::plain_options(command.vm_memory_mib),
+    )?;
     let mut runs: Vec<QueryRun> = Vec::new();
     let mut errors = Vec::new();
     for fs in &guest.file_systems {
@@ -279,20 +268,9 @@ pub fn run_guest_queries(args: &GuestQueriesArgs) -> ExitCode {
     }
 }
 
-/// The value after `flag` among /init's words.
-fn word_after(words: &[String], flag: &str) -> Result<String, LabError> {
-    words
-        .iter()
-        .position(|w| w == flag)
-        .and_then(|i| words.get(i + 1))
-        .cloned()
-        .ok_or_else(|| LabError::Unsupported(format!("the guest's /init passed no {flag}")))
-}
-
 fn guest_queries(args: &GuestQueriesArgs) -> Result<(), LabError> {
-    let fs_name = word_after(&args.init_words, "--fs-name")?;
-    let mount = PathBuf::from(word_after(&args.init_words, "--mount")?);
-    let json_path = PathBuf::from(word_after(&args.init_words, "--json")?);
+    let init = crate::vm::InitWords::parse(&args.init_words)?;
+    let (fs_name, mount) = (init.fs_name.clone(), init.mount.clone());
     let config = QueriesConfig {
         fs: Vec::new(),
         rows: args.rows,
@@ -327,42 +305,12 @@ fn guest_queries(args: &GuestQueriesArgs) -> Result<(), LabError> {
             &|what| eprintln!("guest: {what}"),
         )?);
     }
-    let text = serde_json::to_string(&runs).map_err(|e| LabError::Parse {
-        what: "json".into(),
-        detail: e.to_string(),
-    })?;
-    std::fs::write(&json_path, text).map_err(|e| LabError::io(&json_path, e))
+    init.write_results(&runs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_init_words() {
-        let words: Vec<String> = [
-            "guest-fs",
-            "--fs-name",
-            "vfat",
-            "--mount",
-            "/mnt",
-            "--device",
-            "vda",
-            "--json",
-            "/tmp/m.json",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(
-            word_after(&words, "--fs-name").ok().as_deref(),
-            Some("vfat")
-        );
-        assert_eq!(
-            word_after(&words, "--json").ok().as_deref(),
-            Some("/tmp/m.json")
-        );
-        assert!(word_after(&words, "--rows").is_err());
-    }
 
     #[test]
     fn a_query_run_survives_the_trip_through_json() {

@@ -4,6 +4,7 @@
 //! every block request traced and classified (db / journal-or-WAL / fs journal / metadata /
 //! flushes), both while the transactions run and for the deferred write-back that `syncfs` forces.
 pub mod config;
+pub mod guest;
 pub mod measure;
 pub mod report;
 pub mod vfs;
@@ -61,6 +62,14 @@ pub struct SqliteArgs {
     /// Output directory for results.json and report.html.
     #[arg(long, default_value = "lab-results/sqlite")]
     pub out: PathBuf,
+    /// Run in the qemu guest instead (Debian's stock kernel: F2FS, FAT, exFAT; ext4 in the same
+    /// guest is the control). --fs then names guest file systems (default: ext4,vfat,exfat,f2fs).
+    /// Untraced there: writes are counted by the virtual disk's own counters.
+    #[arg(long)]
+    pub vm: bool,
+    /// Guest memory for --vm.
+    #[arg(long, default_value_t = 1024)]
+    pub vm_memory_mib: u32,
 }
 
 fn parse_usize_list(s: &str, what: &str) -> Result<Vec<usize>, LabError> {
@@ -166,6 +175,7 @@ impl SqliteArgs {
     }
 }
 
+/// `roamkv lab sqlite` on the host (`guest::run_sqlite` sends `--vm` to the guest).
 pub fn run(args: &SqliteArgs) -> ExitCode {
     match args
         .resolve()
@@ -237,7 +247,7 @@ pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
 }
 
 /// Every (journal mode, synchronous, sync call, op, rows/tx, threads) of the configuration.
-fn matrix(config: &SqliteConfig) -> Vec<RunSpec> {
+pub(crate) fn matrix(config: &SqliteConfig) -> Vec<RunSpec> {
     let mut specs = Vec::new();
     for &journal_mode in &config.journal_modes {
         for &synchronous in &config.synchronous {
