@@ -342,14 +342,10 @@ fn render(
     let mut rows: Vec<Vec<String>> = results.iter().map(|r| step_row(r, stock)).collect();
     rows.push(f2fs_row());
     let polled = polling_verdict(polling);
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(STEP_COLUMNS.to_vec());
-    for row in &rows {
-        table.add_row(row.clone());
-    }
-    println!("{table}");
+    println!(
+        "{}",
+        roamkv_testbed::report::terminal_table(&STEP_COLUMNS, &rows)
+    );
     println!("polled I/O (io_uring IOPOLL): {polled}");
 
     let header = MachineHeader::collect();
@@ -660,14 +656,10 @@ fn render_guest(
         .find(|s| s.fs == "ext4" && s.step == GUEST_STEPS[0].0)
         .map_or(f64::NAN, |s| s.inserts_per_s);
     let rows: Vec<Vec<String>> = steps.iter().map(|s| guest_row(s, stock)).collect();
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(GUEST_COLUMNS.to_vec());
-    for row in &rows {
-        table.add_row(row.clone());
-    }
-    println!("{table}");
+    println!(
+        "{}",
+        roamkv_testbed::report::terminal_table(&GUEST_COLUMNS, &rows)
+    );
     for e in errors {
         eprintln!("guest: {e}");
     }

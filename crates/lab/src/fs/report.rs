@@ -3,7 +3,7 @@
 
 use crate::LabError;
 use crate::fs::workload::{Measurement, Plan, TracedPerOp};
-use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, number as fmt_num, write_json};
 use std::path::{Path, PathBuf};
 
 /// What one `lab fs` run measured, and where, for its report.
@@ -32,30 +32,14 @@ const COLUMNS: [&str; 12] = [
     "traced writes/op data+journal+meta",
 ];
 
-pub fn fmt_num(v: f64) -> String {
-    if !v.is_finite() {
-        "-".to_string()
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
 /// Prints the results table and writes `<stem>.json` and `<stem>.html` into `out`.
 pub fn write(run: &FsRun<'_>, out: &Path) -> Result<(PathBuf, PathBuf), LabError> {
     let header = MachineHeader::collect();
     let rows = result_rows(run.results);
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(COLUMNS.to_vec());
-    for row in &rows {
-        table.add_row(row.clone());
-    }
-    println!("{table}");
+    println!(
+        "{}",
+        roamkv_testbed::report::terminal_table(&COLUMNS, &rows)
+    );
 
     let json = serde_json::json!({
         "machine": header, "plan": run.plan, "fixtures": run.fixtures_json, "results": run.results,

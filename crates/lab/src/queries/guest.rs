@@ -168,14 +168,10 @@ fn render(
     errors: &[String],
 ) -> Result<(), LabError> {
     let table_rows: Vec<Vec<String>> = runs.iter().map(run_row).collect();
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(RUN_COLUMNS.to_vec());
-    for row in &table_rows {
-        table.add_row(row.clone());
-    }
-    println!("{table}");
+    println!(
+        "{}",
+        roamkv_testbed::report::terminal_table(&RUN_COLUMNS, &table_rows)
+    );
     for e in errors {
         eprintln!("guest: {e}");
     }

@@ -145,14 +145,10 @@ fn render(
     errors: &[String],
 ) -> Result<(), LabError> {
     let rows: Vec<Vec<String>> = runs.iter().map(row_cells).collect();
-    let mut table = comfy_table::Table::new();
-    table
-        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(COLUMNS.to_vec());
-    for row in &rows {
-        table.add_row(row.clone());
-    }
-    println!("{table}");
+    println!(
+        "{}",
+        roamkv_testbed::report::terminal_table(&COLUMNS, &rows)
+    );
     for e in errors {
         eprintln!("guest: {e}");
     }

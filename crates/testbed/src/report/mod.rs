@@ -24,6 +24,32 @@ pub fn write_json(dir: &Path, stem: &str, value: &serde_json::Value) -> Result<P
     Ok(path)
 }
 
+/// A table for the terminal (UTF-8 box lines), as every command prints its results.
+pub fn terminal_table(columns: &[&str], rows: &[Vec<String>]) -> String {
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_header(columns.to_vec());
+    for row in rows {
+        table.add_row(row.clone());
+    }
+    table.to_string()
+}
+
+/// A measured number for a table: three significant digits or so ("1234", "56.7", "8.90"), and
+/// "-" for no value (NaN, as `stats` returns for no input).
+pub fn number(v: f64) -> String {
+    if !v.is_finite() {
+        "-".to_string()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 /// A line above the progress bar, or on stderr when the bar is hidden (not a terminal).
 pub fn say(bar: &indicatif::ProgressBar, line: String) {
     if bar.is_hidden() {
@@ -36,6 +62,20 @@ pub fn say(bar: &indicatif::ProgressBar, line: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_keep_about_three_digits_and_nan_is_a_dash() {
+        assert_eq!(number(1234.4), "1234");
+        assert_eq!(number(56.78), "56.8");
+        assert_eq!(number(8.9), "8.90");
+        assert_eq!(number(f64::NAN), "-");
+    }
+
+    #[test]
+    fn a_terminal_table_holds_its_header_and_cells() {
+        let text = terminal_table(&["fs", "ops/s"], &[vec!["ext4".into(), "12".into()]]);
+        assert!(text.contains("ops/s") && text.contains("ext4") && text.contains("12"));
+    }
 
     #[test]
     fn json_is_written_where_asked() {
