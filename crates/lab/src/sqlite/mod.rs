@@ -175,7 +175,7 @@ impl SqliteArgs {
     }
 }
 
-/// `roamkv lab sqlite` on the host (`guest::run_sqlite` sends `--vm` to the guest).
+/// `roamkv lab sqlite` on the host (with `--vm`, the `guest` module runs it in the qemu guest).
 pub fn run(args: &SqliteArgs) -> ExitCode {
     match args
         .resolve()
