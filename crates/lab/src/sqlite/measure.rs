@@ -236,6 +236,48 @@ pub fn run_on(target: &dyn Target, spec: &RunSpec) -> Result<RunResult, LabError
         latencies.extend(r.map_err(werr)?);
     }
     drop(conns);
+    Ok(result_of(
+        target,
+        spec,
+        Timed {
+            latencies,
+            elapsed,
+            end_ns,
+            before_stop_ns,
+            sync_calls,
+            devstat,
+            devstat_after_syncfs,
+            trace,
+        },
+    ))
+}
+
+/// What the timed part of a run left to count.
+struct Timed {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    /// Monotonic clock when the transactions ended, and just before the tracer stopped.
+    end_ns: u64,
+    before_stop_ns: u64,
+    sync_calls: SyncCounts,
+    /// Device counters over the transactions, and including the syncfs after them.
+    devstat: DevStat,
+    devstat_after_syncfs: DevStat,
+    trace: Option<crate::trace::Trace>,
+}
+
+/// The run's figures: from the trace where there is one, else from the device counters.
+fn result_of(target: &dyn Target, spec: &RunSpec, timed: Timed) -> RunResult {
+    let Timed {
+        latencies,
+        elapsed,
+        end_ns,
+        before_stop_ns,
+        sync_calls,
+        devstat,
+        devstat_after_syncfs,
+        trace,
+    } = timed;
     let tx = latencies.len() as u64;
     let (immediate, deferred) = match &trace {
         // Request times count from the tracer's start; `duration_us` is start..stop on the same
@@ -271,7 +313,7 @@ pub fn run_on(target: &dyn Target, spec: &RunSpec) -> Result<RunResult, LabError
             devstat_after_syncfs.bytes_written(),
         )
     };
-    Ok(RunResult {
+    RunResult {
         fs: target.fs_name(),
         journal_mode: spec.journal_mode,
         synchronous: spec.synchronous,
@@ -301,7 +343,7 @@ pub fn run_on(target: &dyn Target, spec: &RunSpec) -> Result<RunResult, LabError
         per_tx_after_syncfs: both.per_tx(tx),
         sync_calls,
         devstat,
-    })
+    }
 }
 
 /// The summed counters of the target's devices (data device, external journal device).
