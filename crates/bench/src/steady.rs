@@ -9,15 +9,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
-use roamkv_lab::devstat::DevStat;
-use roamkv_lab::fixture::{Fixture, FsSpec};
-use roamkv_lab::report::{Html, MachineHeader, line_chart_svg};
+use roamkv_testbed::devstat::DevStat;
+use roamkv_testbed::fixture::{Fixture, FsSpec};
+use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
 
-use crate::engines::{self, Durability, EngineConfig, EngineKind};
-use crate::report::write_amplification;
-use crate::runner::{self, RunningWorker};
-use crate::worker::{Tick, WorkerResult, WorkerSpec};
-use crate::workload::WorkloadConfig;
+use crate::mobility::engines::{self, Durability, EngineConfig, EngineKind};
+use crate::mobility::report::write_amplification;
+use crate::mobility::runner::{self, RunningWorker};
+use crate::mobility::worker::{Tick, WorkerResult, WorkerSpec};
+use crate::mobility::workload::WorkloadConfig;
 
 #[derive(Args, Debug)]
 pub struct SteadyArgs {
@@ -180,11 +180,11 @@ pub struct Diagnosis {
 }
 
 pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
-    roamkv_lab::fixture::require_root().map_err(|e| e.to_string())?;
+    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
     let fs: FsSpec = args
         .fs
         .parse()
-        .map_err(|e: roamkv_lab::LabError| e.to_string())?;
+        .map_err(|e: roamkv_testbed::Error| e.to_string())?;
     if args.threads.contains(&0) || args.seconds == 0 {
         return Err("--threads and --seconds must be at least 1".into());
     }
@@ -223,7 +223,7 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
         "runs": runs,
         "db_bench": db_bench,
     });
-    roamkv_lab::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
     write_timeseries(&args.out.join("timeseries.csv"), &points)?;
     write_report(&args.out.join("report.html"), &header, args, &runs, &points)?;
     println!(

@@ -1,57 +1,19 @@
 #!/usr/bin/env bash
-# Builds the guest of `roamkv bench powercut`: Debian's stock kernel (from its .deb, never
-# installed on the host) and a busybox initramfs holding the modules for virtio disks and ext4,
-# and the roamkv binary with the shared libraries it links (RocksDB is static; LevelDB, libstdc++,
+# Builds the guest of `roamkv bench powercut`: the shared base (crates/testbed/vm/guest-base.sh:
+# Debian's stock kernel and a busybox initramfs) plus the modules for virtio disks and ext4, and
+# the roamkv binary with the shared libraries it links (RocksDB is static; LevelDB, libstdc++,
 # libgcc and libc are not).
-# Usage: powercut-guest.sh CACHE_DIR ROAMKV_BINARY     (root; needs apt-get, dpkg-deb, cpio, gzip)
+# Usage: powercut-guest.sh CACHE_DIR ROAMKV_BINARY     (root; ROAMKV_GUEST_BASE names the base script)
 set -euo pipefail
 cache=${1:?cache dir}
 roamkv=${2:?roamkv binary}
-mkdir -p "$cache/debs"
-cd "$cache/debs"
+source "${ROAMKV_GUEST_BASE:?the path of crates/testbed/vm/guest-base.sh}"
 
-# Newest stock amd64 kernel image the apt sources offer (not -cloud/-rt: those lack some drivers).
-if ! ls linux-image-*-amd64_*.deb >/dev/null 2>&1; then
-  pkg=$(apt-cache search --names-only '^linux-image-[0-9.]+-[0-9]+-amd64$' | awk '{print $1}' | sort -V | tail -1)
-  [[ -n $pkg ]] || { echo "powercut-guest: no linux-image-*-amd64 package in the apt sources" >&2; exit 1; }
-  apt-get download "$pkg"
-fi
-ls busybox-static_*.deb >/dev/null 2>&1 || apt-get download busybox-static
-for tool in cpio gzip dpkg-deb ldd; do
-  command -v $tool >/dev/null || { echo "powercut-guest: $tool missing (apt-get install $tool)" >&2; exit 1; }
-done
-
-rm -rf "$cache/extract" "$cache/root"
-mkdir -p "$cache/extract"
-for deb in linux-image-*-amd64_*.deb busybox-static_*.deb; do dpkg-deb -x "$deb" "$cache/extract"; done
-kver=$(ls "$cache/extract/lib/modules" | sort -V | tail -1)
-root=$cache/root
-mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,data,tmp,lib/modules/$kver/kernel}
-cp "$cache/extract/bin/busybox" "$root/bin/busybox"
-for applet in $("$root/bin/busybox" --list); do
-  [[ -e $root/bin/$applet ]] || ln -s busybox "$root/bin/$applet"
-done
-ln -sf /proc/mounts "$root/etc/mtab"
-ln -sf /bin/busybox "$root/sbin/modprobe"   # the kernel's request_module() runs /sbin/modprobe
-
-# Modules: virtio and ext4 with what they depend on; busybox's depmod resolves the dependencies.
-src=$cache/extract/lib/modules/$kver
-for sub in fs/ext4 fs/jbd2 fs/mbcache.ko lib crypto arch/x86/crypto drivers/virtio drivers/block/virtio_blk.ko; do
-  [[ -e $src/kernel/$sub ]] || continue
-  mkdir -p "$(dirname "$root/lib/modules/$kver/kernel/$sub")"
-  cp -a "$src/kernel/$sub" "$root/lib/modules/$kver/kernel/$sub"
-done
-cp "$src"/modules.builtin* "$src/modules.order" "$root/lib/modules/$kver/"
-"$root/bin/busybox" depmod -b "$root" "$kver"
-
-# roamkv with its shared libraries (paths kept, so the dynamic loader finds them).
-cp -L "$roamkv" "$root/sbin/roamkv"
-# Symbols are not needed in the guest; a smaller initramfs unpacks faster under emulation.
-command -v strip >/dev/null && strip --strip-unneeded "$root/sbin/roamkv"
-ldd "$roamkv" | grep -o '/[^ ]*' | while read -r lib; do
-  mkdir -p "$root/$(dirname "$lib")"
-  cp -L "$lib" "$root/$lib"
-done
+guest_unpack "$cache" powercut-guest
+mkdir -p "$root/data"
+guest_modules fs/ext4 fs/jbd2 fs/mbcache.ko lib crypto arch/x86/crypto drivers/virtio \
+  drivers/block/virtio_blk.ko
+guest_copy_with_libs "$roamkv" sbin/roamkv
 
 cat > "$root/init" <<'INIT'
 #!/bin/sh
@@ -96,8 +58,4 @@ umount /data || echo "POWERCUT note umount failed"
 echo "POWERCUT done"
 poweroff -f
 INIT
-chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$cache/initramfs.img"
-cp "$cache/extract/boot/vmlinuz-$kver" "$cache/vmlinuz"
-rm -rf "$cache/extract" "$cache/root"
-echo "powercut-guest: kernel $kver, initramfs $(du -h "$cache/initramfs.img" | cut -f1) in $cache"
+guest_pack "$cache"

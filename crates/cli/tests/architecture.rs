@@ -1,19 +1,18 @@
 //! docs/ARCHITECTURE.md matches the tree, and modules do not import each other in circles.
 //!
 //! - Every `crates/<crate>/src/...` path the page names exists.
-//! - Every top-level module of the engine, bench, lab and cli crates (`src/<name>.rs` or
+//! - Every top-level module of every crate of the workspace (`src/<name>.rs` or
 //!   `src/<name>/mod.rs`) is named on the page: a new module gets its line there.
-//! - No module of the lab, bench or cli crates depends on a module that depends back on it,
-//!   directly or through others. A module depends on another when its code (tests excluded)
+//! - No module of any crate depends on a module that depends back on it, directly or through
+//!   others. A module depends on another when its code (tests excluded)
 //!   names it through a `crate::`, `super::` or `self::` path, or names a child module it
 //!   declares (`mod child;` ... `child::item`).
 
+mod workspace;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use workspace::{workspace_crates, workspace_root};
 
 fn architecture_md() -> String {
     let path = workspace_root().join("docs/ARCHITECTURE.md");
@@ -71,9 +70,9 @@ fn top_level_modules(krate: &str) -> Vec<String> {
 #[test]
 fn every_top_level_module_is_on_the_page() {
     let named = paths_named(&architecture_md());
-    let unnamed: Vec<String> = ["engine", "bench", "lab", "cli"]
-        .into_iter()
-        .flat_map(top_level_modules)
+    let unnamed: Vec<String> = workspace_crates()
+        .iter()
+        .flat_map(|krate| top_level_modules(krate))
         .filter(|m| !named.contains(m))
         .collect();
     assert!(
@@ -321,21 +320,57 @@ fn import_cycles(krate: &str) -> Vec<Vec<String>> {
 }
 
 #[test]
-fn no_module_of_the_lab_bench_or_cli_imports_a_module_that_imports_it_back() {
-    for krate in ["lab", "bench", "cli"] {
-        let cycles = import_cycles(krate);
-        assert!(
-            cycles.is_empty(),
-            "crates/{krate}: modules that import each other: {cycles:?}"
-        );
+fn no_module_of_any_crate_imports_a_module_that_imports_it_back() {
+    let crates = workspace_crates();
+    for krate in ["engine", "server", "testbed", "bench", "lab", "cli"] {
+        assert!(crates.iter().any(|c| c == krate), "no crate {krate}");
     }
+    let cycles: Vec<(String, Vec<Vec<String>>)> = crates
+        .into_iter()
+        .map(|krate| {
+            let cycles = import_cycles(&krate);
+            (krate, cycles)
+        })
+        .filter(|(_, cycles)| !cycles.is_empty())
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "modules that import each other: {cycles:?}"
+    );
 }
 
-/// The engine: no module imports one that imports it back (round 1 had engine <-> spares).
+/// The crates' own arrows point one way: the engine depends on no other roamkv crate but its
+/// LevelDB bindings, the rig (testbed) on none, and the bench uses the rig, not the lab's
+/// experiments.
 #[test]
-fn no_module_of_the_engine_imports_a_module_that_imports_it_back() {
-    let cycles = import_cycles("engine");
-    assert!(cycles.is_empty(), "crates/engine: {cycles:?}");
+fn the_crates_depend_on_each_other_as_the_page_draws_it() {
+    let roamkv_dependencies = |krate: &str| -> BTreeSet<String> {
+        let path = workspace_root()
+            .join("crates")
+            .join(krate)
+            .join("Cargo.toml");
+        let text = std::fs::read_to_string(&path).expect("Cargo.toml");
+        let dependencies = text
+            .split("\n[")
+            .find(|section| section.starts_with("dependencies]"))
+            .unwrap_or("");
+        dependencies
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("roamkv-"))
+            .filter_map(|l| l.split(['.', ' ', '=']).next())
+            .map(str::to_string)
+            .collect()
+    };
+    let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(roamkv_dependencies("engine"), set(&["leveldb"]));
+    assert_eq!(roamkv_dependencies("testbed"), set(&[]));
+    assert_eq!(roamkv_dependencies("leveldb"), set(&[]));
+    assert_eq!(roamkv_dependencies("server"), set(&["engine"]));
+    assert_eq!(
+        roamkv_dependencies("bench"),
+        set(&["engine", "leveldb", "server", "testbed"])
+    );
+    assert_eq!(roamkv_dependencies("lab"), set(&["engine", "testbed"]));
 }
 
 #[test]

@@ -1,6 +1,6 @@
-//! DESIGN.md property 4 at the system-call level: once the log is warm, a commit is one pwrite
-//! (pwritev: the writers' buffers as they are) into the preallocated segment and one fdatasync
-//! of it — no file growth, creation, rename,
+//! docs/PROPERTIES.md property 4 at the system-call level: once the log is warm, a commit is one
+//! pwrite (pwritev: the writers' buffers as they are) into the preallocated segment and one
+//! fdatasync of it — no file growth, creation, rename,
 //! fallocate or fsync on the commit path. (docs/LAB.md measures the same at the block layer.)
 
 use std::process::{Command, Stdio};
@@ -60,8 +60,8 @@ fn is_pwrite(line: &str) -> bool {
 
 #[test]
 fn a_warm_commit_is_one_pwrite_and_one_fdatasync() {
-    if !roamkv_lab::prerequisite::tool_runs("strace", "-V") {
-        roamkv_lab::prerequisite::unmet(
+    if !roamkv_testbed::prerequisite::tool_runs("strace", "-V") {
+        roamkv_testbed::prerequisite::unmet(
             "a_warm_commit_is_one_pwrite_and_one_fdatasync",
             "strace is not installed (scripts/install-deps installs it)",
         );

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use roamkv_bench::crash::CrashSoak;
-use roamkv_bench::fault_report::RoundRow;
+use roamkv_bench::faults::crash::CrashSoak;
+use roamkv_bench::faults::report::RoundRow;
 
 const ROAMKV: &str = env!("CARGO_BIN_EXE_roamkv");
 const KILLS: u64 = 24;
@@ -69,7 +69,7 @@ fn a_vanished_earlier_round_is_reported_lost() {
     );
     {
         let options = roamkv_engine::Options {
-            segment_bytes: roamkv_bench::survival::SEGMENT_BYTES,
+            segment_bytes: roamkv_bench::faults::survival::SEGMENT_BYTES,
             background_maintenance: false,
             ..roamkv_engine::Options::default()
         };

@@ -1,5 +1,5 @@
-//! No function longer than a screen without a written reason (docs/ARCHITECTURE.md's rule,
-//! /work/shared/STYLE.md's "short functions by default").
+//! No function longer than a screen without a written reason (docs/ARCHITECTURE.md's rule;
+//! CONTRIBUTING.md, "short functions by default").
 //!
 //! Every non-test `.rs` file under `crates/<crate>/src/` of the workspace's crates is parsed with
 //! `syn`. A function or method whose text, from its `fn` line to its closing brace, runs over
@@ -7,7 +7,10 @@
 //! holding `Long because:`) sits immediately above it, among its doc comments and attributes.
 //! Unit tests (`#[cfg(test)]` modules, `#[test]` functions) are not checked.
 
+mod workspace;
+
 use std::path::{Path, PathBuf};
+use workspace::{workspace_crates, workspace_root};
 
 use syn::spanned::Spanned;
 use syn::visit::Visit;
@@ -17,18 +20,6 @@ const LINES_MAX: usize = 80;
 
 /// The marker that gives a long function its reason.
 const REASON_MARKER: &str = "Long because:";
-
-/// The crates whose sources are checked.
-const CRATES: [&str; 6] = ["engine", "bench", "lab", "cli", "server", "leveldb"];
-
-/// Functions over the limit that this branch leaves alone: owned by the engine/server work in
-/// progress (file I/O and poisoning in the engine, `bench serve` in the server). Each entry is
-/// (file, function as reported); the integrator removes an entry once that work has merged and the
-/// function is split or has its reason.
-const ALLOWED_FOR_NOW: &[(&str, &str)] = &[
-    // (The server's four — Config::resolve, event_to_readings, Metrics::new, status render —
-    // were split into named steps on branch h-server.)
-];
 
 /// One function over the limit without a reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,10 +196,6 @@ fn long_functions(file: &str, source: &str) -> Vec<LongFunction> {
     checker.found
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Every `.rs` file under `dir`, sorted.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -233,8 +220,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 fn workspace_long_functions() -> Vec<LongFunction> {
     let root = workspace_root();
     let mut out = Vec::new();
-    for krate in CRATES {
-        for path in rust_files(&root.join("crates").join(krate).join("src")) {
+    for krate in workspace_crates() {
+        for path in rust_files(&root.join("crates").join(&krate).join("src")) {
             let source = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
             let relative = path.strip_prefix(&root).unwrap_or(&path);
@@ -246,15 +233,8 @@ fn workspace_long_functions() -> Vec<LongFunction> {
 
 #[test]
 fn no_function_is_over_80_lines_without_a_reason_above_it() {
-    let all = workspace_long_functions();
-    let is_allowed = |f: &LongFunction| {
-        ALLOWED_FOR_NOW
-            .iter()
-            .any(|(file, name)| f.file == *file && f.name == *name)
-    };
-    let unexplained: Vec<String> = all
+    let unexplained: Vec<String> = workspace_long_functions()
         .iter()
-        .filter(|f| !is_allowed(f))
         .map(ToString::to_string)
         .collect();
     assert!(
@@ -262,15 +242,6 @@ fn no_function_is_over_80_lines_without_a_reason_above_it() {
         "functions over {LINES_MAX} lines: split them into named steps, or write \
          `// {REASON_MARKER} ...` right above them:\n{}",
         unexplained.join("\n")
-    );
-    // An allow-list entry that no longer matches anything is stale: remove it.
-    let stale: Vec<&(&str, &str)> = ALLOWED_FOR_NOW
-        .iter()
-        .filter(|(file, name)| !all.iter().any(|f| f.file == *file && f.name == *name))
-        .collect();
-    assert!(
-        stale.is_empty(),
-        "ALLOWED_FOR_NOW entries that are no longer over the limit (remove them): {stale:?}"
     );
 }
 

@@ -1,19 +1,12 @@
 //! Ctrl-C in the middle of `roamkv lab commit` leaves no loop device, mount, write throttle or
 //! PostgreSQL server behind. Runs the real binary as root with Debian's postgresql; fails without
-//! them unless ROAMKV_ALLOW_SKIP=1 (and not under CI=true).
+//! them, or skips when asked (`roamkv_testbed::prerequisite`).
+use roamkv_testbed::prerequisite::{met, require_root};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn may_skip(reason: &str) {
-    let allowed = std::env::var("ROAMKV_ALLOW_SKIP").is_ok_and(|v| v == "1")
-        && std::env::var("CI").map_or(true, |v| v != "true");
-    assert!(
-        allowed,
-        "cannot run: {reason} (set ROAMKV_ALLOW_SKIP=1 to skip)"
-    );
-    eprintln!("SKIPPED: {reason}");
-}
+const TEST: &str = "ctrl_c_during_lab_commit_leaves_nothing_behind";
 
 /// Image files of the lab's loop devices attached now (`losetup -a`).
 fn lab_images() -> Vec<String> {
@@ -48,12 +41,11 @@ fn postgres_commands() -> Vec<String> {
 
 #[test]
 fn ctrl_c_during_lab_commit_leaves_nothing_behind() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return may_skip("needs root (loop devices, mount, blkio throttle)");
+    if !met(TEST, require_root()) {
+        return;
     }
-    if !std::path::Path::new("/usr/lib/postgresql").is_dir() {
-        return may_skip("Debian's postgresql is not installed");
+    if !met(TEST, roamkv_testbed::postgres::pg_bin("initdb")) {
+        return;
     }
     let images_before = lab_images();
     let rules_before = throttle_rules();

@@ -48,8 +48,8 @@ fn rename_target(line: &str) -> &str {
 
 #[test]
 fn segment_renames_are_made_durable_before_they_matter() {
-    if !roamkv_lab::prerequisite::tool_runs("strace", "-V") {
-        roamkv_lab::prerequisite::unmet(
+    if !roamkv_testbed::prerequisite::tool_runs("strace", "-V") {
+        roamkv_testbed::prerequisite::unmet(
             "segment_renames_are_made_durable_before_they_matter",
             "strace is not installed (scripts/install-deps installs it)",
         );

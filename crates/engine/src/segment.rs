@@ -2,7 +2,7 @@
 //!
 //! A segment is created once at its full size (header + zeros, fdatasync'd) or recycled from a
 //! retired one, so that appending a record never grows the file or allocates blocks: a commit is
-//! a data write plus fdatasync, with no file-system metadata to journal (DESIGN.md property 4).
+//! a data write plus fdatasync, with no file-system metadata to journal (docs/PROPERTIES.md, property 4).
 //!
 //! ```text
 //! header (the first 4096 bytes of the file):

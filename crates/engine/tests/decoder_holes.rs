@@ -1,5 +1,5 @@
 //! The decoders of bytes read from disk refuse what docs/FORMAT.md forbids. Each test was written
-//! against the round-1 decoders, failed there (the decoders accepted empty, NUL-containing and
+//! against the decoders of 8292681 and before, failed there (the decoders accepted empty, NUL-containing and
 //! over-long ids, over-long values, and unbounded segment sizes), and passes since the decoders
 //! share one id rule (`limits::id_problem`) and check every length against limits.rs.
 //!

@@ -1,5 +1,6 @@
-//! Stand-alone runner for the lab while the `roamkv` binary is not wired: `cargo run --release
-//! -p roamkv-lab --example lab -- fs --quick` is the same as `roamkv lab fs --quick`.
+//! The lab without the engine: `cargo run --release -p roamkv-lab --example lab -- fs --quick`
+//! builds the lab alone (no RocksDB: a first build in about a minute) and runs what `roamkv lab fs
+//! --quick` runs. `lab queries` then has no roamkv store (the `engine` feature is off).
 use clap::Parser;
 
 #[derive(Parser, Debug)]

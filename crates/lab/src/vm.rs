@@ -1,16 +1,16 @@
 //! The --vm route: file systems this host kernel lacks (FAT, F2FS, NILFS2, exFAT) measured inside
 //! a qemu guest running Debian's stock kernel, with ext4 in the same guest as the control.
 //!
-//! `crates/lab/vm/build-guest.sh` builds (once, cached) a busybox initramfs holding the kernel's
-//! modules, the mkfs tools and this lab binary. The guest's /init formats one virtio disk per
+//! `crates/lab/vm/build-guest.sh` (on the shared base of `roamkv_testbed::vm`) builds (once,
+//! cached) a busybox initramfs holding the kernel's modules, the mkfs tools and this lab binary. The guest's /init formats one virtio disk per
 //! file system in turn, mounts it, runs `lab guest-fs` (the same workloads as `lab fs`) and writes
 //! the JSON results to a second virtio disk that the host reads back.
 //!
 //! Emulation (TCG: no usable KVM here) makes the guest several times slower than the host, so
 //! guest numbers are only comparable with other guest numbers (ext4-in-guest is the control).
 use crate::LabError;
-use crate::fixture::run_command;
-use crate::workload::{Measurement, MountedDevice, Plan, measure_on};
+use crate::fs::workload::{Measurement, MountedDevice, Plan, measure_on};
+use roamkv_testbed::vm;
 use std::path::{Path, PathBuf};
 
 /// Guest file systems: name, mkfs command (the device is appended), mount type, and arguments
@@ -35,6 +35,9 @@ pub const GUEST_FS: [(&str, &str, &str, &str); 5] = [
 
 /// The guest's data disk (a sparse file on the host).
 const GUEST_DISK_BYTES: u64 = 6 << 30;
+
+/// The guest's results disk: JSON of every file system's measurements.
+const RESULTS_DISK_BYTES: u64 = 16 << 20;
 
 /// Marker the guest writes before its JSON on the results disk.
 const RESULTS_MAGIC: &str = "ROAMKV-GUEST-RESULTS\n";
@@ -102,9 +105,9 @@ pub fn run_guest_fs(args: &GuestFsArgs) -> Result<(), LabError> {
     }
     if let Some(io) = &args.io {
         plan.io_modes = vec![if io == "direct" {
-            crate::workload::IoMode::Direct
+            crate::fs::workload::IoMode::Direct
         } else {
-            crate::workload::IoMode::Buffered
+            crate::fs::workload::IoMode::Buffered
         }];
     }
     let target = MountedDevice {
@@ -151,32 +154,10 @@ fn build_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/build-guest.sh")
 }
 
-/// Builds the guest (kernel + initramfs) if not cached; returns (kernel, initramfs).
-pub fn ensure_guest(cache: &Path) -> Result<(PathBuf, PathBuf), LabError> {
+/// Builds the guest (kernel + initramfs with this binary) if not cached.
+pub fn ensure_guest(cache: &Path) -> Result<vm::GuestImage, LabError> {
     let lab_binary = std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?;
-    let kernel = cache.join("vmlinuz");
-    let initramfs = cache.join("initramfs.img");
-    let stamp = cache.join("lab-binary.stamp");
-    // Rebuild when the lab binary or the build script changes.
-    let binary_id = files_identity(&[&lab_binary, &build_script()]);
-    let fresh = kernel.is_file()
-        && initramfs.is_file()
-        && std::fs::read_to_string(&stamp).is_ok_and(|s| s == binary_id);
-    if !fresh {
-        eprintln!(
-            "roamkv lab: building the guest image in {} (first use; Debian packages via apt-get download)",
-            cache.display()
-        );
-        let script = build_script();
-        run_command(&[
-            "bash",
-            &script.to_string_lossy(),
-            &cache.to_string_lossy(),
-            &lab_binary.to_string_lossy(),
-        ])?;
-        std::fs::write(&stamp, binary_id).map_err(|e| LabError::io(&stamp, e))?;
-    }
-    Ok((kernel, initramfs))
+    vm::ensure_image(cache, &build_script(), &lab_binary)
 }
 
 /// Boots the guest once for all `fs_names`; returns what it measured.
@@ -193,72 +174,39 @@ pub fn run_guest(
     fs_names: &[&str],
     options: &GuestOptions,
 ) -> Result<GuestResults, LabError> {
-    let memory_mib = options.memory_mib;
-    crate::fixture::require_tool("qemu-system-x86_64", "qemu-system-x86")?;
+    vm::require_qemu()?;
     let cache = default_cache_dir();
-    std::fs::create_dir_all(&cache).map_err(|e| LabError::io(&cache, e))?;
-    let (kernel, initramfs) = ensure_guest(&cache)?;
+    let image = ensure_guest(&cache)?;
     let work = tempfile::Builder::new()
         .prefix("roamkv-lab-vm-")
         .tempdir()
         .map_err(|e| LabError::io("temp dir", e))?;
     let disk = work.path().join("disk.img");
     let results = work.path().join("results.img");
-    for (path, bytes) in [(&disk, GUEST_DISK_BYTES), (&results, 16u64 << 20)] {
-        let f = std::fs::File::create(path).map_err(|e| LabError::io(path, e))?;
-        f.set_len(bytes).map_err(|e| LabError::io(path, e))?;
-    }
+    vm::sparse_file(&disk, GUEST_DISK_BYTES)?;
+    vm::sparse_file(&results, RESULTS_DISK_BYTES)?;
     let append = kernel_command_line(cmd_prefix, fs_names, options)?;
-    // cache=none: the guest's flushes reach the host disk, as a real device's would.
-    let disk_arg = format!("file={},format=raw,if=virtio,cache=none", disk.display());
-    let results_arg = format!("file={},format=raw,if=virtio,cache=none", results.display());
-    let memory = memory_mib.to_string();
-    let kernel_s = kernel.to_string_lossy().into_owned();
-    let initrd_s = initramfs.to_string_lossy().into_owned();
-    let args = [
-        "qemu-system-x86_64",
-        "-machine",
-        "q35",
-        "-accel",
-        "tcg",
-        "-cpu",
-        "max",
-        "-smp",
-        "1",
-        "-m",
-        &memory,
-        "-nographic",
-        "-no-reboot",
-        "-kernel",
-        &kernel_s,
-        "-initrd",
-        &initrd_s,
-        "-append",
-        &append,
-        "-drive",
-        &disk_arg,
-        "-drive",
-        &results_arg,
-    ];
+    let disks = [disk, results.clone()];
+    let machine = vm::Machine {
+        image: &image,
+        memory_mib: options.memory_mib,
+        append: &append,
+        disks: &disks,
+    };
     eprintln!(
         "roamkv lab: booting the guest (software emulation; this takes minutes): {}",
-        args.join(" ")
+        machine.describe()
     );
-    let status = std::process::Command::new(args[0])
-        .args(&args[1..])
-        .stdin(std::process::Stdio::null())
+    let status = machine
+        .command()
         .status()
         .map_err(|e| LabError::io("qemu-system-x86_64", e))?;
-    let raw = std::fs::read(&results).map_err(|e| LabError::io(&results, e))?;
-    let text = String::from_utf8_lossy(&raw);
-    let text = text.trim_end_matches('\0');
-    let Some(json) = text.strip_prefix(RESULTS_MAGIC) else {
+    let Some(json) = vm::read_results_disk(&results, RESULTS_MAGIC)? else {
         return Err(LabError::Unsupported(format!(
             "the guest wrote no results (qemu {status}); see its console output above"
         )));
     };
-    let json = json.split('\0').next().unwrap_or("");
-    serde_json::from_str(json).map_err(|e| LabError::Parse {
+    serde_json::from_str(&json).map_err(|e| LabError::Parse {
         what: "guest results".into(),
         detail: e.to_string(),
     })
@@ -314,6 +262,73 @@ fn kernel_command_line(
     Ok(append)
 }
 
+/// The words between the program name and `word` in this process's command line ("lab" for
+/// `roamkv lab fs`), so the guest can call the same binary the same way.
+pub fn command_prefix(word: &str) -> Vec<String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let end = args.iter().position(|a| a == word).unwrap_or(0);
+    args[..end].to_vec()
+}
+
+/// What the guest's /init appends to a command's words for each file system: `guest-fs
+/// --fs-name NAME --mount DIR --device DEV [lab fs options] --json FILE`. A guest command other
+/// than `guest-fs` (queries, sqlite, stack) takes these words after its own `--`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitWords {
+    pub fs_name: String,
+    pub mount: PathBuf,
+    pub device: String,
+    pub json: PathBuf,
+}
+
+impl InitWords {
+    pub fn parse(words: &[String]) -> Result<InitWords, LabError> {
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| w == flag)
+                .and_then(|i| words.get(i + 1))
+                .cloned()
+                .ok_or_else(|| LabError::Unsupported(format!("the guest's /init passed no {flag}")))
+        };
+        Ok(InitWords {
+            fs_name: after("--fs-name")?,
+            mount: PathBuf::from(after("--mount")?),
+            device: after("--device")?,
+            json: PathBuf::from(after("--json")?),
+        })
+    }
+
+    /// The mounted file system as a workload target.
+    pub fn target(&self) -> MountedDevice {
+        MountedDevice {
+            fs_name: self.fs_name.clone(),
+            mount_dir: self.mount.clone(),
+            device_name: self.device.clone(),
+        }
+    }
+
+    /// Writes the guest's results where /init collects them.
+    pub fn write_results(&self, results: &impl serde::Serialize) -> Result<(), LabError> {
+        let text = serde_json::to_string(results).map_err(|e| LabError::Parse {
+            what: "json".into(),
+            detail: e.to_string(),
+        })?;
+        std::fs::write(&self.json, text).map_err(|e| LabError::io(&self.json, e))
+    }
+}
+
+/// A guest for a command that needs only the init words (no `lab fs` options).
+pub fn plain_options(memory_mib: u32) -> GuestOptions<'static> {
+    GuestOptions {
+        quick: false,
+        repetitions: None,
+        only: None,
+        io: None,
+        memory_mib,
+    }
+}
+
 /// Turns guest measurements back into typed rows for the report.
 pub fn measurements(results: &GuestResults) -> Vec<Measurement> {
     results
@@ -334,10 +349,10 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
             .and_then(serde_json::Value::as_f64)
             .unwrap_or(f64::NAN)
     };
-    let spec = crate::workload::Plan::full()
+    let spec = crate::fs::workload::Plan::full()
         .workloads()
         .into_iter()
-        .chain(crate::workload::Plan::quick().workloads())
+        .chain(crate::fs::workload::Plan::quick().workloads())
         .find(|w| Some(w.name().as_str()) == value.get("workload").and_then(|v| v.as_str()))?;
     Some(Measurement {
         fs: format!("{fs} (guest)"),
@@ -357,6 +372,10 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
         device_bytes_written_per_op: f("device_bytes_written_per_op"),
         device_flushes_per_op: f("device_flushes_per_op"),
         device_reads_per_op: f("device_reads_per_op"),
+        latency_us: value
+            .get("latency_us")
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_else(|| roamkv_testbed::stats::Percentiles::of(&[])),
         traced_per_op: None,
         error: value
             .get("error")
@@ -365,23 +384,31 @@ fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurem
     })
 }
 
-/// A stamp of files (path, size, modification time): a cached guest image is rebuilt when the
-/// stamp it was built from changes.
-pub fn files_identity(paths: &[&Path]) -> String {
-    paths
-        .iter()
-        .map(|p| {
-            std::fs::metadata(p)
-                .map(|m| format!("{} {} {:?}", p.display(), m.len(), m.modified().ok()))
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_words_name_the_file_system_and_the_results() {
+        let words: Vec<String> = [
+            "guest-fs",
+            "--fs-name",
+            "vfat",
+            "--mount",
+            "/mnt",
+            "--device",
+            "vda",
+            "--json",
+            "/tmp/m.json",
+        ]
+        .map(String::from)
+        .to_vec();
+        let parsed = InitWords::parse(&words).expect("complete");
+        assert_eq!(parsed.fs_name, "vfat");
+        assert_eq!(parsed.json, PathBuf::from("/tmp/m.json"));
+        assert_eq!(parsed.target().device_name, "vda");
+        assert!(InitWords::parse(&words[..6]).is_err());
+    }
 
     #[test]
     fn guest_list_always_has_the_ext4_control() {

@@ -1,22 +1,12 @@
 //! The commit lab's guards clean up on every path out: the slow device's write throttle is
 //! removed when its guard drops, and a private PostgreSQL cluster is stopped and its directories
 //! removed when it drops, also when initdb fails half-way. Needs root, loop devices and Debian's
-//! postgresql; fails without them unless ROAMKV_ALLOW_SKIP=1 (and not under CI=true).
+//! postgresql; without them `roamkv_testbed::prerequisite` decides: fail, or skip when asked.
 use roamkv_lab::commit::postgres::{Cluster, WalSettings};
 use roamkv_lab::commit::throttle::{WriteThrottle, device_numbers, parse_rules};
-use roamkv_lab::fixture::{Fixture, FsSpec, require_root, require_tool};
+use roamkv_testbed::fixture::{Fixture, FsSpec};
+use roamkv_testbed::prerequisite::{require_root, require_tool, unmet};
 use std::path::Path;
-
-fn may_skip(reason: &str) -> bool {
-    let allowed = std::env::var("ROAMKV_ALLOW_SKIP").is_ok_and(|v| v == "1")
-        && std::env::var("CI").map_or(true, |v| v != "true");
-    assert!(
-        allowed,
-        "cannot run: {reason} (set ROAMKV_ALLOW_SKIP=1 to skip)"
-    );
-    eprintln!("SKIPPED: {reason}");
-    true
-}
 
 fn missing(tools: &[(&str, &str)]) -> Option<String> {
     if let Err(e) = require_root() {
@@ -41,7 +31,10 @@ fn rule_for(device: &Path) -> Option<u64> {
 #[test]
 fn the_write_throttle_slows_the_device_and_is_removed_on_drop() {
     if let Some(reason) = missing(&[("losetup", "mount"), ("mke2fs", "e2fsprogs")]) {
-        may_skip(&reason);
+        unmet(
+            "the_write_throttle_slows_the_device_and_is_removed_on_drop",
+            &reason,
+        );
         return;
     }
     let fixture = Fixture::create(FsSpec::Ext4, 64 << 20).expect("loop ext4");
@@ -62,7 +55,10 @@ fn the_write_throttle_slows_the_device_and_is_removed_on_drop() {
 #[test]
 fn a_cluster_runs_sessions_then_stops_and_removes_itself() {
     if let Some(reason) = missing(&[("pgbench", "postgresql"), ("psql", "postgresql-client")]) {
-        may_skip(&reason);
+        unmet(
+            "a_cluster_runs_sessions_then_stops_and_removes_itself",
+            &reason,
+        );
         return;
     }
     let data = tempfile::tempdir().expect("temp dir");
@@ -84,7 +80,7 @@ fn a_cluster_runs_sessions_then_stops_and_removes_itself() {
     cluster.prepare_run().expect("prepare");
     let before = cluster.wal_stats().expect("pg_stat_wal");
     let run = cluster
-        .run_sessions(scripts.path(), 2, 20, 512)
+        .run_sessions(scripts.path(), 2, 20, 512, 1)
         .expect("pgbench");
     assert_eq!(run.report.transactions_processed, 40);
     assert!(run.report.commit_latency_ms().is_some());
@@ -106,7 +102,7 @@ fn a_cluster_runs_sessions_then_stops_and_removes_itself() {
 #[test]
 fn a_cluster_that_fails_to_initialise_leaves_nothing() {
     if let Some(reason) = missing(&[("pgbench", "postgresql"), ("psql", "postgresql-client")]) {
-        may_skip(&reason);
+        unmet("a_cluster_that_fails_to_initialise_leaves_nothing", &reason);
         return;
     }
     let data = tempfile::tempdir().expect("temp dir");

@@ -1,10 +1,11 @@
 //! Integration test on real loop devices: ext4 and XFS, a tiny workload, and a traced
 //! 4 KiB write + fsync whose journal writes must be found. Needs root, losetup, mkfs and tracefs:
-//! without them it fails, or skips with ROAMKV_ALLOW_SKIP=1 (`roamkv_lab::prerequisite`).
+//! without them it fails, or skips with ROAMKV_ALLOW_SKIP=1 (`roamkv_testbed::prerequisite`).
 use roamkv_lab::LabError;
-use roamkv_lab::fixture::{Fixture, FsSpec, require_root, require_tool};
+use roamkv_lab::fs::workload::{IoMode, Pattern, Plan, SyncCall, SyncTarget, Workload, measure};
 use roamkv_lab::trace::{Kind, Tracer, tracefs_available};
-use roamkv_lab::workload::{IoMode, Pattern, Plan, SyncCall, SyncTarget, Workload, measure};
+use roamkv_testbed::fixture::{Fixture, FsSpec};
+use roamkv_testbed::prerequisite::{require_root, require_tool};
 use std::io::Write;
 
 fn missing_prerequisite() -> Option<String> {
@@ -34,7 +35,7 @@ fn missing_prerequisite() -> Option<String> {
 #[test]
 fn ext4_and_xfs_tiny_workload_and_traced_fsync_finds_journal_writes() {
     if let Some(reason) = missing_prerequisite() {
-        roamkv_lab::prerequisite::unmet(
+        roamkv_testbed::prerequisite::unmet(
             "ext4_and_xfs_tiny_workload_and_traced_fsync_finds_journal_writes",
             &reason,
         );

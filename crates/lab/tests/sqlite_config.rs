@@ -165,6 +165,7 @@ fn latency_percentiles_are_nearest_rank() {
     assert_eq!(s.p50, 50.0);
     assert_eq!(s.p95, 95.0);
     assert_eq!(s.p99, 99.0);
+    assert_eq!(s.p99_9, 100.0);
     assert_eq!(s.max, 100.0);
     assert!((s.mean - 50.5).abs() < 1e-9);
 }

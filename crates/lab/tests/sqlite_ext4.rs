@@ -2,9 +2,9 @@
 //! insert than DELETE mode (paper 004's Fig. 4), and the split names the journal file's writes.
 //! Needs root, loop devices and tracefs: fails without them, or skips with ROAMKV_ALLOW_SKIP=1.
 
-use roamkv_lab::fixture::{Fixture, FsSpec};
 use roamkv_lab::sqlite::config::{JournalMode, Op, SyncCall, Synchronous};
 use roamkv_lab::sqlite::measure::{self, RunSpec};
+use roamkv_testbed::fixture::{Fixture, FsSpec};
 
 /// The tests here measure I/O and read process-wide sync counters: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -13,10 +13,10 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// skipping was asked for) when this machine cannot make one.
 fn ext4_or_skip(test: &str) -> Option<Fixture> {
     let unmet = |reason: &str| {
-        roamkv_lab::prerequisite::unmet(test, reason);
+        roamkv_testbed::prerequisite::unmet(test, reason);
         None
     };
-    if let Err(e) = roamkv_lab::fixture::require_root() {
+    if let Err(e) = roamkv_testbed::prerequisite::require_root() {
         return unmet(&format!("needs root (loop devices, mount, tracefs): {e}"));
     }
     if !roamkv_lab::trace::tracefs_available() {

@@ -88,7 +88,7 @@ fn strace_counts(call: SyncCall) -> Option<(usize, usize)> {
     let output = match status {
         Ok(o) => o,
         Err(e) => {
-            roamkv_lab::prerequisite::unmet(
+            roamkv_testbed::prerequisite::unmet(
                 "kernel_sees_the_selected_sync_call",
                 &format!("cannot run strace ({e}); apt-get install strace"),
             );
@@ -102,7 +102,7 @@ fn strace_counts(call: SyncCall) -> Option<(usize, usize)> {
             || stderr.contains("ptrace")
             || stderr.contains("Operation not permitted")
         {
-            roamkv_lab::prerequisite::unmet(
+            roamkv_testbed::prerequisite::unmet(
                 "kernel_sees_the_selected_sync_call",
                 &format!("ptrace not permitted here ({})", stderr.trim()),
             );

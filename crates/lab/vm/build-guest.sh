@@ -1,65 +1,26 @@
 #!/usr/bin/env bash
-# Builds the --vm guest of `roamkv lab fs --vm`: Debian's stock kernel (from its .deb, never
-# installed on the host) and a busybox initramfs holding the kernel modules for virtio, ext4, FAT,
-# F2FS, NILFS2 and exFAT, the mkfs tools with their libraries, and the lab binary itself.
-# Usage: build-guest.sh CACHE_DIR LAB_BINARY     (root; needs apt-get, dpkg-deb, cpio, gzip)
+# Builds the --vm guest of `roamkv lab fs|queries|sqlite|stack --vm`: the shared base
+# (crates/testbed/vm/guest-base.sh: Debian's stock kernel and a busybox initramfs) plus the kernel
+# modules for virtio, ext4, FAT, F2FS, NILFS2 and exFAT, the mkfs tools with their libraries, and
+# the lab binary itself.
+# Usage: build-guest.sh CACHE_DIR LAB_BINARY     (root; ROAMKV_GUEST_BASE names the base script)
 set -euo pipefail
 cache=${1:?cache dir}
 lab=${2:?lab binary}
-mkdir -p "$cache/debs"
-cd "$cache/debs"
+source "${ROAMKV_GUEST_BASE:?the path of crates/testbed/vm/guest-base.sh}"
 
-# Newest stock amd64 kernel image the apt sources offer (not -cloud/-rt: those lack some drivers).
-if ! ls linux-image-*-amd64_*.deb >/dev/null 2>&1; then
-  pkg=$(apt-cache search --names-only '^linux-image-[0-9.]+-[0-9]+-amd64$' | awk '{print $1}' | sort -V | tail -1)
-  [[ -n $pkg ]] || { echo "build-guest: no linux-image-*-amd64 package in the apt sources" >&2; exit 1; }
-  apt-get download "$pkg"
-fi
-ls busybox-static_*.deb >/dev/null 2>&1 || apt-get download busybox-static
-for tool in cpio gzip dpkg-deb; do
-  command -v $tool >/dev/null || { echo "build-guest: $tool missing (apt-get install $tool)" >&2; exit 1; }
-done
-
-rm -rf "$cache/extract" "$cache/root"
-mkdir -p "$cache/extract"
-for deb in linux-image-*-amd64_*.deb busybox-static_*.deb; do dpkg-deb -x "$deb" "$cache/extract"; done
-kver=$(ls "$cache/extract/lib/modules" | sort -V | tail -1)
-root=$cache/root
-mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,mnt,tmp,lib/modules/$kver/kernel}
-cp "$cache/extract/bin/busybox" "$root/bin/busybox"
-for applet in $("$root/bin/busybox" --list); do
-  [[ -e $root/bin/$applet ]] || ln -s busybox "$root/bin/$applet"
-done
-ln -sf /proc/mounts "$root/etc/mtab"   # mkfs.nilfs2 reads /etc/mtab
-ln -sf /bin/busybox "$root/sbin/modprobe"   # the kernel's request_module() runs /sbin/modprobe
+guest_unpack "$cache" build-guest
+mkdir -p "$root/mnt"
 # mke2fs -t ext4 needs the type definitions of mke2fs.conf.
 [[ -f /etc/mke2fs.conf ]] && cp /etc/mke2fs.conf "$root/etc/mke2fs.conf"
-
-# Modules: only the trees the guest needs; depmod (busybox's, the host may lack kmod) resolves deps.
-src=$cache/extract/lib/modules/$kver
-for sub in fs/fat fs/f2fs fs/nilfs2 fs/exfat fs/ext4 fs/jbd2 fs/nls fs/mbcache.ko lib crypto arch/x86/crypto drivers/virtio drivers/block/virtio_blk.ko; do
-  [[ -e $src/kernel/$sub ]] || continue
-  mkdir -p "$(dirname "$root/lib/modules/$kver/kernel/$sub")"
-  cp -a "$src/kernel/$sub" "$root/lib/modules/$kver/kernel/$sub"
-done
-cp "$src"/modules.builtin* "$src/modules.order" "$root/lib/modules/$kver/"
-"$root/bin/busybox" depmod -b "$root" "$kver"
-
-# Programs with their shared libraries (paths kept, so the dynamic loader finds them).
-copy_with_libs() {
-  local bin=$1 dest=$2
-  cp -L "$bin" "$root/$dest"
-  ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
-    mkdir -p "$root/$(dirname "$lib")"
-    cp -L "$lib" "$root/$lib"
-  done
-}
+guest_modules fs/fat fs/f2fs fs/nilfs2 fs/exfat fs/ext4 fs/jbd2 fs/nls fs/mbcache.ko lib crypto \
+  arch/x86/crypto drivers/virtio drivers/block/virtio_blk.ko
 for tool in mke2fs mkfs.vfat mkfs.f2fs mkfs.nilfs2 mkfs.exfat; do
   path=$(command -v $tool || true)
-  [[ -n $path ]] || { echo "build-guest: $tool missing on the host (e2fsprogs dosfstools f2fs-tools nilfs-tools exfatprogs)" >&2; exit 1; }
-  copy_with_libs "$path" "sbin/$tool"
+  [[ -n $path ]] || guest_fail "$tool missing on the host (e2fsprogs dosfstools f2fs-tools nilfs-tools exfatprogs)"
+  guest_copy_with_libs "$path" "sbin/$tool"
 done
-copy_with_libs "$lab" sbin/lab
+guest_copy_with_libs "$lab" sbin/lab
 
 cat > "$root/init" <<'INIT'
 #!/bin/sh
@@ -109,7 +70,4 @@ sync
 echo "guest: done"
 poweroff -f
 INIT
-chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$cache/initramfs.img"
-cp "$cache/extract/boot/vmlinuz-$kver" "$cache/vmlinuz"
-echo "build-guest: kernel $kver, initramfs $(du -h "$cache/initramfs.img" | cut -f1) in $cache"
+guest_pack "$cache"

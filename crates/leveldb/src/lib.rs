@@ -1,9 +1,9 @@
 //! Minimal safe bindings to Google LevelDB's C API (`leveldb/c.h`).
 //!
-//! Why our own ~200 lines instead of the `leveldb` crate: that crate is unmaintained, bundles
-//! LevelDB 1.22 and fails to build under gcc here (`-Wthread-safety`, see
-//! shared/notes/dependencies-on-this-machine.md). Debian's `libleveldb-dev` is the real Google
-//! LevelDB (1.23) and links in seconds. Only what roamkv's lower tier and the benchmark's plain
+//! Why our own bindings (this one file) instead of the `leveldb` crate: that crate is
+//! unmaintained, bundles LevelDB 1.22 and fails to build under gcc (its `-Wthread-safety` flags;
+//! it builds only with clang). Debian's `libleveldb-dev` is the real Google LevelDB (1.23) and
+//! links in seconds. Only what roamkv's lower tier and the benchmark's plain
 //! LevelDB baseline need is bound.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uchar, c_void};

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::edgex::API_VERSION;
+use crate::edgex::contract::API_VERSION;
 
 #[derive(Debug)]
 pub struct ApiError {

@@ -5,7 +5,7 @@
 //! metrics, health and readiness, a status page, bearer auth, request limits, graceful shutdown.
 //! docs/SERVER.md has the API, the mapping of events onto the engine's keys, and a curl session.
 //!
-//! It is a thin layer (DESIGN.md, "The server"): each query is engine calls, no second copy of
+//! It is a thin layer (docs/PROPERTIES.md, "The server"): each query is engine calls, no second copy of
 //! the data and no second journal.
 #![deny(clippy::unwrap_used)]
 

@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::edgex::{self, AddEventRequest, Decoded, KeyedReading, PathNames};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, RejectLabels, SourceLabels};
-use crate::retention::RetentionStore;
+use crate::retention::store::{Applied, RetentionStore};
 use crate::status::{Departure, History};
 
 pub struct AppState {
@@ -187,4 +187,51 @@ impl AppState {
         });
         Ok(())
     }
+
+    /// Applies a cutoff (nanoseconds since the epoch) to one device: departs it if every reading is
+    /// older, else trims its older readings. Blocking (engine calls).
+    pub fn apply_cutoff(
+        &self,
+        device: &str,
+        cutoff_ns: i64,
+        how: &'static str,
+    ) -> Result<Applied, ApiError> {
+        if self
+            .engine
+            .depart_if_older_than(device, cutoff_ns)
+            .map_err(ApiError::from_engine)?
+        {
+            self.history.lock().push_departure(Departure {
+                at_ms: now_ms(),
+                device: device.to_string(),
+                how,
+            });
+            return Ok(Applied::Departed);
+        }
+        Ok(
+            if self
+                .engine
+                .trim_before(device, cutoff_ns)
+                .map_err(ApiError::from_engine)?
+            {
+                Applied::Trimmed
+            } else {
+                Applied::Unchanged
+            },
+        )
+    }
+
+    /// Applies one device's retention setting now (a no-op without one).
+    pub fn apply_retention(&self, device: &str) -> Result<Applied, ApiError> {
+        match self.retention.get(device) {
+            Some(max_age_ms) => self.apply_cutoff(device, cutoff_for(max_age_ms), "retention"),
+            None => Ok(Applied::Unchanged),
+        }
+    }
+}
+
+/// The cutoff (ns since the epoch) of a maximum age in milliseconds: readings with
+/// ts < now - max_age are past their retention.
+fn cutoff_for(max_age_ms: u64) -> i64 {
+    roamkv_engine::ms_to_ns(i64::try_from(now_ms().saturating_sub(max_age_ms)).unwrap_or(i64::MAX))
 }

@@ -11,9 +11,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::body::read_body;
-use crate::edgex::{self, API_VERSION, Decoded, PathNames};
+use crate::edgex::contract::API_VERSION;
+use crate::edgex::{self, Decoded, PathNames};
 use crate::error::ApiError;
-use crate::retention::Applied;
+use crate::retention::store::Applied;
 use crate::state::{Shared, now_ns};
 
 pub const SERVICE_NAME: &str = "core-data";

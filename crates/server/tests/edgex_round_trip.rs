@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::*;
+use roamkv_testbed::prerequisite::{self, require_tool};
 use rumqttc::{AsyncClient, MqttOptions, QoS};
 use serde_json::{Value, json};
 
@@ -43,7 +44,11 @@ fn topic(device: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
-    if !require_tool("mosquitto", "the MQTT ingest test runs a real broker") {
+    let tool = require_tool("mosquitto", "mosquitto");
+    if !prerequisite::met(
+        "events_in_by_http_and_mqtt_come_back_out_through_v3_routes",
+        tool,
+    ) {
         return;
     }
     let broker = Mosquitto::start();

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use roamkv_testbed::prerequisite::{self, require_tool};
 
 fn chromium() -> &'static str {
     if std::path::Path::new("/usr/bin/chromium").exists() {
@@ -58,7 +59,8 @@ fn run_chromium(args: &[&str], url: &str, profile: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_renders_in_headless_chromium() {
-    if !require_tool("chromium", "the status page is checked in a real browser") {
+    let tool = require_tool("chromium", "chromium");
+    if !prerequisite::met("status_page_renders_in_headless_chromium", tool) {
         return;
     }
     let server = Server::start(|_| {}).await;

@@ -1,4 +1,4 @@
-//! The commit log: the one journal of both tiers (DESIGN.md property 3), readable alone. Each
+//! The commit log: the one journal of both tiers (docs/PROPERTIES.md, property 3), readable alone. Each
 //! group of writes is one pwrite per segment touched and, under `Durability::Sync`, one
 //! fdatasync per segment (papers 003/004: group commit, fdatasync, no journaling of the
 //! journal).

@@ -16,8 +16,9 @@ pub mod throttle;
 pub use model::{Device, DeviceReport, Engine, Plan, Row};
 
 use crate::LabError;
-use crate::fixture::{Fixture, interrupted, require_root};
 use postgres::{Cluster, WalSettings};
+use roamkv_testbed::fixture::{Fixture, interrupted};
+use roamkv_testbed::prerequisite::require_root;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use throttle::WriteThrottle;
@@ -61,7 +62,18 @@ pub struct CommitArgs {
     /// PostgreSQL commit_siblings (commit_delay applies only with this many other open transactions).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub commit_siblings: u32,
+    /// Work outside the commit, per transaction, in ms: each session sleeps this long before
+    /// each transaction, as paper 003's sessions spent most of a transaction elsewhere (0: the
+    /// sessions only commit). Default: paper 003's fast-device run, (1501 s - 97 s) / 80,000
+    /// transactions = 17.6 ms outside the commit per transaction (its Table 3), rounded down.
+    #[arg(long, value_name = "MS", default_value_t = THINK_MS_DEFAULT)]
+    pub think_ms: u64,
 }
+
+/// See `CommitArgs::think_ms`.
+pub const THINK_MS_DEFAULT: u64 = 17;
+/// A think time longer than this is a typo (a 40k-transaction session would take days).
+const THINK_MS_MAX: u64 = 10_000;
 
 /// Paper 003's runs: 10k/20k/40k single-row transactions of 1 B per session, and 20k of 512 B.
 const PAPER_WORKLOADS: [(u64, usize); 4] = [(10_000, 1), (20_000, 1), (40_000, 1), (20_000, 512)];
@@ -181,6 +193,11 @@ impl CommitArgs {
                 postgres::WAL_SYNC_METHODS.join(", ")
             )));
         }
+        if self.think_ms > THINK_MS_MAX {
+            return Err(LabError::Unsupported(format!(
+                "--think-ms must be at most {THINK_MS_MAX}"
+            )));
+        }
         if self.slow_write_iops == 0 {
             return Err(LabError::Unsupported(
                 "--slow-write-iops must be at least 1".into(),
@@ -193,6 +210,7 @@ impl CommitArgs {
             workloads,
             fs: self.fs.parse()?,
             slow_write_iops: self.slow_write_iops,
+            think_ms: self.think_ms,
             postgres: WalSettings {
                 sync_method: self.wal_sync_method.clone(),
                 commit_delay_us: self.commit_delay_us,
@@ -233,7 +251,7 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
     for &device in &plan.devices {
         let log_fixture = Fixture::create(plan.fs, LOG_DEVICE_BYTES)?;
         let report = describe_device(&log_fixture, device, &plan)?;
-        crate::report::say(&bar, device_line(device, &report));
+        roamkv_testbed::report::say(&bar, device_line(device, &report));
         devices.push(report);
         for &engine in &plan.engines {
             let result = run_engine(
@@ -249,7 +267,10 @@ fn run_plan(args: &CommitArgs) -> Result<ExitCode, LabError> {
                 if matches!(e, LabError::Interrupted) || interrupted() {
                     return Err(LabError::Interrupted);
                 }
-                crate::report::say(&bar, format!("{} on {}: {e}", engine.name(), device.name()));
+                roamkv_testbed::report::say(
+                    &bar,
+                    format!("{} on {}: {e}", engine.name(), device.name()),
+                );
                 add_failed_rows(&plan, engine, device, &e, &mut rows, &bar);
             }
             log_fixture.clear()?;
@@ -411,7 +432,7 @@ fn run_engine(
                 Ok(row) => row,
                 Err(LabError::Interrupted) => return Err(LabError::Interrupted),
                 Err(e) => {
-                    crate::report::say(
+                    roamkv_testbed::report::say(
                         bar,
                         format!(
                             "{} {} {sessions} sessions: {e}",
@@ -446,7 +467,13 @@ fn run_postgres(
         .tempdir()
         .map_err(|e| LabError::io("temp dir", e))?;
     let throttle = throttle_for(log_fixture, device, plan)?;
-    let run = cluster.run_sessions(script_dir.path(), sessions, transactions, row_bytes)?;
+    let run = cluster.run_sessions(
+        script_dir.path(),
+        sessions,
+        transactions,
+        row_bytes,
+        plan.think_ms,
+    )?;
     drop(throttle);
     let after = cluster.wal_stats()?;
     let syncs = after.wal_sync.saturating_sub(before.wal_sync);
@@ -514,6 +541,7 @@ fn run_embedded(
     std::fs::create_dir_all(&dir).map_err(|e| LabError::io(&dir, e))?;
     let total_tx = u64::from(sessions) * transactions;
     let throttle = || throttle_for(log_fixture, device, plan);
+    let think = std::time::Duration::from_millis(plan.think_ms);
     let (totals, syncs, source, detail) = match engine {
         Engine::Sqlite => sqlite_run(
             &dir,
@@ -522,6 +550,7 @@ fn run_embedded(
             sessions,
             transactions,
             row_bytes,
+            think,
         )?,
         Engine::Roamkv => roamkv_run(
             &dir,
@@ -530,6 +559,7 @@ fn run_embedded(
             sessions,
             transactions,
             row_bytes,
+            think,
         )?,
         Engine::Postgresql => {
             return Err(LabError::Unsupported(
@@ -580,12 +610,13 @@ fn sqlite_run(
     sessions: u32,
     transactions: u64,
     row_bytes: usize,
+    think: std::time::Duration,
 ) -> Result<EmbeddedRun, LabError> {
     let path = sessions::sqlite_prepare(dir)?;
     log_fixture.quiesce()?;
     let before = crate::sqlite::vfs::SyncCounts::read();
     let throttle = throttle()?;
-    let totals = sessions::sqlite_sessions(&path, sessions, transactions, row_bytes)?;
+    let totals = sessions::sqlite_sessions(&path, sessions, transactions, row_bytes, think)?;
     drop(throttle);
     let syncs = crate::sqlite::vfs::SyncCounts::read().delta(&before);
     let count = syncs.delegated_syncs + syncs.fsync_calls;
@@ -606,10 +637,17 @@ fn roamkv_run(
     sessions: u32,
     transactions: u64,
     row_bytes: usize,
+    think: std::time::Duration,
 ) -> Result<EmbeddedRun, LabError> {
     log_fixture.quiesce()?;
     let throttle_slot = std::cell::RefCell::new(None);
-    let result = sessions::roamkv_sessions_with(dir, sessions, transactions, row_bytes, &|| {
+    let shape = sessions::SessionShape {
+        sessions,
+        transactions,
+        row_bytes,
+        think,
+    };
+    let result = sessions::roamkv_sessions_with(dir, &shape, &|| {
         *throttle_slot.borrow_mut() = throttle()?;
         Ok(())
     });

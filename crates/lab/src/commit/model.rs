@@ -2,7 +2,7 @@
 //! results.json, a log device's description. Shared by the runner (`commit`) and `render`.
 
 use super::postgres::WalSettings;
-use crate::fixture::FsSpec;
+use roamkv_testbed::fixture::FsSpec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -48,6 +48,8 @@ pub struct Plan {
     pub workloads: Vec<(u64, usize)>,
     pub fs: FsSpec,
     pub slow_write_iops: u32,
+    /// Work outside the commit per transaction (each session sleeps before each transaction).
+    pub think_ms: u64,
     pub postgres: WalSettings,
 }
 

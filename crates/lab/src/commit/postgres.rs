@@ -1,8 +1,7 @@
-//! PostgreSQL for the commit lab: a private cluster (initdb) whose data directory sits on one lab
-//! file system and whose pg_wal sits on another (the log device), reachable only through a Unix
-//! socket in a private directory. It is stopped (`pg_ctl stop -m immediate`, then SIGQUIT to the
-//! postmaster if that fails) and its directories removed when the `Cluster` drops: on success, on
-//! error and on Ctrl-C (the lab's interrupt handler makes the main thread unwind through here).
+//! PostgreSQL for the commit lab: a private cluster (`roamkv_testbed::postgres`) whose data
+//! directory sits on one lab file system and whose pg_wal sits on another (the log device). It is
+//! stopped and its directories removed when the `Cluster` drops: on success, on error and on
+//! Ctrl-C.
 //!
 //! Sessions are pgbench clients running `BEGIN; INSERT one row; COMMIT;`. Commit wait is read
 //! from PostgreSQL itself, as paper 003 read its DBMS's catalog: a sampler polls
@@ -10,22 +9,14 @@
 //! WALWrite and WALSync), and pg_stat_wal (with track_wal_io_timing) gives the WAL write and sync
 //! times and the number of syncs. pgbench's per-statement COMMIT latency is the client-side check.
 use crate::LabError;
-use crate::fixture::{require_tool, set_waited_child};
+use roamkv_testbed::fixture::set_waited_child;
+use roamkv_testbed::postgres;
+use roamkv_testbed::prerequisite::require_tool;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Where Debian's postgresql-15 package puts its programs (pg_ctl and initdb are not on PATH).
-const PG_BIN_DIRS: [&str; 3] = [
-    "/usr/lib/postgresql/15/bin",
-    "/usr/lib/postgresql/16/bin",
-    "/usr/lib/postgresql/17/bin",
-];
-/// The Unix user the server runs as (PostgreSQL refuses to run as root).
-const PG_USER: &str = "postgres";
-/// How long to wait for the server to start or stop.
-const PG_CTL_TIMEOUT_SECONDS: &str = "60";
 /// Sampling period of pg_stat_activity.
 const SAMPLE_PERIOD_SECONDS: &str = "0.01";
 
@@ -52,60 +43,11 @@ impl Default for WalSettings {
 
 pub const WAL_SYNC_METHODS: [&str; 3] = ["fdatasync", "open_datasync", "fsync"];
 
-fn pg_bin(program: &str) -> Result<PathBuf, LabError> {
-    PG_BIN_DIRS
-        .iter()
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
-        .map_or_else(|| require_tool(program, "postgresql"), Ok)
-}
-
-/// uid and gid of the `postgres` user.
-fn pg_user_ids() -> Result<(u32, u32), LabError> {
-    let name = std::ffi::CString::new(PG_USER)
-        .map_err(|_| LabError::Unsupported("bad user name".into()))?;
-    // SAFETY: getpwnam takes a valid C string; the result is read before any other getpw* call.
-    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
-    if entry.is_null() {
-        return Err(LabError::Unsupported(format!(
-            "no `{PG_USER}` user; install the Debian package postgresql (apt-get install postgresql)"
-        )));
-    }
-    // SAFETY: entry is non-null and points to getpwnam's static passwd record.
-    let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
-    Ok((uid, gid))
-}
-
-fn chown(path: &Path, uid: u32, gid: u32) -> Result<(), LabError> {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| LabError::io(path, e))
-}
-
-/// Makes every ancestor of `path` traversable by the postgres user (the lab's temp dirs are 0700).
-fn open_ancestors(path: &Path) -> Result<(), LabError> {
-    use std::os::unix::fs::PermissionsExt;
-    for dir in path.ancestors().skip(1) {
-        if dir.as_os_str().is_empty() || dir == Path::new("/") {
-            break;
-        }
-        let meta = std::fs::metadata(dir).map_err(|e| LabError::io(dir, e))?;
-        let mode = meta.permissions().mode();
-        if mode & 0o001 == 0 {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o711))
-                .map_err(|e| LabError::io(dir, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// A running private cluster. Drop stops it and removes its directories.
+/// A running private cluster (`roamkv_testbed::postgres`) set up for the commit lab: the WAL
+/// settings of the run and the table the sessions insert into. Drop stops it and removes its
+/// directories.
 pub struct Cluster {
-    data_dir: PathBuf,
-    wal_dir: PathBuf,
-    socket_dir: PathBuf,
-    port: u16,
-    uid: u32,
-    gid: u32,
-    running: bool,
+    server: postgres::Cluster,
     pub settings: WalSettings,
 }
 
@@ -123,149 +65,23 @@ impl Cluster {
                 WAL_SYNC_METHODS.join(", ")
             )));
         }
-        let initdb = pg_bin("initdb")?;
-        pg_bin("pg_ctl")?;
         require_tool("pgbench", "postgresql")?;
-        require_tool("psql", "postgresql-client")?;
-        let (uid, gid) = pg_user_ids()?;
-        let mut cluster = Cluster {
-            data_dir: data_parent.join("pgdata"),
-            wal_dir: wal_parent.join("pg_wal"),
-            socket_dir: data_parent.join("pgsocket"),
-            port: free_port()?,
-            uid,
-            gid,
-            running: false,
+        let server = postgres::Cluster::create(data_parent, wal_parent, &config_text(settings))?;
+        let cluster = Cluster {
+            server,
             settings: settings.clone(),
         };
-        // From here on, an error drops `cluster`, which removes what was made.
-        for dir in [&cluster.data_dir, &cluster.wal_dir, &cluster.socket_dir] {
-            std::fs::create_dir_all(dir).map_err(|e| LabError::io(dir, e))?;
-            chown(dir, uid, gid)?;
-            open_ancestors(dir)?;
-        }
-        cluster.run_as_postgres(
-            &initdb,
-            &[
-                "-D",
-                &cluster.data_dir.to_string_lossy(),
-                "-X",
-                &cluster.wal_dir.to_string_lossy(),
-                "-U",
-                PG_USER,
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ],
-        )?;
-        let conf = cluster.config_text();
-        let conf_path = cluster.data_dir.join("postgresql.auto.conf");
-        std::fs::write(&conf_path, conf).map_err(|e| LabError::io(&conf_path, e))?;
-        chown(&conf_path, uid, gid)?;
-        cluster.start()?;
         cluster.psql(&["-c", "CREATE TABLE commit_rows (session int, payload text)"])?;
         Ok(cluster)
     }
 
-    fn config_text(&self) -> String {
-        format!(
-            "# written by roamkv lab commit\n\
-             listen_addresses = ''\n\
-             port = {port}\n\
-             unix_socket_directories = '{socket}'\n\
-             fsync = on\n\
-             synchronous_commit = on\n\
-             wal_sync_method = {method}\n\
-             commit_delay = {delay}\n\
-             commit_siblings = {siblings}\n\
-             track_wal_io_timing = on\n\
-             # No checkpoint or autovacuum during a run: the run measures the log.\n\
-             max_wal_size = '4GB'\n\
-             checkpoint_timeout = '1h'\n\
-             autovacuum = off\n",
-            port = self.port,
-            socket = self.socket_dir.display(),
-            method = self.settings.sync_method,
-            delay = self.settings.commit_delay_us,
-            siblings = self.settings.commit_siblings,
-        )
-    }
-
-    fn run_as_postgres(&self, program: &Path, args: &[&str]) -> Result<String, LabError> {
-        use std::os::unix::process::CommandExt;
-        let output = Command::new(program)
-            .args(args)
-            .uid(self.uid)
-            .gid(self.gid)
-            .env("LC_ALL", "C")
-            .current_dir("/")
-            // Its own process group: Ctrl-C reaches the lab, which stops the server in order.
-            .process_group(0)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| LabError::io(program, e))?;
-        if !output.status.success() {
-            return Err(LabError::CommandFailed {
-                command: format!("{} {}", program.display(), args.join(" ")),
-                status: output
-                    .status
-                    .code()
-                    .map_or("signal".into(), |c| c.to_string()),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
-    fn start(&mut self) -> Result<(), LabError> {
-        let pg_ctl = pg_bin("pg_ctl")?;
-        let log = self.data_dir.join("server.log");
-        let result = self.run_as_postgres(
-            &pg_ctl,
-            &[
-                "-D",
-                &self.data_dir.to_string_lossy(),
-                "-l",
-                &log.to_string_lossy(),
-                "-w",
-                "-t",
-                PG_CTL_TIMEOUT_SECONDS,
-                "start",
-            ],
-        );
-        // Even a failed start may have left a postmaster behind: Drop must try to stop it.
-        self.running = true;
-        result.map(|_| ()).map_err(|e| {
-            let tail = std::fs::read_to_string(&log).unwrap_or_default();
-            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-            LabError::Unsupported(format!(
-                "PostgreSQL did not start: {e}; server log: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ))
-        })
-    }
-
     fn connection_args(&self) -> Vec<String> {
-        vec![
-            "-h".into(),
-            self.socket_dir.to_string_lossy().into_owned(),
-            "-p".into(),
-            self.port.to_string(),
-            "-U".into(),
-            PG_USER.into(),
-        ]
+        self.server.connection_args()
     }
 
     /// Runs psql -At with these arguments against the cluster; returns its output.
     pub fn psql(&self, args: &[&str]) -> Result<String, LabError> {
-        let mut all: Vec<String> = self.connection_args();
-        all.extend(["-At", "-v", "ON_ERROR_STOP=1", "-d", "postgres"].map(String::from));
-        all.extend(args.iter().map(|a| a.to_string()));
-        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-        let mut command = vec!["psql"];
-        command.extend(refs);
-        crate::fixture::run_command(&command)
+        self.server.psql(args)
     }
 
     /// Empties the table, checkpoints (so no checkpoint falls in the run) and zeroes pg_stat_wal.
@@ -290,18 +106,25 @@ impl Cluster {
     }
 
     /// Runs `sessions` pgbench clients, each `transactions` times BEGIN; INSERT; COMMIT, with a
-    /// wait-event sampler beside them.
+    /// wait-event sampler beside them. With `think_ms`, each client first sleeps that long
+    /// (pgbench's `\sleep`, outside the transaction: work that is not the commit).
     pub fn run_sessions(
         &self,
         script_dir: &Path,
         sessions: u32,
         transactions: u64,
         row_bytes: usize,
+        think_ms: u64,
     ) -> Result<PgRun, LabError> {
         let script = script_dir.join(format!("commit-{row_bytes}.sql"));
+        let think = if think_ms > 0 {
+            format!("\\sleep {think_ms} ms\n")
+        } else {
+            String::new()
+        };
         // A dollar-quoted literal of row_bytes 'x': the row is exactly that many payload bytes.
         let text = format!(
-            "BEGIN;\nINSERT INTO commit_rows (session, payload) VALUES (:client_id, $${}$$);\nCOMMIT;\n",
+            "{think}BEGIN;\nINSERT INTO commit_rows (session, payload) VALUES (:client_id, $${}$$);\nCOMMIT;\n",
             "x".repeat(row_bytes)
         );
         std::fs::write(&script, text).map_err(|e| LabError::io(&script, e))?;
@@ -336,7 +159,7 @@ impl Cluster {
         let wall_seconds = started.elapsed().as_secs_f64();
         let samples = sampler.stop();
         let output = output.map_err(|e| LabError::io("pgbench", e))?;
-        if crate::fixture::interrupted() {
+        if roamkv_testbed::fixture::interrupted() {
             return Err(LabError::Interrupted);
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -365,78 +188,35 @@ impl Cluster {
         })
     }
 
-    fn stop(&mut self) {
-        if !self.running {
-            return;
-        }
-        self.running = false;
-        let stopped = pg_bin("pg_ctl").and_then(|pg_ctl| {
-            self.run_as_postgres(
-                &pg_ctl,
-                &[
-                    "-D",
-                    &self.data_dir.to_string_lossy(),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "-t",
-                    PG_CTL_TIMEOUT_SECONDS,
-                    "stop",
-                ],
-            )
-        });
-        if stopped.is_err() {
-            // pg_ctl could not do it: SIGQUIT to the postmaster named in postmaster.pid.
-            let pid_file = self.data_dir.join("postmaster.pid");
-            if let Some(pid) = std::fs::read_to_string(&pid_file)
-                .ok()
-                .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
-                .filter(|pid| *pid > 1)
-            {
-                // SAFETY: kill has no memory-safety preconditions.
-                unsafe { libc::kill(pid, libc::SIGQUIT) };
-                std::thread::sleep(Duration::from_millis(500));
-            }
-        }
-    }
-
     pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+        self.server.data_dir()
     }
     pub fn wal_dir(&self) -> &Path {
-        &self.wal_dir
+        self.server.wal_dir()
     }
     pub fn is_running(&self) -> bool {
-        self.running
+        self.server.is_running()
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.stop();
-        for dir in [&self.data_dir, &self.wal_dir, &self.socket_dir] {
-            if dir.exists()
-                && let Err(e) = std::fs::remove_dir_all(dir)
-            {
-                eprintln!(
-                    "roamkv lab: warning: could not remove {}: {e}",
-                    dir.display()
-                );
-            }
-        }
-    }
-}
-
-/// A TCP port nobody listens on now. The server listens on no TCP address at all
-/// (listen_addresses = ''); the port only names its socket file, but a distinct one keeps a
-/// second lab run from colliding in its socket directory's lock file.
-fn free_port() -> Result<u16, LabError> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| LabError::io("127.0.0.1:0", e))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| LabError::io("127.0.0.1:0", e))
+/// The commit lab's postgresql.conf lines: durable commits with the run's WAL settings, WAL I/O
+/// timing on, and nothing else writing during a run.
+fn config_text(settings: &WalSettings) -> String {
+    format!(
+        "fsync = on\n\
+         synchronous_commit = on\n\
+         wal_sync_method = {method}\n\
+         commit_delay = {delay}\n\
+         commit_siblings = {siblings}\n\
+         track_wal_io_timing = on\n\
+         # No checkpoint or autovacuum during a run: the run measures the log.\n\
+         max_wal_size = '4GB'\n\
+         checkpoint_timeout = '1h'\n\
+         autovacuum = off\n",
+        method = settings.sync_method,
+        delay = settings.commit_delay_us,
+        siblings = settings.commit_siblings,
+    )
 }
 
 /// What one pgbench run and the sampler saw.

@@ -2,7 +2,7 @@
 //! and report.html with charts shaped like paper 003's Figure 1, the paper's own figures beside.
 use super::model::{Device, DeviceReport, Plan, Row};
 use crate::LabError;
-use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, number as fmt, write_json};
 use std::path::{Path, PathBuf};
 
 /// Paper 003, Table 2: total seconds per session count (1..4) for 10k/20k/40k 1-byte
@@ -19,18 +19,6 @@ pub const PAPER_TABLE2: [(&str, u64, [f64; 4]); 6] = [
 /// Paper 003, Table 3: 20k x 512 B transactions, run and wait seconds summed over sessions.
 pub const PAPER_TABLE3: [(&str, f64, f64, f64); 2] =
     [("SSD", 1501.0, 97.0, 0.065), ("HDD", 1610.0, 1012.0, 0.628)];
-
-fn fmt(v: f64) -> String {
-    if !v.is_finite() {
-        "-".into()
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
 
 fn pct(v: f64) -> String {
     if v.is_finite() {
@@ -262,6 +250,10 @@ pub fn write_report(
         "roamkv lab commit: paper 003's redo-log experiment",
         &header,
     );
+    html.paragraph(&format!(
+        "Work outside the commit: each session sleeps {} ms before each transaction (--think-ms).",
+        plan.think_ms
+    ));
     html.paragraph(
         "Each session runs single-row insert + commit transactions; all sessions start together. \
          'commit wait' is the share of session time spent waiting for the commit to be durable: \

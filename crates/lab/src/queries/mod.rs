@@ -1,12 +1,13 @@
 //! `roamkv lab queries`: paper 000's search queries on SQLite, per file system, cold and warm
 //! cache; and the same questions on sensor data asked of roamkv and SQLite (`sensor`).
 pub mod compare;
+pub mod guest;
 pub mod roamkv_store;
 pub mod schema;
 pub mod sensor;
 pub mod sqlquery;
 
-use crate::report::say;
+use roamkv_testbed::report::say;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -14,7 +15,7 @@ use std::time::Instant;
 use rusqlite::Connection;
 
 use crate::LabError;
-use crate::fixture::{self, Fixture, FsSpec};
+use roamkv_testbed::fixture::{self, Fixture, FsSpec};
 use schema::{GenSpec, Generated};
 use sqlquery::{ParamGen, TimingUs, sqlite_err};
 
@@ -385,7 +386,7 @@ fn image_bytes_for(rows: usize, sensor: Option<&sensor::SensorSpec>) -> u64 {
 
 fn run_inner(args: &QueriesArgs) -> Result<(), LabError> {
     let config = args.resolve()?;
-    fixture::require_root()?;
+    roamkv_testbed::prerequisite::require_root()?;
     let started = Instant::now();
     std::fs::create_dir_all(&args.out).map_err(|e| LabError::io(&args.out, e))?;
     eprintln!(
@@ -523,7 +524,7 @@ fn write_results(
     let fs_names: Vec<String> = config.fs.iter().map(|f| f.name().to_string()).collect();
     let ratio_list = ratios(runs, &fs_names);
     print_tables(runs, &ratio_list, sensor_runs);
-    let header = crate::report::MachineHeader::collect();
+    let header = roamkv_testbed::report::MachineHeader::collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let value = serde_json::json!({
         "tool": "roamkv lab queries",
@@ -542,7 +543,7 @@ fn write_results(
             "note": "FAT is not mountable by this host kernel; compare ratios between the file systems measured here",
         },
     });
-    let json = crate::report::write_json(&args.out, "results", &value)?;
+    let json = roamkv_testbed::report::write_json(&args.out, "results", &value)?;
     let html_path = args.out.join("report.html");
     write_html(
         &html_path,
@@ -624,14 +625,14 @@ fn print_tables(runs: &[QueryRun], ratio_list: &[Ratio], sensor_runs: &[sensor::
 
 fn write_html(
     path: &Path,
-    header: &crate::report::MachineHeader,
+    header: &roamkv_testbed::report::MachineHeader,
     command: &str,
     config: &QueriesConfig,
     runs: &[QueryRun],
     ratio_list: &[Ratio],
     sensor_runs: &[sensor::SensorRun],
 ) -> Result<(), LabError> {
-    use crate::report::{Html, bar_chart_svg};
+    use roamkv_testbed::report::{Html, bar_chart_svg};
     let mut html = Html::new(
         "roamkv lab queries — SQLite search queries per file system (paper 000)",
         header,
@@ -686,8 +687,12 @@ fn write_html(
 }
 
 /// One chart per cache state: mean time per query, one bar per file system.
-fn cache_charts(html: &mut crate::report::Html, config: &QueriesConfig, runs: &[QueryRun]) {
-    use crate::report::bar_chart_svg;
+fn cache_charts(
+    html: &mut roamkv_testbed::report::Html,
+    config: &QueriesConfig,
+    runs: &[QueryRun],
+) {
+    use roamkv_testbed::report::bar_chart_svg;
     let fs_names: Vec<String> = config.fs.iter().map(|f| f.name().to_string()).collect();
     for &cache in &config.caches {
         let queries: Vec<String> = runs

@@ -206,16 +206,12 @@ impl TimingUs {
         let mut us: Vec<f64> = durations.iter().map(|d| d.as_secs_f64() * 1e6).collect();
         us.sort_by(f64::total_cmp);
         let n = us.len();
-        let median = if n % 2 == 1 {
-            us[n / 2]
-        } else {
-            (us[n / 2 - 1] + us[n / 2]) / 2.0
-        };
+        let median = roamkv_testbed::stats::median(&mut us.clone());
         TimingUs {
             repetitions: n,
             mean: us.iter().sum::<f64>() / n as f64,
             median,
-            p95: crate::sqlite::workload::percentile(&us, 95.0),
+            p95: roamkv_testbed::stats::percentile(&us, 95.0),
             min: us[0],
             max: us[n - 1],
         }

@@ -7,10 +7,11 @@ pub mod player;
 pub mod strace;
 
 use crate::LabError;
-use crate::fixture::{Fixture, parse_fs_list, require_root, require_tool, set_waited_child};
-use crate::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use format::{FORMAT_NAME, FORMAT_VERSION, Header, SyscallTrace};
 use player::{ReplayResult, Timing};
+use roamkv_testbed::fixture::{Fixture, parse_fs_list, set_waited_child};
+use roamkv_testbed::prerequisite::{require_root, require_tool};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, write_json};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -112,7 +113,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode, LabError> {
             version: FORMAT_VERSION,
             command: args.command.join(" "),
             root: root.to_string_lossy().into_owned(),
-            recorded_at: crate::report::now_utc(),
+            recorded_at: roamkv_testbed::report::now_utc(),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map_or_else(|_| "unknown".into(), |s| s.trim().to_string()),
             calls: calls.len() as u64,
@@ -396,7 +397,7 @@ fn write_replay_report(
 
 /// The traces the lab ships (made with `roamkv lab record`; see docs/LAB.md for the commands).
 pub fn shipped_traces_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/traces")
 }
 
 #[cfg(test)]
@@ -457,11 +458,8 @@ mod tests {
     /// Records a real command under strace (needs the strace binary) and replays it.
     #[test]
     fn record_then_replay_a_shell_command() {
-        if require_tool("strace", "strace").is_err() {
-            let may_skip = std::env::var("ROAMKV_ALLOW_SKIP").is_ok_and(|v| v == "1")
-                && std::env::var("CI").map_or(true, |v| v != "true");
-            assert!(may_skip, "strace is missing (apt-get install strace)");
-            eprintln!("skipping: strace is not installed (ROAMKV_ALLOW_SKIP=1)");
+        let strace = require_tool("strace", "strace");
+        if !roamkv_testbed::prerequisite::met("record_then_replay_a_shell_command", strace) {
             return;
         }
         let scratch = tempfile::tempdir().expect("temp dir");

@@ -73,7 +73,7 @@ pub fn play(trace: &SyscallTrace, root: &Path, timing: Timing) -> Result<ReplayR
     let mut result = ReplayResult::default();
     let start = Instant::now();
     for call in &trace.calls {
-        if crate::fixture::interrupted() {
+        if roamkv_testbed::fixture::interrupted() {
             return Err(LabError::Interrupted);
         }
         if timing == Timing::Recorded {
@@ -107,7 +107,7 @@ pub fn play(trace: &SyscallTrace, root: &Path, timing: Timing) -> Result<ReplayR
     for (op, (mut replayed, mut recorded, bytes)) in latencies {
         replayed.sort_by(f64::total_cmp);
         recorded.sort_by(f64::total_cmp);
-        let p = crate::sqlite::workload::percentile;
+        let p = roamkv_testbed::stats::percentile;
         result.by_op.insert(
             op.name().to_string(),
             OpLatency {

@@ -126,7 +126,7 @@ impl Synchronous {
 /// The resolved matrix of one invocation.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SqliteConfig {
-    pub fs: Vec<crate::fixture::FsSpec>,
+    pub fs: Vec<roamkv_testbed::fixture::FsSpec>,
     pub journal_modes: Vec<JournalMode>,
     pub synchronous: Vec<Synchronous>,
     pub sync_calls: Vec<SyncCall>,

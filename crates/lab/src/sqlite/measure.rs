@@ -7,9 +7,10 @@ use super::config::{JournalMode, Op, SyncCall, Synchronous};
 use super::vfs::SyncCounts;
 use super::workload::{self, DbConfig, LatencyUs, StreamSpec};
 use crate::LabError;
-use crate::devstat::DevStat;
-use crate::fixture::Fixture;
+use crate::fs::workload::Target;
 use crate::trace::{Kind, Request, Summary, Tracer, WriteCount, parse_rwbs};
+use roamkv_testbed::devstat::DevStat;
+use roamkv_testbed::fixture::Fixture;
 
 /// One point of the matrix.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
@@ -159,6 +160,9 @@ pub struct RunResult {
     /// 1e6 / median latency: a rate that ignores the long stalls a shared host adds to the mean.
     pub tx_per_sec_at_p50: f64,
     pub latency_us: LatencyUs,
+    /// Whether the block tracer ran (a lab fixture): then `immediate`/`deferred` split the
+    /// writes by kind; untraced (in the qemu guest), the totals come from the device's counters.
+    pub traced: bool,
     /// Block writes (data + fs journal + metadata) per transaction while the transactions ran.
     pub block_writes_per_tx: f64,
     pub block_bytes_per_tx: f64,
@@ -181,7 +185,14 @@ pub struct RunResult {
 /// Runs one combination on `fixture`: fresh database file(s), fill if needed, quiesce, trace the
 /// timed transactions, then trace a syncfs for the deferred write-back.
 pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
-    fx.clear()?;
+    run_on(fx, spec)
+}
+
+/// `run_one` on any target: traced where the target is a lab fixture; elsewhere (a file system
+/// the qemu guest mounted) counted by the device's own counters only, so `immediate` and
+/// `deferred` stay empty and `traced` is false.
+pub fn run_on(target: &dyn Target, spec: &RunSpec) -> Result<RunResult, LabError> {
+    roamkv_testbed::fixture::clear_dir(target.mount_dir())?;
     let db_config = DbConfig {
         journal_mode: spec.journal_mode,
         synchronous: spec.synchronous,
@@ -197,40 +208,113 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
             seed: spec.seed.wrapping_add(t as u64 * 7919),
         })
         .collect();
-    let mut conns = open_filled(fx, db_config, &streams).map_err(werr)?;
-    fx.quiesce()?;
+    let mut conns = open_filled(target.mount_dir(), db_config, &streams).map_err(werr)?;
+    target.quiesce()?;
 
-    let dev_before = DevStat::read(fx.device_name())?;
+    let devices = target.device_names();
+    let dev_before = device_counters(&devices)?;
     let sync_before = SyncCounts::read();
-    let tracer = Tracer::start(fx)?;
+    let tracer = target.as_fixture().map(Tracer::start).transpose()?;
     let barrier = Barrier::new(spec.threads);
     let started = Instant::now();
     let results = run_streams(&mut conns, &streams, &barrier);
     let elapsed = started.elapsed();
     let end_ns = monotonic_ns();
     let sync_calls = SyncCounts::read().delta(&sync_before);
-    let devstat = DevStat::read(fx.device_name())?.delta(&dev_before);
+    let devstat = device_counters(&devices)?.delta(&dev_before);
     // Deferred write-back: what the page cache still held, forced out by syncfs inside the same
     // trace (a second tracer would not do: stopping one syncs the file system untraced).
-    fx.quiesce()?;
+    target.quiesce()?;
+    let devstat_after_syncfs = device_counters(&devices)?.delta(&dev_before);
     let before_stop_ns = monotonic_ns();
-    let trace = tracer.stop(fx)?;
+    let trace = match (tracer, target.as_fixture()) {
+        (Some(tracer), Some(fx)) => Some(tracer.stop(fx)?),
+        _ => None,
+    };
     let mut latencies = Vec::new();
     for r in results {
         latencies.extend(r.map_err(werr)?);
     }
     drop(conns);
+    Ok(result_of(
+        target,
+        spec,
+        Timed {
+            latencies,
+            elapsed,
+            end_ns,
+            before_stop_ns,
+            sync_calls,
+            devstat,
+            devstat_after_syncfs,
+            trace,
+        },
+    ))
+}
 
-    // Request times count from the tracer's start; `duration_us` is start..stop on the same clock.
-    let start_ns = before_stop_ns.saturating_sub(trace.summary.duration_us * 1000);
-    let boundary_us = end_ns.saturating_sub(start_ns) / 1000;
+/// What the timed part of a run left to count.
+struct Timed {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    /// Monotonic clock when the transactions ended, and just before the tracer stopped.
+    end_ns: u64,
+    before_stop_ns: u64,
+    sync_calls: SyncCounts,
+    /// Device counters over the transactions, and including the syncfs after them.
+    devstat: DevStat,
+    devstat_after_syncfs: DevStat,
+    trace: Option<crate::trace::Trace>,
+}
+
+/// The run's figures: from the trace where there is one, else from the device counters.
+fn result_of(target: &dyn Target, spec: &RunSpec, timed: Timed) -> RunResult {
+    let Timed {
+        latencies,
+        elapsed,
+        end_ns,
+        before_stop_ns,
+        sync_calls,
+        devstat,
+        devstat_after_syncfs,
+        trace,
+    } = timed;
     let tx = latencies.len() as u64;
-    let immediate = Split::of_requests(&trace.requests, |r| r.time_us <= boundary_us);
-    let deferred = Split::of_requests(&trace.requests, |r| r.time_us > boundary_us);
+    let (immediate, deferred) = match &trace {
+        // Request times count from the tracer's start; `duration_us` is start..stop on the same
+        // clock.
+        Some(trace) => {
+            let start_ns = before_stop_ns.saturating_sub(trace.summary.duration_us * 1000);
+            let boundary_us = end_ns.saturating_sub(start_ns) / 1000;
+            (
+                Split::of_requests(&trace.requests, |r| r.time_us <= boundary_us),
+                Split::of_requests(&trace.requests, |r| r.time_us > boundary_us),
+            )
+        }
+        None => (Split::default(), Split::default()),
+    };
     let both = immediate.plus(&deferred);
     let d = tx.max(1) as f64;
-    Ok(RunResult {
-        fs: fx.spec().name().to_string(),
+    let latency_us = LatencyUs::of(&latencies);
+    // Untraced: the device's counters give the totals (not split by kind).
+    let (writes, bytes, flushes, writes_all, bytes_all) = if trace.is_some() {
+        (
+            immediate.total().writes,
+            immediate.total().bytes,
+            immediate.flushes,
+            both.total().writes,
+            both.total().bytes,
+        )
+    } else {
+        (
+            devstat.writes,
+            devstat.bytes_written(),
+            devstat.flushes,
+            devstat_after_syncfs.writes,
+            devstat_after_syncfs.bytes_written(),
+        )
+    };
+    RunResult {
+        fs: target.fs_name(),
         journal_mode: spec.journal_mode,
         synchronous: spec.synchronous,
         sync_call: spec.sync_call,
@@ -241,34 +325,45 @@ pub fn run_one(fx: &Fixture, spec: &RunSpec) -> Result<RunResult, LabError> {
         record_bytes: spec.record_bytes,
         elapsed_s: elapsed.as_secs_f64(),
         tx_per_sec: tx as f64 / elapsed.as_secs_f64().max(1e-9),
-        tx_per_sec_at_p50: {
-            let p50 = LatencyUs::of(&latencies).p50;
-            if p50 > 0.0 { 1e6 / p50 } else { 0.0 }
+        tx_per_sec_at_p50: if latency_us.p50 > 0.0 {
+            1e6 / latency_us.p50
+        } else {
+            0.0
         },
-        latency_us: LatencyUs::of(&latencies),
-        block_writes_per_tx: immediate.total().writes as f64 / d,
-        block_bytes_per_tx: immediate.total().bytes as f64 / d,
-        flushes_per_tx: immediate.flushes as f64 / d,
-        block_writes_per_tx_after_syncfs: both.total().writes as f64 / d,
-        block_bytes_per_tx_after_syncfs: both.total().bytes as f64 / d,
+        latency_us,
+        traced: trace.is_some(),
+        block_writes_per_tx: writes as f64 / d,
+        block_bytes_per_tx: bytes as f64 / d,
+        flushes_per_tx: flushes as f64 / d,
+        block_writes_per_tx_after_syncfs: writes_all as f64 / d,
+        block_bytes_per_tx_after_syncfs: bytes_all as f64 / d,
         immediate,
         deferred,
         per_tx: immediate.per_tx(tx),
         per_tx_after_syncfs: both.per_tx(tx),
         sync_calls,
         devstat,
-    })
+    }
 }
 
-/// One database per stream, created on the fixture and filled with the rows the stream needs.
+/// The summed counters of the target's devices (data device, external journal device).
+fn device_counters(devices: &[String]) -> Result<DevStat, LabError> {
+    let mut sum = DevStat::default();
+    for name in devices {
+        sum = sum.plus(&DevStat::read(name)?);
+    }
+    Ok(sum)
+}
+
+/// One database per stream, created in `dir` and filled with the rows the stream needs.
 fn open_filled(
-    fx: &Fixture,
+    dir: &std::path::Path,
     db_config: DbConfig,
     streams: &[StreamSpec],
 ) -> Result<Vec<rusqlite::Connection>, workload::WorkloadError> {
     let mut conns = Vec::with_capacity(streams.len());
     for (t, s) in streams.iter().enumerate() {
-        let conn = workload::open(&fx.mount_dir().join(format!("t{t}.db")), db_config)?;
+        let conn = workload::open(&dir.join(format!("t{t}.db")), db_config)?;
         workload::fill(&conn, s.rows_needed(), s.record_bytes, s.seed)?;
         conns.push(conn);
     }

@@ -4,6 +4,7 @@
 //! every block request traced and classified (db / journal-or-WAL / fs journal / metadata /
 //! flushes), both while the transactions run and for the deferred write-back that `syncfs` forces.
 pub mod config;
+pub mod guest;
 pub mod measure;
 pub mod report;
 pub mod vfs;
@@ -14,11 +15,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::LabError;
-use crate::fixture::{self, Fixture};
-use crate::report::say;
 pub use config::SqliteConfig;
 use config::{JournalMode, Op, SyncCall, Synchronous, parse_list};
 use measure::{RunResult, RunSpec, run_one};
+use roamkv_testbed::fixture::{self, Fixture};
+use roamkv_testbed::prerequisite::require_root;
+use roamkv_testbed::report::say;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SqliteArgs {
@@ -60,6 +62,14 @@ pub struct SqliteArgs {
     /// Output directory for results.json and report.html.
     #[arg(long, default_value = "lab-results/sqlite")]
     pub out: PathBuf,
+    /// Run in the qemu guest instead (Debian's stock kernel: F2FS, FAT, exFAT; ext4 in the same
+    /// guest is the control). --fs then names guest file systems (default: ext4,vfat,exfat,f2fs).
+    /// Untraced there: writes are counted by the virtual disk's own counters.
+    #[arg(long)]
+    pub vm: bool,
+    /// Guest memory for --vm.
+    #[arg(long, default_value_t = 1024)]
+    pub vm_memory_mib: u32,
 }
 
 fn parse_usize_list(s: &str, what: &str) -> Result<Vec<usize>, LabError> {
@@ -165,6 +175,7 @@ impl SqliteArgs {
     }
 }
 
+/// `roamkv lab sqlite` on the host (with `--vm`, the `guest` module runs it in the qemu guest).
 pub fn run(args: &SqliteArgs) -> ExitCode {
     match args
         .resolve()
@@ -181,7 +192,7 @@ pub fn run(args: &SqliteArgs) -> ExitCode {
 /// Every combination of the configuration, on every file system; writes results.json and
 /// report.html into `out` and prints a table.
 pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
-    fixture::require_root()?;
+    require_root()?;
     std::fs::create_dir_all(out).map_err(|e| LabError::io(out, e))?;
     let specs = matrix(config);
     let started = Instant::now();
@@ -236,7 +247,7 @@ pub fn run_matrix(config: &SqliteConfig, out: &Path) -> Result<(), LabError> {
 }
 
 /// Every (journal mode, synchronous, sync call, op, rows/tx, threads) of the configuration.
-fn matrix(config: &SqliteConfig) -> Vec<RunSpec> {
+pub(crate) fn matrix(config: &SqliteConfig) -> Vec<RunSpec> {
     let mut specs = Vec::new();
     for &journal_mode in &config.journal_modes {
         for &synchronous in &config.synchronous {
@@ -272,7 +283,7 @@ fn write_results(
     fixtures: &[serde_json::Value],
     results: &[RunResult],
 ) -> Result<(), LabError> {
-    let header = crate::report::MachineHeader::collect();
+    let header = roamkv_testbed::report::MachineHeader::collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let value = serde_json::json!({
         "tool": "roamkv lab sqlite",
@@ -289,7 +300,7 @@ fn write_results(
             "note": "Galaxy S3, eMMC, Android 4.0.4 SQLite calling fsync; one 100-byte insert traced",
         },
     });
-    let json = crate::report::write_json(out, "results", &value)?;
+    let json = roamkv_testbed::report::write_json(out, "results", &value)?;
     let html = out.join("report.html");
     report::write_html(&html, &header, &command, results)?;
     eprintln!("wrote {} and {}", json.display(), html.display());

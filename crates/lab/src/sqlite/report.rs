@@ -6,9 +6,9 @@ use std::path::Path;
 use super::config::{Op, Synchronous};
 use super::measure::RunResult;
 use crate::LabError;
-use crate::report::{Html, MachineHeader, bar_chart_svg};
+use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg};
 
-const COLUMNS: [&str; 14] = [
+const COLUMNS: [&str; 15] = [
     "fs",
     "journal",
     "sync",
@@ -19,6 +19,7 @@ const COLUMNS: [&str; 14] = [
     "tx/s",
     "p50 us",
     "p99 us",
+    "p99.9 us",
     "writes/tx",
     "KiB/tx",
     "flushes/tx",
@@ -40,6 +41,7 @@ fn rows(results: &[RunResult]) -> Vec<Vec<String>> {
                 format!("{:.0}", r.tx_per_sec),
                 format!("{:.0}", r.latency_us.p50),
                 format!("{:.0}", r.latency_us.p99),
+                format!("{:.0}", r.latency_us.p99_9),
                 format!("{:.2}", r.block_writes_per_tx),
                 format!("{:.1}", r.block_bytes_per_tx / 1024.0),
                 format!("{:.2}", r.flushes_per_tx),

@@ -225,13 +225,15 @@ fn check_changed(changed: usize, expected: usize) -> Result<(), WorkloadError> {
     Ok(())
 }
 
-/// Latency summary in microseconds.
+/// Latency summary in microseconds: fio's percentiles (p50, p99, p99.9; nearest rank) and p95.
+/// All zero for no transactions.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct LatencyUs {
     pub mean: f64,
     pub p50: f64,
     pub p95: f64,
     pub p99: f64,
+    pub p99_9: f64,
     pub max: f64,
 }
 
@@ -240,23 +242,15 @@ impl LatencyUs {
         if latencies.is_empty() {
             return LatencyUs::default();
         }
-        let mut us: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e6).collect();
-        us.sort_by(f64::total_cmp);
+        let us: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+        let p = roamkv_testbed::stats::Percentiles::of(&us);
         LatencyUs {
-            mean: us.iter().sum::<f64>() / us.len() as f64,
-            p50: percentile(&us, 50.0),
-            p95: percentile(&us, 95.0),
-            p99: percentile(&us, 99.0),
-            max: us[us.len() - 1],
+            mean: p.mean,
+            p50: p.p50,
+            p95: p.p95,
+            p99: p.p99,
+            p99_9: p.p99_9,
+            max: p.max,
         }
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], pct: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }

@@ -5,7 +5,8 @@
 use super::events::SECTOR_BYTES;
 use super::request::Kind;
 use crate::LabError;
-use crate::fixture::{Fixture, FsSpec, run_command};
+use roamkv_testbed::command::run_command;
+use roamkv_testbed::fixture::{Fixture, FsSpec};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::os::unix::fs::MetadataExt;

@@ -19,8 +19,10 @@
 //! event lines), `layout` (where the journal and files live), `file_extents` (FIEMAP and inotify:
 //! the syscall side), `request` and `classify` (naming each request), `summary` (aggregation),
 //! `tracer` (start/stop), `render` (tables and charts). Everything public is re-exported here.
+//! `command` is the `roamkv lab trace` command built on them.
 
 mod classify;
+pub mod command;
 mod events;
 mod file_extents;
 mod layout;

@@ -3,7 +3,7 @@
 
 use super::classify::Trace;
 use super::request::{Kind, Request};
-use crate::report::scatter_chart_svg;
+use roamkv_testbed::report::scatter_chart_svg;
 
 pub fn summary_rows(trace: &Trace) -> Vec<Vec<String>> {
     let s = &trace.summary;

@@ -2,7 +2,7 @@
 //! events filtered to the traced devices), and drain its trace_pipe in a thread.
 
 use crate::LabError;
-use crate::fixture::run_command;
+use roamkv_testbed::command::run_command;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};

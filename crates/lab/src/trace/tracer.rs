@@ -10,7 +10,10 @@ use super::tracefs::{
     write_tracefs,
 };
 use crate::LabError;
-use crate::fixture::{Fixture, Undo, new_owner_id, register_undo, undo_owner};
+use roamkv_testbed::fixture::Fixture;
+use roamkv_testbed::fixture::cleanup::{
+    Undo, install_interrupt_cleanup, new_owner_id, register_undo, undo_owner,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::PathBuf;
@@ -35,9 +38,9 @@ pub struct Tracer {
 
 impl Tracer {
     pub fn start(fixture: &Fixture) -> Result<Tracer, LabError> {
-        crate::fixture::require_root()?;
+        roamkv_testbed::prerequisite::require_root()?;
         let root = ensure_tracefs()?;
-        crate::fixture::install_interrupt_cleanup();
+        install_interrupt_cleanup();
         let data_device = device_numbers(fixture.device())?;
         let journal_device = fixture.journal_device().map(device_numbers).transpose()?;
         let mut device_names = HashMap::new();

@@ -144,30 +144,6 @@ pub fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// Whether a test that needs an external tool must fail (CI, or by default) or may skip
-/// (the developer set ROAMKV_ALLOW_SKIP=1).
-pub fn require_tool(tool: &str, why: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-        || Path::new(&format!("/usr/sbin/{tool}")).exists();
-    if found {
-        return true;
-    }
-    let allow_skip = std::env::var("ROAMKV_ALLOW_SKIP").as_deref() == Ok("1")
-        && std::env::var("CI").as_deref() != Ok("true");
-    if allow_skip {
-        eprintln!("SKIPPED: {tool} is not installed ({why}); scripts/install-deps installs it");
-        return false;
-    }
-    panic!(
-        "{tool} is not installed ({why}); run scripts/install-deps (or set ROAMKV_ALLOW_SKIP=1 to skip)"
-    );
-}
-
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind")

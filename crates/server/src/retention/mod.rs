@@ -1,0 +1,59 @@
+//! Retention by age: the v3 `DELETE event/age/{age}` call and the native API's per-device
+//! settings (`PUT /api/roamkv/v1/devices/{device}/retention`), applied at once and then every
+//! `--retention-interval-s` by a background task.
+//!
+//! Applying a cutoff to a device is one engine call: the device departs if every reading is
+//! older (one DEPART: it is left with nothing, and a departure frees the most), otherwise its
+//! older readings are trimmed (one TRIM record, `Engine::trim_before`).
+//!
+//! How a cutoff is applied to one device is `AppState::apply_cutoff` (state.rs, with the
+//! state's other operations); the settings and their file are `store`; this module is the
+//! periodic pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use tokio::sync::watch;
+
+use crate::state::{AppState, Shared};
+
+pub mod store;
+
+pub use store::{Applied, RetentionStore, SETTINGS_MAX};
+
+/// Applies every setting every `interval`, until shutdown. A device that fails (e.g. the log
+/// budget is full) is logged and retried at the next pass.
+pub async fn run(state: Shared, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let s = Arc::clone(&state);
+        let pass = tokio::task::spawn_blocking(move || apply_all(&s)).await;
+        if let Err(e) = pass {
+            tracing::error!(error = %e, "retention pass failed");
+        }
+    }
+}
+
+fn apply_all(state: &AppState) {
+    let present: std::collections::HashSet<String> =
+        state.engine.devices().into_iter().map(|d| d.name).collect();
+    for (device, _) in state.retention.all() {
+        if !present.contains(&device) {
+            continue;
+        }
+        match state.apply_retention(&device) {
+            Ok(Applied::Unchanged) => {}
+            Ok(applied) => tracing::info!(%device, ?applied, "retention applied"),
+            Err(e) if e.status == StatusCode::INSUFFICIENT_STORAGE => {
+                tracing::warn!(%device, error = %e.message, "retention deferred: no log room");
+            }
+            Err(e) => tracing::error!(%device, error = %e.message, "retention failed"),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The per-device retention settings and the file that keeps them.
+//!
+//! The settings survive restarts in `DATA_DIR/server/retention.json` (the server's own file
+//! beside the engine's; the data directory's LOCK keeps a second server out), replaced
+//! atomically on every change: written to `retention.json.tmp`, fsync'd, renamed, the directory
+//! fsync'd. A change is acknowledged only after that.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+/// Devices that may have a retention setting: bounds the file (rewritten whole on a change)
+/// and one application pass.
+pub const SETTINGS_MAX: usize = 100_000;
+
+/// The file's form: `{"format": 1, "max_age_ms": {"car-17": 86400000, ...}}`.
+#[derive(Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StoredSettings {
+    format: u32,
+    max_age_ms: BTreeMap<String, u64>,
+}
+
+/// The per-device settings and the file that keeps them.
+pub struct RetentionStore {
+    path: PathBuf,
+    settings: parking_lot::Mutex<BTreeMap<String, u64>>,
+}
+
+/// What applying a cutoff did to one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Applied {
+    /// Every reading was older: the device departed.
+    Departed,
+    /// Its older readings were deleted.
+    Trimmed,
+    /// Nothing was older (or the device is not here): nothing was written.
+    Unchanged,
+}
+
+impl RetentionStore {
+    /// Loads `DATA_DIR/server/retention.json` (none yet: no settings). A file that does not
+    /// parse is an error: starting without the settings would keep data they say to delete.
+    pub fn open(data_dir: &Path) -> Result<RetentionStore, String> {
+        let path = data_dir.join("server").join("retention.json");
+        let settings = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let stored: StoredSettings = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("retention settings {}: {e}", path.display()))?;
+                if stored.format != 1 {
+                    return Err(format!(
+                        "retention settings {}: format {} is not 1",
+                        path.display(),
+                        stored.format
+                    ));
+                }
+                stored.max_age_ms
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        Ok(RetentionStore {
+            path,
+            settings: parking_lot::Mutex::new(settings),
+        })
+    }
+
+    pub fn get(&self, device: &str) -> Option<u64> {
+        self.settings.lock().get(device).copied()
+    }
+
+    pub fn all(&self) -> BTreeMap<String, u64> {
+        self.settings.lock().clone()
+    }
+
+    /// Sets (or replaces) a device's maximum age, durably. Blocking (file I/O).
+    pub fn set(&self, device: &str, max_age_ms: u64) -> Result<(), ApiError> {
+        let mut settings = self.settings.lock();
+        if settings.len() >= SETTINGS_MAX && !settings.contains_key(device) {
+            return Err(ApiError::bad_request(format!(
+                "{SETTINGS_MAX} devices already have a retention setting (the limit); remove one first"
+            )));
+        }
+        let mut next = settings.clone();
+        next.insert(device.to_string(), max_age_ms);
+        self.persist(&next)?;
+        *settings = next;
+        Ok(())
+    }
+
+    /// Removes a device's setting, durably; false if it had none. Blocking (file I/O).
+    pub fn remove(&self, device: &str) -> Result<bool, ApiError> {
+        let mut settings = self.settings.lock();
+        if !settings.contains_key(device) {
+            return Ok(false);
+        }
+        let mut next = settings.clone();
+        next.remove(device);
+        self.persist(&next)?;
+        *settings = next;
+        Ok(true)
+    }
+
+    /// Replaces the file atomically: tmp file, fsync, rename, directory fsync.
+    fn persist(&self, settings: &BTreeMap<String, u64>) -> Result<(), ApiError> {
+        let fail = |what: &str, e: std::io::Error| {
+            ApiError::internal(format!("{what} {}: {e}", self.path.display()))
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| fail("creating the directory of", e))?;
+        let stored = StoredSettings {
+            format: 1,
+            max_age_ms: settings.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&stored)
+            .map_err(|e| ApiError::internal(format!("encoding retention settings: {e}")))?;
+        let tmp = self.path.with_extension("json.tmp");
+        let mut file = std::fs::File::create(&tmp).map_err(|e| fail("creating a temporary", e))?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| fail("writing a temporary", e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| fail("renaming into", e))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| fail("syncing the directory of", e))
+    }
+}

@@ -1,0 +1,23 @@
+//! roamkv-testbed: the rig that the bench, the lab and the tests of every crate share, and
+//! none of their experiments.
+//!
+//! - `fixture`: file systems on loop devices (or a confirmed real device), undone on every path
+//!   out, Ctrl-C included (`fixture::cleanup`).
+//! - `devstat`: a block device's own counters (/sys/block/DEV/stat).
+//! - `prerequisite`: root and tools, and the one skip-or-fail rule for tests that need them.
+//! - `report`: the machine header, JSON files, HTML pages with SVG charts.
+//! - `vm`: the qemu guest (`vm/guest-base.sh` is the shared part of every guest image).
+//! - `stats`: median and percentiles, with one behaviour on empty input.
+//! - `postgres`: a private PostgreSQL server.
+//! - `command`, `error`: running a helper program; the one error type.
+pub mod command;
+pub mod devstat;
+pub mod error;
+pub mod fixture;
+pub mod postgres;
+pub mod prerequisite;
+pub mod report;
+pub mod stats;
+pub mod vm;
+
+pub use error::Error;
