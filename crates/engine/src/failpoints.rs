@@ -18,7 +18,9 @@ pub enum PassStep {
     RunWritten = 2,
     /// The run is ingested into the lower tier (the catalog does not name it yet).
     Ingested = 3,
-    /// The catalog batch is durable (the in-memory state has not switched).
+    /// The catalog batch is durable (the in-memory state has not switched). No path of the
+    /// engine fails here: a failure armed at it stops the engine as a crash would (it is
+    /// poisoned; tests abandon and reopen it).
     Cataloged = 4,
     /// The in-memory state switched (the segment is not retired yet).
     Committed = 5,
@@ -36,6 +38,7 @@ type StepHook = Box<dyn FnOnce() + Send>;
 pub struct FailPoints {
     pass_step: AtomicU32,
     group_commit_panic: AtomicBool,
+    catalog_write: AtomicBool,
     hook: parking_lot::Mutex<Option<(u32, StepHook)>>,
 }
 
@@ -44,6 +47,7 @@ impl std::fmt::Debug for FailPoints {
         f.debug_struct("FailPoints")
             .field("pass_step", &self.pass_step)
             .field("group_commit_panic", &self.group_commit_panic)
+            .field("catalog_write", &self.catalog_write)
             .field("hook_armed", &self.hook.lock().is_some())
             .finish()
     }
@@ -61,6 +65,22 @@ impl FailPoints {
     /// not `maintain`.
     pub fn run_at_next_pass_step(&self, step: PassStep, hook: impl FnOnce() + Send + 'static) {
         *self.hook.lock() = Some((step as u32, Box::new(hook)));
+    }
+
+    /// Makes the next pass's catalog batch fail as the lower tier's write would (once): nothing
+    /// of it is durable, and the pass rolls back. (`PassStep::Cataloged` is the other case: the
+    /// batch is durable and the process stops.)
+    pub fn fail_next_catalog_write(&self) {
+        self.catalog_write.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn check_catalog_write(&self) -> Result<()> {
+        if self.catalog_write.load(Ordering::Relaxed)
+            && self.catalog_write.swap(false, Ordering::SeqCst)
+        {
+            return Err(Error::Lower("injected failure of a catalog batch".into()));
+        }
+        Ok(())
     }
 
     /// Makes the next group commit panic while its syncer holds the state lock (once).

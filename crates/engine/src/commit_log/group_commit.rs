@@ -67,23 +67,7 @@ pub(crate) fn make_room(
     }
     let live_bytes = inner.spares.live_bytes.load(Ordering::Relaxed);
     if live_bytes + inner.options.segment_bytes > inner.spares.budget_bytes {
-        let started = *stall.started.get_or_insert_with(|| {
-            Counters::add(&inner.counters.write_stalls, 1);
-            Instant::now()
-        });
-        let waited = started.elapsed();
-        let bound = Duration::from_millis(inner.options.write_stall_ms_max);
-        if waited >= bound {
-            Counters::add(&inner.counters.write_stall_ms, waited.as_millis() as u64);
-            Counters::add(&inner.counters.no_space_errors, 1);
-            return Err(inner
-                .spares
-                .no_space("the log budget is full and maintenance freed no segment in time"));
-        }
-        inner.wake_maintenance();
-        let timeout = (bound - waited).min(Duration::from_millis(50));
-        st.wait_for(&inner.space_freed, timeout);
-        return Ok(false);
+        return stall_for_room(inner, st, stall, None);
     }
     let segment = match inner.spares.try_take() {
         Ok(Some(segment)) => Arc::new(segment),
@@ -93,12 +77,11 @@ pub(crate) fn make_room(
             st.unlocked(|| inner.spares.wait_ready());
             return Ok(false);
         }
-        Err(e) => {
-            if matches!(e, Error::NoSpace { .. }) {
-                Counters::add(&inner.counters.no_space_errors, 1);
-            }
-            return Err(e);
-        }
+        // The preparer found no room for a new segment (the budget, or the file system) when
+        // it last tried: maintenance may have retired segments since, or may now. The writer
+        // stalls as for a full budget, within the same bound.
+        Err(e @ Error::NoSpace { .. }) => return stall_for_room(inner, st, stall, Some(e)),
+        Err(e) => return Err(e),
     };
     if let Some(started) = stall.started.take() {
         Counters::add(
@@ -108,6 +91,36 @@ pub(crate) fn make_room(
     }
     st.log.activate(segment, inner.options.clock.now_ms());
     Ok(true)
+}
+
+/// A writer waits for log room: maintenance is woken and the writer waits for a retirement,
+/// for at most `write_stall_ms_max` over the whole write; past it, `NoSpace` (`refused`: the
+/// preparer's own refusal, if that is what stopped it). `Ok(false)`: try again.
+fn stall_for_room(
+    inner: &Inner,
+    st: &mut TimedGuard<'_, State>,
+    stall: &mut Stall,
+    refused: Option<Error>,
+) -> Result<bool> {
+    let started = *stall.started.get_or_insert_with(|| {
+        Counters::add(&inner.counters.write_stalls, 1);
+        Instant::now()
+    });
+    let waited = started.elapsed();
+    let bound = Duration::from_millis(inner.options.write_stall_ms_max);
+    if waited >= bound {
+        Counters::add(&inner.counters.write_stall_ms, waited.as_millis() as u64);
+        Counters::add(&inner.counters.no_space_errors, 1);
+        return Err(refused.unwrap_or_else(|| {
+            inner
+                .spares
+                .no_space("the log budget is full and maintenance freed no segment in time")
+        }));
+    }
+    inner.wake_maintenance();
+    let timeout = (bound - waited).min(Duration::from_millis(50));
+    st.wait_for(&inner.space_freed, timeout);
+    Ok(false)
 }
 
 /// Reserves `len` contiguous bytes of the active segment (`make_room` made sure they are

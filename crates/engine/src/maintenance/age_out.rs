@@ -112,7 +112,10 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
     step = Counters::add_us_since(&c.pass_write_us, step);
 
     let ops = catalog_ops(&snapshot, &runs, settled_deletes);
-    if let Err(e) = inner.lower.write_catalog(&ops) {
+    let cataloged = (inner.options.fail_points)
+        .check_catalog_write()
+        .and_then(|()| inner.lower.write_catalog(&ops));
+    if let Err(e) = cataloged {
         // The runs are in the lower tier but the catalog does not name them: drop them now
         // (recovery would, as orphans, if this fails too).
         let wins: Vec<u64> = runs.iter().map(|r| r.win).collect();
@@ -179,25 +182,11 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
                 }),
         );
     }
-    let mut departed = Vec::new();
-    let mut rewrites = Vec::new();
-    let mut settled_trims = Vec::new();
-    for event in &live.events {
-        match *event {
-            SegmentEvent::Register(_) => {}
-            SegmentEvent::Depart { lower_id } => departed.push(lower_id),
-            SegmentEvent::Trim { device, before_ns } => {
-                let Some(entry) = map.entry(device) else {
-                    continue;
-                };
-                let Some(place) = &entry.lower else { continue };
-                rewrites.push((place.lower_id, device_record(entry, place.settled)));
-                if place.settled {
-                    settled_trims.push((device, place.lower_id, before_ns));
-                }
-            }
-        }
-    }
+    let Events {
+        departed,
+        rewrites,
+        settled_trims,
+    } = events(map, &live.events);
     let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
     let windows = move_bytes.div_ceil(RUN_BYTES_MAX).max(1);
     let first_win = lower.next_win;
@@ -219,6 +208,36 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
         windows,
         meta,
     })
+}
+
+/// What a segment's DEPART and TRIM records ask of the catalog.
+#[derive(Default)]
+struct Events {
+    departed: Vec<u64>,
+    rewrites: Vec<(u64, DeviceRecord)>,
+    settled_trims: Vec<(DeviceId, u64, i64)>,
+}
+
+fn events(map: &MappingTable, events: &[SegmentEvent]) -> Events {
+    let mut out = Events::default();
+    for event in events {
+        match *event {
+            SegmentEvent::Register(_) => {}
+            SegmentEvent::Depart { lower_id } => out.departed.push(lower_id),
+            SegmentEvent::Trim { device, before_ns } => {
+                let Some(entry) = map.entry(device) else {
+                    continue;
+                };
+                let Some(place) = &entry.lower else { continue };
+                out.rewrites
+                    .push((place.lower_id, device_record(entry, place.settled)));
+                if place.settled {
+                    out.settled_trims.push((device, place.lower_id, before_ns));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Devices a pass gives a place (a lower id), in the order it gave them.

@@ -22,7 +22,6 @@ pub mod contract;
 
 use contract::{API_VERSION, VALUE_TYPES};
 
-
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AddEventRequest {
