@@ -22,7 +22,8 @@ pub struct OpenArgs {
     /// Size of each preallocated commit-log segment, in MiB.
     #[arg(long, default_value_t = 64)]
     pub segment_mib: u64,
-    /// How long a new device stays in the upper tier before it is migrated, in ms.
+    /// How long a reading stays in the log (and a new device in the upper tier) before it moves to
+    /// the lower tier, if its device is still here, in ms.
     #[arg(long, default_value_t = 60_000)]
     pub management_time_ms: u64,
 }

@@ -1,5 +1,5 @@
 //! `roamkv demo`: simulated moving devices on a simulated clock, so that a minute of arrivals,
-//! departures and migrations runs in seconds and shows every tier at work.
+//! departures and readings leaving the log runs in seconds and shows every tier at work.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! and every earlier round must be there with its exact value.
 //!
 //! A kill -9 loses the process, not the page cache: this proves the engine's own crash
-//! consistency (torn batches, half-made segments, interrupted migrations), not durability
+//! consistency (torn batches, half-made segments, interrupted passes), not durability
 //! against power loss (that is `bench powercut`).
 
 use std::io::{BufRead, BufReader};
@@ -28,7 +28,7 @@ const ROUND_GAP: u64 = 1000;
 /// results.json is rewritten every this many rounds while a soak runs.
 const PARTIAL_RESULTS_EVERY_ROUNDS: u64 = 50;
 /// The loader's settings: small segments and a short management time, so that rounds switch and
-/// recycle segments and migrate devices to the lower tier often.
+/// recycle segments and move readings to the lower tier often.
 pub const LOADER_ARGS: [&str; 7] = [
     "--ack",
     "--segment-mib",
@@ -50,11 +50,18 @@ pub struct CrashArgs {
     /// after a passing run unless --keep-data).
     #[arg(long, default_value = "out/crash")]
     pub out: PathBuf,
-    /// Earliest kill, in ms after the loader starts (kills before it has opened the directory
-    /// hit recovery itself).
+    /// Most rounds kill the loader while it acknowledges: this many ms at most (uniformly from
+    /// 0) after its first acknowledgement of the round, once recovery is over and commits flow.
+    #[arg(long, default_value_t = 300)]
+    pub kill_after_ack_ms_max: u64,
+    /// The other rounds (this percentage) kill it at a fixed moment after it starts, which may
+    /// fall in its recovery or before its first commit: recovery must survive a kill too.
+    #[arg(long, default_value_t = 10)]
+    pub recovery_kill_percent: u32,
+    /// Earliest kill of those rounds, in ms after the loader starts.
     #[arg(long, default_value_t = 40)]
     pub kill_after_ms_min: u64,
-    /// Latest kill, in ms after the loader starts.
+    /// Latest kill of those rounds, in ms after the loader starts.
     #[arg(long, default_value_t = 400)]
     pub kill_after_ms_max: u64,
     /// Records fed to the loader per second. Every round re-reads everything acknowledged so
@@ -64,6 +71,18 @@ pub struct CrashArgs {
     /// Keep DIR/data after a passing run.
     #[arg(long)]
     pub keep_data: bool,
+}
+
+/// How long a round waits for the loader's first acknowledgement before killing it anyway.
+const FIRST_ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// When a round's kill comes.
+#[derive(Debug, Clone, Copy)]
+enum Kill {
+    /// This many ms after the loader started (in its recovery, or before its first commit).
+    AfterStart(u64),
+    /// This many ms after its first acknowledgement of the round.
+    AfterFirstAck(u64),
 }
 
 /// A child process that is killed and reaped however the round ends.
@@ -76,12 +95,26 @@ impl Drop for ChildGuard {
     }
 }
 
+/// What a killed round's loader did.
+struct Killed {
+    acked: u64,
+    /// Records fully sent to it.
+    sent: u64,
+    /// When the kill came, in ms after the start.
+    after_ms: u64,
+    /// It had acknowledged records of this round when it was killed.
+    after_first_ack: bool,
+}
+
 /// The state of a soak between rounds: where the data is, what was acknowledged, what comes next.
 pub struct CrashSoak {
     roamkv: PathBuf,
     data: PathBuf,
     rng: StdRng,
     kill_window_ms: Range<u64>,
+    /// Set by `killing_after_first_ack`: (window after the first ack, percent of rounds killed
+    /// after start instead).
+    after_ack: Option<(Range<u64>, u32)>,
     records_per_second: u64,
     next: u64,
     round: u64,
@@ -102,10 +135,35 @@ impl CrashSoak {
             data: data.to_path_buf(),
             rng: StdRng::seed_from_u64(seed),
             kill_window_ms,
+            after_ack: None,
             records_per_second: records_per_second.max(1),
             next: 0,
             round: 0,
             ledger: Ledger::default(),
+        }
+    }
+
+    /// Kills most rounds `after_ack_ms` after the loader's first acknowledgement (acks flowing)
+    /// and `recovery_percent` of them in `kill_window_ms` after it starts. Without this, every
+    /// round is killed in `kill_window_ms` after the start.
+    pub fn killing_after_first_ack(
+        mut self,
+        after_ack_ms: Range<u64>,
+        recovery_percent: u32,
+    ) -> CrashSoak {
+        self.after_ack = Some((after_ack_ms, recovery_percent.min(100)));
+        self
+    }
+
+    fn next_kill(&mut self) -> Kill {
+        match &self.after_ack {
+            Some((window, recovery_percent))
+                if self.rng.random_range(0..100) >= *recovery_percent =>
+            {
+                let window = window.clone();
+                Kill::AfterFirstAck(self.rng.random_range(window))
+            }
+            _ => Kill::AfterStart(self.rng.random_range(self.kill_window_ms.clone())),
         }
     }
 
@@ -116,8 +174,9 @@ impl CrashSoak {
     /// One round: load and kill, check, reopen and verify everything acknowledged so far.
     pub fn round(&mut self) -> Result<RoundRow, String> {
         let start = self.next;
-        let kill_after_ms = self.rng.random_range(self.kill_window_ms.clone());
-        let (acked, sent) = self.load_and_kill(start, kill_after_ms)?;
+        let kill = self.next_kill();
+        let killed = self.load_and_kill(start, kill)?;
+        let (acked, sent) = (killed.acked, killed.sent);
         if acked > sent {
             return Err(format!(
                 "round {}: the loader acknowledged {acked} records but was sent {sent}",
@@ -131,7 +190,8 @@ impl CrashSoak {
             round: self.round,
             start,
             acked,
-            kill_after_ms,
+            kill_after_ms: killed.after_ms,
+            killed_after_first_ack: killed.after_first_ack,
             ..RoundRow::default()
         };
         match survival::reopen_and_survey(&self.data) {
@@ -143,8 +203,8 @@ impl CrashSoak {
     }
 
     /// Runs `roamkv load --ack`, feeds it records from `start` at the configured rate and
-    /// SIGKILLs it `kill_after_ms` after it started. Returns (acknowledged, fully sent).
-    fn load_and_kill(&mut self, start: u64, kill_after_ms: u64) -> Result<(u64, u64), String> {
+    /// SIGKILLs it when `kill` says.
+    fn load_and_kill(&mut self, start: u64, kill: Kill) -> Result<Killed, String> {
         let mut child = ChildGuard(
             Command::new(&self.roamkv)
                 .args(["load", "--data"])
@@ -179,8 +239,22 @@ impl CrashSoak {
         });
         let rate = self.records_per_second;
         let writer = std::thread::spawn(move || survival::feed(stdin, start, rate, started));
-        std::thread::sleep(Duration::from_millis(kill_after_ms).saturating_sub(started.elapsed()));
+        let kill_at = match kill {
+            Kill::AfterStart(ms) => Duration::from_millis(ms),
+            Kill::AfterFirstAck(ms) => {
+                while acked.load(Ordering::SeqCst) == 0
+                    && started.elapsed() < FIRST_ACK_WAIT
+                    && matches!(child.0.try_wait(), Ok(None))
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                started.elapsed() + Duration::from_millis(ms)
+            }
+        };
+        std::thread::sleep(kill_at.saturating_sub(started.elapsed()));
         let exited_early = child.0.try_wait().ok().flatten();
+        let after_first_ack = acked.load(Ordering::SeqCst) > 0;
+        let after_ms = started.elapsed().as_millis() as u64;
         let _ = child.0.kill();
         let _ = child.0.wait();
         let sent = writer.join().map_err(|_| "the feeding thread panicked")?;
@@ -192,7 +266,12 @@ impl CrashSoak {
                 stderr_text.trim()
             ));
         }
-        Ok((acked.load(Ordering::SeqCst), sent))
+        Ok(Killed {
+            acked: acked.load(Ordering::SeqCst),
+            sent,
+            after_ms,
+            after_first_ack,
+        })
     }
 
     fn check(&self) -> Result<CheckOutcome, String> {
@@ -205,6 +284,35 @@ impl CrashSoak {
             + &String::from_utf8_lossy(&out.stderr);
         Ok(CheckOutcome::parse(text.lines(), out.status.success()))
     }
+}
+
+/// The soak as `args` describe it, and its empty results.
+fn begin(args: &CrashArgs, roamkv: &Path, data: &Path) -> (CrashSoak, FaultResults) {
+    let soak = CrashSoak::new(
+        roamkv,
+        data,
+        args.seed,
+        args.kill_after_ms_min..args.kill_after_ms_max,
+        args.records_per_second,
+    )
+    .killing_after_first_ack(
+        0..args.kill_after_ack_ms_max.max(1),
+        args.recovery_kill_percent,
+    );
+    let results = FaultResults::new(
+        "crash",
+        args.seed,
+        args.rounds,
+        serde_json::json!({
+            "loader": format!("roamkv load --data {} {}", data.display(), LOADER_ARGS.join(" ")),
+            "kill_after_first_ack_ms": [0, args.kill_after_ack_ms_max],
+            "recovery_kill_percent": args.recovery_kill_percent,
+            "kill_after_start_ms": [args.kill_after_ms_min, args.kill_after_ms_max],
+            "records_per_second": args.records_per_second,
+            "kill": "SIGKILL of the loader process",
+        }),
+    );
+    (soak, results)
 }
 
 pub fn run(args: &CrashArgs) -> ExitCode {
@@ -231,24 +339,7 @@ fn soak(args: &CrashArgs) -> Result<FaultResults, String> {
         ));
     }
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    let mut soak = CrashSoak::new(
-        &roamkv,
-        &data,
-        args.seed,
-        args.kill_after_ms_min..args.kill_after_ms_max,
-        args.records_per_second,
-    );
-    let mut results = FaultResults::new(
-        "crash",
-        args.seed,
-        args.rounds,
-        serde_json::json!({
-            "loader": format!("roamkv load --data {} {}", data.display(), LOADER_ARGS.join(" ")),
-            "kill_after_ms": [args.kill_after_ms_min, args.kill_after_ms_max],
-            "records_per_second": args.records_per_second,
-            "kill": "SIGKILL of the loader process",
-        }),
-    );
+    let (mut soak, mut results) = begin(args, &roamkv, &data);
     let bar = indicatif::ProgressBar::new(args.rounds);
     bar.set_style(
         indicatif::ProgressStyle::with_template(

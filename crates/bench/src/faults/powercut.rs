@@ -420,6 +420,7 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
                 start,
                 acked: boot.acked,
                 kill_after_ms: cut_after_ms,
+                killed_after_first_ack: boot.acked > 0,
                 ..RoundRow::default()
             });
             next = next_start(start, args.records_per_second, cut_after_ms);

@@ -60,6 +60,9 @@ pub struct RoundRow {
     pub acked: u64,
     /// When the kill came, in ms after the loader started.
     pub kill_after_ms: u64,
+    /// The loader had acknowledged records of this round when the kill came (commits were
+    /// flowing), rather than being killed in its recovery or before its first commit.
+    pub killed_after_first_ack: bool,
     /// Acknowledged records (of this and every earlier round) verified after the kill.
     pub acked_checked: u64,
     pub lost: u64,
@@ -112,6 +115,8 @@ pub struct FaultResults {
     pub lost_examples: Vec<u64>,
     /// Rounds whose reopening cut a torn tail (a crash mid-write; expected, not damage).
     pub torn_tails_cut: u64,
+    /// Rounds killed after the loader's first acknowledgement of the round (acks flowing).
+    pub rounds_killed_while_acking: u64,
     /// Checksum failures or unreadable segments that are not a torn tail (must be 0).
     pub corrupt: u64,
     pub corrupt_examples: Vec<String>,
@@ -137,6 +142,7 @@ impl FaultResults {
             lost: 0,
             lost_examples: Vec::new(),
             torn_tails_cut: 0,
+            rounds_killed_while_acking: 0,
             corrupt: 0,
             corrupt_examples: Vec::new(),
             wrong: 0,
@@ -155,6 +161,7 @@ impl FaultResults {
         self.acked_checked += row.acked_checked;
         self.lost += row.lost;
         self.torn_tails_cut += u64::from(row.torn_tail_cut.is_some());
+        self.rounds_killed_while_acking += u64::from(row.killed_after_first_ack);
         self.corrupt += row.corrupt.len() as u64;
         self.wrong += row.wrong;
         let room = |v: usize| EXAMPLES_MAX.saturating_sub(v);
@@ -199,6 +206,10 @@ impl FaultResults {
             ],
             vec!["lost (must be 0)".into(), self.lost.to_string()],
             vec!["torn_tails_cut".into(), self.torn_tails_cut.to_string()],
+            vec![
+                "kills while acks flowed".into(),
+                format!("{} of {}", self.rounds_killed_while_acking, self.rounds),
+            ],
             vec!["corrupt (must be 0)".into(), self.corrupt.to_string()],
             vec!["wrong records (must be 0)".into(), self.wrong.to_string()],
             vec!["elapsed".into(), format!("{:.1} s", self.elapsed_s)],

@@ -79,6 +79,9 @@ pub struct EngineConfig {
     /// The engine's own caches and buffers (the cgroup limit, page cache included, is separate).
     pub engine_memory_bytes: u64,
     pub management_time_ms: u64,
+    /// roamkv's move rule (docs/ENGINE.md): false = `AtManagementTime`, true = `Lazy`.
+    #[serde(default)]
+    pub lazy_move_rule: bool,
 }
 
 /// One reading to write.
@@ -110,9 +113,14 @@ pub fn describe(config: &EngineConfig) -> String {
     let sync = config.durability == Durability::Sync;
     match config.kind {
         EngineKind::Roamkv | EngineKind::RoamkvLeveldb => format!(
-            "durability {}; management time {} ms; segments 64 MiB; index cap {} MiB; lower tier {} with {} MiB (memtables + block cache), its WAL off",
+            "durability {}; management time {} ms; move rule {}; segments 64 MiB; index cap {} MiB; lower tier {} with {} MiB (memtables + block cache), its WAL off",
             if sync { "sync" } else { "none" },
             config.management_time_ms,
+            if config.lazy_move_rule {
+                "lazy"
+            } else {
+                "at management time"
+            },
             (m / 2) >> 20,
             if config.kind == EngineKind::Roamkv {
                 "RocksDB"
@@ -151,6 +159,11 @@ pub fn open(config: &EngineConfig, dir: &Path) -> Result<Box<dyn BenchEngine>> {
                     RoamDurability::None
                 },
                 management_time_ms: config.management_time_ms,
+                move_rule: if config.lazy_move_rule {
+                    roamkv_engine::MoveRule::Lazy
+                } else {
+                    roamkv_engine::MoveRule::AtManagementTime
+                },
                 index_bytes_max: (m / 2).max(1 << 20),
                 lower_memory_bytes: m / 2,
                 lower_tier: if config.kind == EngineKind::Roamkv {
@@ -203,7 +216,7 @@ impl BenchEngine for RoamkvEngine {
             "log_bytes": s.log_bytes,
             "log_bytes_max": s.log_bytes_max,
             "live_segments": s.live_segments,
-            "migration_backlog_bytes": s.overdue_bytes,
+            "overdue_bytes": s.overdue_bytes,
             "overdue_segments": s.overdue_segments,
             "windows": s.windows,
             "window_file_bytes": s.window_file_bytes,

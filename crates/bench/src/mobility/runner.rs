@@ -600,6 +600,7 @@ pub fn engine_config(
         durability,
         engine_memory_bytes,
         management_time_ms,
+        lazy_move_rule: false,
     }
 }
 

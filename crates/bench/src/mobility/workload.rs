@@ -8,7 +8,7 @@
 //!
 //! The mobility paper 002 adds: devices arrive over time, and each leaves *before* its
 //! management time ends with probability `depart_probability` (default 0.9). A device that
-//! stays lives 1.2-2x the management time (so it is migrated) and then leaves too, so the mix of
+//! stays lives 1.2-2x the management time (so its readings leave the log for the lower tier) and then leaves too, so the mix of
 //! arriving, leaving and settled devices is steady over a long run. A departure is a `depart`.
 
 use rand::rngs::StdRng;
