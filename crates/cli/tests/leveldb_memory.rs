@@ -10,6 +10,8 @@
 
 use std::process::Command;
 
+use roamkv_testbed::prerequisite::{met, require_root};
+
 const ROAMKV: &str = env!("CARGO_BIN_EXE_roamkv");
 /// The worker's resident memory, at most: the cgroup's 256 MiB less room for the page cache
 /// of the log it is writing.
@@ -17,8 +19,8 @@ const RSS_BYTES_MAX: u64 = 200 << 20;
 
 #[test]
 fn roamkv_leveldb_stays_inside_the_quick_benchs_memory_cgroup() {
-    if unsafe { libc::geteuid() } != 0 && std::env::var_os("CI").is_none() {
-        eprintln!("skipped: needs root (loop devices, memory cgroups)");
+    let test = "roamkv_leveldb_stays_inside_the_quick_benchs_memory_cgroup";
+    if !met(test, require_root()) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

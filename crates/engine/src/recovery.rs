@@ -23,7 +23,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -312,6 +312,7 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         options,
         state: TimedMutex::new(st),
         group_done: Condvar::new(),
+        group_epoch: AtomicU64::new(0),
         space_freed: Condvar::new(),
         maintenance_wanted: AtomicBool::new(false),
         lower,

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -123,6 +123,9 @@ pub(crate) struct Inner {
     pub state: TimedMutex<State>,
     /// Signalled when a group is written or committed (or the engine is poisoned).
     pub group_done: Condvar,
+    /// Bumped, under the state lock, at every `group_done` signal: a writer that yields
+    /// instead of parking (group_commit::wait_for) watches it without the lock.
+    pub group_epoch: AtomicU64,
     /// Signalled when segments retire (writers stalled for log room wait on it).
     pub space_freed: Condvar,
     /// A writer is stalled or the log is under pressure: maintenance should run now.
@@ -153,6 +156,13 @@ impl Inner {
     /// and every waiting writer is woken to see it.
     pub(crate) fn poison(&self, st: &mut State, reason: &str) {
         st.poisoned.get_or_insert_with(|| reason.to_string());
+        self.groups_changed();
+    }
+
+    /// Wakes every writer waiting on the group commit (called with the state lock held, so a
+    /// writer that checked `group_epoch` under the lock cannot miss it).
+    pub(crate) fn groups_changed(&self) {
+        self.group_epoch.fetch_add(1, Ordering::Release);
         self.group_done.notify_all();
     }
 

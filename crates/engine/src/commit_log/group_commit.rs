@@ -178,11 +178,16 @@ pub(crate) fn seal_if_old(inner: &Inner, force: bool) -> Result<()> {
 }
 
 /// Waits until `ticket` is committed, writing or syncing groups while the roles are free.
+/// With nothing to do, a writer first yields its CPU for up to `YIELD_WAIT` (RocksDB's write
+/// thread does the same) and only then parks: a group commits in tens of microseconds, and
+/// parking and waking every waiter of every group cost a third of the write path's CPU on 2
+/// cores (docs/BENCHMARKS.md, "Diagnosis").
 pub(crate) fn wait_for<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
     ticket: u64,
 ) -> Result<()> {
+    let mut yielded = false;
     loop {
         if st.log.committed_ticket >= ticket {
             return Ok(());
@@ -201,8 +206,31 @@ pub(crate) fn wait_for<'a>(
             // Written groups ahead of ours: syncing them is the way to ours.
             st = sync_and_apply(inner, st)?;
         } else {
-            st.wait(&inner.group_done);
+            let epoch = inner.group_epoch.load(Ordering::Acquire);
+            if !yielded {
+                yielded = true;
+                st.unlocked(|| yield_while_unchanged(inner, epoch));
+                continue;
+            }
+            // Signals come with the lock held: one that came since `epoch` was read under it is
+            // seen here, and a later one finds this thread parked.
+            if inner.group_epoch.load(Ordering::Acquire) == epoch {
+                st.wait(&inner.group_done);
+            }
+            yielded = false;
         }
+    }
+}
+
+/// How long a waiting writer yields before it parks.
+const YIELD_WAIT: Duration = Duration::from_micros(100);
+
+/// Yields the CPU until the group commit's state changes (`group_epoch` moves on) or
+/// `YIELD_WAIT` passes.
+fn yield_while_unchanged(inner: &Inner, epoch: u64) {
+    let started = Instant::now();
+    while inner.group_epoch.load(Ordering::Acquire) == epoch && started.elapsed() < YIELD_WAIT {
+        std::thread::yield_now();
     }
 }
 
@@ -223,7 +251,7 @@ fn write_group<'a>(
     match written {
         Ok(()) => {
             st.log.written.push_back(group);
-            inner.group_done.notify_all();
+            inner.groups_changed();
             Ok(st)
         }
         Err(e) => {
@@ -264,7 +292,7 @@ fn sync_and_apply<'a>(
     match outcome {
         Ok(synced) => {
             st.log.groups_committed(&groups, &synced);
-            inner.group_done.notify_all();
+            inner.groups_changed();
             Ok(st)
         }
         Err(e) => {
