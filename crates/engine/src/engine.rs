@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 
 use crate::commit_log::group_commit::{self, Stall};
 use crate::error::{Error, Result};
+use crate::feed::{self, Feed};
 use crate::limits::{self, SEGMENT_HEADER_BYTES};
 use crate::maintenance;
 use crate::mapping::DeviceId;
@@ -293,6 +294,12 @@ impl Engine {
         stats(&self.inner)
     }
 
+    /// The commit log as a change feed: positions, reads, and durable slots that hold the log
+    /// for their readers (feed/mod.rs).
+    pub fn feed(&self) -> Feed<'_> {
+        Feed { inner: &self.inner }
+    }
+
     /// The data directory's path.
     pub fn path(&self) -> &Path {
         &self.inner.dir.path
@@ -308,7 +315,8 @@ impl Engine {
             return Ok(());
         }
         self.stop_threads();
-        group_commit::sync_unsynced(&self.inner)
+        let synced = group_commit::sync_unsynced(&self.inner);
+        synced.and(feed::flush(&self.inner))
     }
 
     fn stop_threads(&mut self) {

@@ -70,6 +70,16 @@ pub enum Error {
     },
     #[error("the mapping table holds {devices} devices, the limit (devices_max) is {max}")]
     TooManyDevices { devices: u64, max: u64 },
+    /// A change-feed reader's position is no longer in the log: its segment retired (the
+    /// hold was released at its cap). The reader recovers by scanning the devices present.
+    #[error(
+        "the log no longer holds feed position {position} (its oldest segment is {oldest_seq}): a gap"
+    )]
+    FeedGap { position: String, oldest_seq: u64 },
+    /// A change-feed position that belongs to another log or another history of this one (the
+    /// data directory was replaced, re-created or restored from a copy).
+    #[error("feed position {position} does not belong to this log: {reason}")]
+    FeedDiverged { position: String, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -123,3 +123,37 @@ impl FailPoints {
         Ok(())
     }
 }
+
+/// The environment variable naming the crash points armed in this process (`crash_point`):
+/// `NAME` or `NAME=N` (the Nth time it is reached), several separated by commas.
+pub const CRASH_POINTS_ENV: &str = "ROAMKV_CRASH_POINTS";
+
+/// Ends the process at once, as kill -9 would (`abort`: no destructors, no flushing), when the
+/// crash point `name` is armed in `ROAMKV_CRASH_POINTS` and reached for the Nth time. For the
+/// crash tests of the server's handoff and the cloud sink, which run the real binary; costs a
+/// lookup in a map read once per process.
+pub fn crash_point(name: &str) {
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<parking_lot::Mutex<HashMap<String, u64>>> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        let spec = std::env::var(CRASH_POINTS_ENV).unwrap_or_default();
+        let map = spec
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|item| match item.trim().split_once('=') {
+                Some((n, count)) => (n.to_string(), count.parse().unwrap_or(1)),
+                None => (item.trim().to_string(), 1),
+            })
+            .collect();
+        parking_lot::Mutex::new(map)
+    });
+    let mut armed = armed.lock();
+    if let Some(left) = armed.get_mut(name) {
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            eprintln!("roamkv: crash point {name} reached: aborting");
+            std::process::abort();
+        }
+    }
+}

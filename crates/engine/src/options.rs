@@ -114,6 +114,11 @@ pub struct Options {
     /// fault-injecting implementation in tests (storage.rs).
     #[doc(hidden)]
     pub storage: Arc<dyn Storage>,
+    /// Cap on the bytes of log segments that feed slots keep from retiring (segments that
+    /// would have retired without them). Past it, or when the log nears its budget, the oldest
+    /// slot's hold is released (its reader finds a gap) rather than make writers wait. `None`: a
+    /// quarter of the log budget.
+    pub feed_hold_bytes_max: Option<u64>,
 }
 
 impl Default for Options {
@@ -136,6 +141,7 @@ impl Default for Options {
             clock: Arc::new(SystemClock),
             fail_points: Arc::default(),
             storage: PlainFiles::shared(),
+            feed_hold_bytes_max: None,
         }
     }
 }
@@ -156,6 +162,7 @@ impl std::fmt::Debug for Options {
             .field("lower_memory_bytes", &self.lower_memory_bytes)
             .field("background_maintenance", &self.background_maintenance)
             .field("maintenance_interval_ms", &self.maintenance_interval_ms)
+            .field("feed_hold_bytes_max", &self.feed_hold_bytes_max)
             .finish_non_exhaustive()
     }
 }

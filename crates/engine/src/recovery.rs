@@ -31,6 +31,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::commit_log::log_state::LogState;
 use crate::dir::DataDir;
 use crate::error::{Error, IoContext, Result};
+use crate::feed;
 use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord};
 use crate::lower::{LowerTier, LowerTierKind, Space, rocks::RocksLower};
@@ -271,7 +272,15 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     drop_orphan_windows(lower.as_ref(), &catalog.meta)?;
     let last_aged_seq = catalog.meta.last_aged_seq;
     let (map, book) = place_cataloged_devices(lower.as_ref(), catalog)?;
-    let segments = open_segments(&log_dir, &options, &counters, last_aged_seq)?;
+    // Feed slots first: segments they hold stay, aged or not (feed/mod.rs).
+    let feed = feed::slots::load(&dir.path)?;
+    let (held, segments) = open_segments(
+        &log_dir,
+        &options,
+        &counters,
+        last_aged_seq,
+        feed.hold_from(),
+    )?;
     let next_seq = segments.last().map_or(last_aged_seq + 1, |s| s.seq + 1);
     let mut st = State::new(
         map,
@@ -282,6 +291,9 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     let (cut_at, cut) = cut_torn_tail(&options, &log_dir, &segments, &replayed, &mut st)?;
     check_windows(lower.as_ref(), &st)?;
     let (ready, next_seq) = take_spares(segments, cut_at, next_seq, &mut st)?;
+    feed::keep_aged(&mut st.log, held);
+    st.feed = feed.into_slots();
+    st.log.hold_from = st.feed.hold_from();
 
     // Replayed departures freed space in an earlier session, not this one.
     counters
@@ -325,22 +337,31 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     })
 }
 
-/// The live segments in order (refusing a log with a gap), or a first one for a new log.
-/// Segments whose readings already left the log (a crash came between the catalog batch and
-/// their retirement) are removed.
+/// The live segments in order (refusing a log with a gap), or a first one for a new log; and,
+/// first, the segments a feed slot holds (from `hold_from` on) whose readings already left the
+/// log. Other segments whose readings left (a crash came between the catalog batch and their
+/// retirement) are removed.
 fn open_segments(
     log_dir: &Path,
     options: &Options,
     counters: &Counters,
     last_aged_seq: u64,
-) -> Result<Vec<Arc<Segment>>> {
+    hold_from: Option<u64>,
+) -> Result<(Vec<Arc<Segment>>, Vec<Arc<Segment>>)> {
     let storage = &options.storage;
     let mut listed = list_segments(&**storage, log_dir, true)?;
-    let aged: Vec<(u64, PathBuf)> = listed
+    let (held, aged) = feed::split_held(
+        listed
+            .iter()
+            .filter(|(seq, _)| *seq <= last_aged_seq)
+            .cloned()
+            .collect(),
+        hold_from,
+    );
+    let held = held
         .iter()
-        .filter(|(seq, _)| *seq <= last_aged_seq)
-        .cloned()
-        .collect();
+        .map(|(seq, path)| Segment::open(storage, path, *seq).map(Arc::new))
+        .collect::<Result<Vec<_>>>()?;
     if !aged.is_empty() {
         for (_, path) in &aged {
             storage
@@ -348,8 +369,8 @@ fn open_segments(
                 .context(|| format!("removing {}", path.display()))?;
         }
         segment::sync_dir(&**storage, log_dir)?;
-        listed.retain(|(seq, _)| *seq > last_aged_seq);
     }
+    listed.retain(|(seq, _)| *seq > last_aged_seq);
     if let Some(error) = missing_segment(log_dir, &listed, last_aged_seq) {
         return Err(error);
     }
@@ -368,7 +389,7 @@ fn open_segments(
         Counters::add(&counters.log_preallocated_bytes, written);
         segments.push(Arc::new(segment));
     }
-    Ok(segments)
+    Ok((held, segments))
 }
 
 /// What replaying the log found.

@@ -18,6 +18,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::commit_log::log_state::{LogState, SegmentEvent};
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
+use crate::feed::slots::Slots;
 use crate::lower::LowerTier;
 use crate::lower::keys::{WindowTrim, merge_trims};
 use crate::mapping::{DeviceId, MappingTable};
@@ -92,6 +93,9 @@ pub(crate) struct State {
     pub log_reading_bytes: u64,
     pub lower: LowerBook,
     pub last_maintenance_error: Option<String>,
+    /// The change feed's slots and the log's identity (feed/slots.rs): they set
+    /// `log.hold_from`.
+    pub feed: Slots,
 }
 
 impl State {
@@ -105,6 +109,7 @@ impl State {
             log_reading_bytes: 0,
             lower,
             last_maintenance_error: None,
+            feed: Slots::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod command;
 pub mod devstat;
 pub mod error;
 pub mod fixture;
+pub mod netns;
 pub mod postgres;
 pub mod prerequisite;
 pub mod report;

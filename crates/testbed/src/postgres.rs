@@ -79,6 +79,17 @@ pub struct Cluster {
     uid: u32,
     gid: u32,
     running: bool,
+    placement: Placement,
+}
+
+/// Where a cluster listens beyond its private socket, and in which network namespace it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    /// Also listen on this TCP address (port: the cluster's), trusting every client that can
+    /// reach it: for a private network namespace of a benchmark, never a shared network.
+    pub listen: Option<std::net::IpAddr>,
+    /// Run the server inside this network namespace (`ip netns add NAME`; /run/netns/NAME).
+    pub netns: Option<String>,
 }
 
 impl Cluster {
@@ -86,6 +97,16 @@ impl Cluster {
     /// `settings` (postgresql.conf lines) appended to the private connection settings, then
     /// start. Needs root (the server runs as the postgres user).
     pub fn create(data_parent: &Path, wal_parent: &Path, settings: &str) -> Result<Cluster, Error> {
+        Cluster::create_placed(data_parent, wal_parent, settings, Placement::default())
+    }
+
+    /// `create`, listening and running as `placement` says.
+    pub fn create_placed(
+        data_parent: &Path,
+        wal_parent: &Path,
+        settings: &str,
+        placement: Placement,
+    ) -> Result<Cluster, Error> {
         let initdb = pg_bin("initdb")?;
         pg_bin("pg_ctl")?;
         require_tool("psql", "postgresql-client")?;
@@ -98,6 +119,7 @@ impl Cluster {
             uid,
             gid,
             running: false,
+            placement,
         };
         // From here on, an error drops `cluster`, which removes what was made.
         for dir in [&cluster.data_dir, &cluster.wal_dir, &cluster.socket_dir] {
@@ -124,6 +146,12 @@ impl Cluster {
         let conf_path = cluster.data_dir.join("postgresql.auto.conf");
         std::fs::write(&conf_path, conf).map_err(|e| Error::io(&conf_path, e))?;
         chown(&conf_path, uid, gid)?;
+        if cluster.placement.listen.is_some() {
+            let hba = cluster.data_dir.join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).map_err(|e| Error::io(&hba, e))?;
+            text.push_str("host all all 0.0.0.0/0 trust\nhost all all ::/0 trust\n");
+            std::fs::write(&hba, text).map_err(|e| Error::io(&hba, e))?;
+        }
         cluster.start()?;
         Ok(cluster)
     }
@@ -132,9 +160,13 @@ impl Cluster {
     fn connection_config(&self) -> String {
         format!(
             "# written by roamkv (a private cluster; removed when it stops)\n\
-             listen_addresses = ''\n\
+             listen_addresses = '{listen}'\n\
              port = {port}\n\
              unix_socket_directories = '{socket}'\n",
+            listen = self
+                .placement
+                .listen
+                .map_or(String::new(), |ip| ip.to_string()),
             port = self.port,
             socket = self.socket_dir.display(),
         )
@@ -142,7 +174,11 @@ impl Cluster {
 
     fn run_as_postgres(&self, program: &Path, args: &[&str]) -> Result<String, Error> {
         use std::os::unix::process::CommandExt;
-        let output = Command::new(program)
+        let mut command = Command::new(program);
+        if let Some(netns) = &self.placement.netns {
+            crate::netns::enter_in_child(&mut command, netns)?;
+        }
+        let output = command
             .args(args)
             .uid(self.uid)
             .gid(self.gid)
@@ -247,6 +283,52 @@ impl Cluster {
                 // SAFETY: kill has no memory-safety preconditions.
                 unsafe { libc::kill(pid, libc::SIGQUIT) };
                 std::thread::sleep(SIGQUIT_GRACE);
+            }
+        }
+    }
+
+    /// A libpq connection string for the private socket (tokio-postgres reads it too).
+    pub fn socket_url(&self) -> String {
+        format!(
+            "host={} port={} user={PG_USER} dbname=postgres",
+            self.socket_dir.display(),
+            self.port
+        )
+    }
+
+    /// The postmaster's pid (from postmaster.pid), if it is running.
+    pub fn postmaster_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.data_dir.join("postmaster.pid"))
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
+            .filter(|pid| *pid > 1)
+    }
+
+    /// Kills the postmaster with SIGKILL (a crash: its backends notice and exit; WAL replay on
+    /// the next start), and waits until it is gone.
+    pub fn kill_postmaster(&mut self) -> Result<(), Error> {
+        let pid = self
+            .postmaster_pid()
+            .ok_or_else(|| Error::Unsupported("the cluster has no postmaster to kill".into()))?;
+        // SAFETY: kill has no memory-safety preconditions; the pid is the cluster's postmaster.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // SAFETY: signal 0 only checks that the process exists.
+        while unsafe { libc::kill(pid, 0) } == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Starts the cluster again after `kill_postmaster` (or a stop), retrying while the killed
+    /// server's backends still hold its shared memory.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.start() {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
         }
     }

@@ -114,7 +114,8 @@ pub(crate) struct LogState {
     pub spare_wanted: bool,
     /// The active segment has its SEGMENT_END: nothing more goes into it.
     pub sealed: bool,
-    /// Segments from this one on are kept however old (a log reader still needs them).
+    /// Segments from this one on are kept however old (a feed slot still needs them; set by
+    /// feed/slots.rs, the only writer).
     pub hold_from: Option<u64>,
     /// When the active segment got its first record (engine clock): it is sealed at the latest
     /// half a management time later (`group_commit::seal_if_old`).
@@ -387,16 +388,21 @@ impl LogState {
     /// and not held by a log reader. Retired only as this prefix, so that the live log
     /// stays a suffix of the whole log.
     pub fn retirable(&self) -> Vec<u64> {
+        self.complete_prefix()
+            .take_while(|(seq, _)| self.hold_from.is_none_or(|held| *seq < held))
+            .map(|(seq, _)| seq)
+            .collect()
+    }
+
+    /// The oldest segments that are done with, holds aside: aged, older than the active one
+    /// and applied whole (feed/slots.rs measures what a hold keeps of them).
+    pub fn complete_prefix(&self) -> impl Iterator<Item = (u64, &LiveSegment)> {
         self.segments
             .iter()
             .take_while(|(seq, live)| {
-                live.aged
-                    && self.behind_active(**seq)
-                    && self.applied_whole(**seq, live)
-                    && self.hold_from.is_none_or(|held| **seq < held)
+                live.aged && self.behind_active(**seq) && self.applied_whole(**seq, live)
             })
-            .map(|(seq, _)| *seq)
-            .collect()
+            .map(|(seq, live)| (*seq, live))
     }
 
     /// Takes retired segments out of the log.

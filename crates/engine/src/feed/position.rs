@@ -1,0 +1,136 @@
+//! `LogPos`: a place in the commit log that says which log and which history it belongs to
+//! (docs/FORMAT.md, "Feed positions").
+//!
+//! A bare (segment, offset) is not enough for a reader outside the engine: a data directory that
+//! was replaced (a new one made at the same path) or restored from a backup has segments with
+//! the same numbers holding other records. So a position also carries the log's identity
+//! (`log_id`, random, made once per data directory) and the checksum of the record just before
+//! it (LiteFS's "TXID plus checksum"): a position from another history fails one of the two
+//! checks instead of being misread.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A place in the commit log, between two engine batches.
+///
+/// - `log_id`: the data directory's log identity (`feed/LOG_ID`).
+/// - `seq`, `offset`: the segment and the byte where the next batch starts.
+/// - `prev_crc`, `prev_len`: the stored checksum and length of the record that ends at `offset`
+///   (the last record read). At a segment's start `prev_len` is 0 and `prev_crc` is the
+///   checksum of the SEGMENT_END that closed the segment before it (0 when unknown). A position
+///   from `Feed::end` is not yet checked against a record (`prev_len` 0): the engine vouches for
+///   it when it gives it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LogPos {
+    pub log_id: u64,
+    pub seq: u64,
+    pub offset: u64,
+    pub prev_crc: u32,
+    pub prev_len: u32,
+}
+
+/// Bytes of a position in its binary form (slot files, docs/FORMAT.md).
+pub const LOG_POS_BYTES: usize = 32;
+
+impl LogPos {
+    /// True if this position is at or after `other` in the same log (false across logs).
+    pub fn is_at_or_past(&self, other: &LogPos) -> bool {
+        self.log_id == other.log_id && (self.seq, self.offset) >= (other.seq, other.offset)
+    }
+
+    /// The binary form: log_id u64, seq u64, offset u64, prev_crc u32, prev_len u32 (LE).
+    pub fn encode(&self) -> [u8; LOG_POS_BYTES] {
+        let mut out = [0u8; LOG_POS_BYTES];
+        out[0..8].copy_from_slice(&self.log_id.to_le_bytes());
+        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        out[24..28].copy_from_slice(&self.prev_crc.to_le_bytes());
+        out[28..32].copy_from_slice(&self.prev_len.to_le_bytes());
+        out
+    }
+
+    /// Reads the binary form (`bytes` must be `LOG_POS_BYTES` long).
+    pub fn decode(bytes: &[u8]) -> Option<LogPos> {
+        let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+        let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        if bytes.len() != LOG_POS_BYTES {
+            return None;
+        }
+        Some(LogPos {
+            log_id: u64_at(0)?,
+            seq: u64_at(8)?,
+            offset: u64_at(16)?,
+            prev_crc: u32_at(24)?,
+            prev_len: u32_at(28)?,
+        })
+    }
+}
+
+/// The text form, for JSON files and database rows: `LOGID.SEQ.OFFSET.PREVCRC.PREVLEN`, the id
+/// and the checksum in hex (16 and 8 digits), the rest decimal.
+impl fmt::Display for LogPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:016x}.{}.{}.{:08x}.{}",
+            self.log_id, self.seq, self.offset, self.prev_crc, self.prev_len
+        )
+    }
+}
+
+impl FromStr for LogPos {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<LogPos, String> {
+        let bad = || format!("{text:?} is not a log position (LOGID.SEQ.OFFSET.PREVCRC.PREVLEN)");
+        let parts: Vec<&str> = text.split('.').collect();
+        let [id, seq, offset, crc, len] = parts.as_slice() else {
+            return Err(bad());
+        };
+        if id.len() != 16 || crc.len() != 8 {
+            return Err(bad());
+        }
+        Ok(LogPos {
+            log_id: u64::from_str_radix(id, 16).map_err(|_| bad())?,
+            seq: seq.parse().map_err(|_| bad())?,
+            offset: offset.parse().map_err(|_| bad())?,
+            prev_crc: u32::from_str_radix(crc, 16).map_err(|_| bad())?,
+            prev_len: len.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_round_trip_in_both_forms_and_order_within_a_log() {
+        let pos = LogPos {
+            log_id: 0x0123_4567_89ab_cdef,
+            seq: 42,
+            offset: 8192,
+            prev_crc: 0xdead_beef,
+            prev_len: 57,
+        };
+        assert_eq!(LogPos::decode(&pos.encode()), Some(pos));
+        let text = pos.to_string();
+        assert_eq!(text, "0123456789abcdef.42.8192.deadbeef.57");
+        assert_eq!(text.parse::<LogPos>(), Ok(pos));
+        assert!("1.2.3".parse::<LogPos>().is_err());
+        assert!(
+            "0123456789abcdef.x.8192.deadbeef.57"
+                .parse::<LogPos>()
+                .is_err()
+        );
+        assert_eq!(LogPos::decode(&[0; 31]), None);
+        let later = LogPos {
+            seq: 43,
+            offset: 4096,
+            ..pos
+        };
+        assert!(later.is_at_or_past(&pos) && !pos.is_at_or_past(&later));
+        let other_log = LogPos { log_id: 7, ..later };
+        assert!(!other_log.is_at_or_past(&pos));
+    }
+}

@@ -1,0 +1,450 @@
+//! The sink's loop: connect, find where this edge's cursor is (resume, gap, or new generation),
+//! export the devices present by scanning when a snapshot is pending, then tail the log, one
+//! transaction per batch. Every engine call runs on the blocking pool (they do file I/O).
+//!
+//! Order of effects per batch (each a crash point): rows and cursor committed together in the
+//! database (`sink.before_commit` is inside the open transaction), then the engine's slot moved
+//! (`sink.after_commit` comes between the two), then `sink.after_hold`. A crash anywhere re-sends
+//! at most the batch whose commit it did not see, which the key makes harmless.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use roamkv_engine::{Engine, Error as EngineError, FeedBatch, FeedRecord, LogPos, ScanCursor};
+use tokio::sync::watch;
+
+use crate::db::{Db, DbError, Rows};
+use crate::{SLOT_NAME, SinkConfig, SinkStatus};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between reconnection attempts: the sink resumes within about this long of
+/// the database accepting connections again.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// After an error a retry cannot cure (schema, permissions), try again this much later: an
+/// operator may have fixed it.
+const FATAL_RETRY: Duration = Duration::from_secs(30);
+/// Lag samples kept (one per loop turn at most): ten minutes at the poll interval's pace.
+const LAG_SAMPLES_MAX: usize = 12_000;
+
+pub(crate) struct Tail {
+    engine: Arc<Engine>,
+    config: SinkConfig,
+    status: Arc<Mutex<SinkStatus>>,
+    cursor_tx: watch::Sender<Option<LogPos>>,
+    stop: watch::Receiver<bool>,
+    db: Option<Db>,
+    generation: i64,
+    /// Where the next read starts, and the position text the cursor row holds.
+    position: LogPos,
+    stored: String,
+    /// (log end, when it was seen), oldest first: when the record at the cursor was written.
+    lag_samples: VecDeque<(LogPos, Instant)>,
+    /// Log bytes per record, as recently read: sizes the next read.
+    bytes_per_record: usize,
+}
+
+impl Tail {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        config: SinkConfig,
+        status: Arc<Mutex<SinkStatus>>,
+        cursor_tx: watch::Sender<Option<LogPos>>,
+        stop: watch::Receiver<bool>,
+        db: Db,
+    ) -> Tail {
+        let position = engine.feed().end();
+        Tail {
+            engine,
+            config,
+            status,
+            cursor_tx,
+            stop,
+            db: Some(db),
+            generation: 0,
+            stored: String::new(),
+            position,
+            lag_samples: VecDeque::new(),
+            bytes_per_record: 256,
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Sleeps, or returns early (true) when the server stops.
+    async fn pause(&mut self, how_long: Duration) -> bool {
+        tokio::select! {
+            _ = self.stop.changed() => true,
+            _ = tokio::time::sleep(how_long) => self.stopped(),
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Engine) -> T + Send + 'static,
+    ) -> Result<T, DbError> {
+        let engine = Arc::clone(&self.engine);
+        tokio::task::spawn_blocking(move || f(&engine))
+            .await
+            .map_err(|e| DbError::Fatal(format!("engine task failed: {e}")))
+    }
+
+    fn set_state(&self, state: &str, error: Option<String>) {
+        let mut status = self.status.lock();
+        status.state = state.to_string();
+        if error.is_some() {
+            status.last_error = error;
+        }
+    }
+
+    fn db(&mut self) -> &mut Db {
+        self.db.as_mut().expect("a session runs connected")
+    }
+}
+
+/// The sink's task: sessions, and between them reconnection with backoff.
+pub(crate) async fn run(mut t: Tail) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        if t.stopped() {
+            return;
+        }
+        if t.db.is_none() {
+            match Db::connect(&t.config.url, &t.config.edge_id).await {
+                Ok(db) => {
+                    t.db = Some(db);
+                    backoff = BACKOFF_MIN;
+                }
+                Err(e) => {
+                    let wait = after_error(&t, &e, backoff);
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    if t.pause(wait).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        let outcome = t.session().await;
+        t.db = None;
+        match outcome {
+            Ok(()) => return,
+            Err(DbError::Fenced(message)) => {
+                tracing::error!(%message, "cloud sink stopped");
+                t.set_state("stopped", Some(message));
+                return;
+            }
+            Err(e) => {
+                let wait = after_error(&t, &e, backoff);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                if t.pause(wait).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Notes an error; returns how long to wait before the next try.
+fn after_error(t: &Tail, error: &DbError, backoff: Duration) -> Duration {
+    let (state, wait) = match error {
+        DbError::Retryable(_) => ("disconnected", backoff),
+        _ => ("stopped", FATAL_RETRY),
+    };
+    tracing::warn!(error = %error, "cloud sink: {state}");
+    t.status.lock().retries_total += 1;
+    t.set_state(state, Some(error.to_string()));
+    wait
+}
+
+impl Tail {
+    /// One connected session: establish the cursor, snapshot if pending, then tail until stop.
+    async fn session(&mut self) -> Result<(), DbError> {
+        self.set_state("connecting", None);
+        if self.establish().await? {
+            self.snapshot().await?;
+        }
+        self.publish();
+        self.tail().await
+    }
+
+    /// Finds this edge's cursor and decides: resume (false), or a snapshot is pending (true)
+    /// after a first start, a gap, or a new generation.
+    async fn establish(&mut self) -> Result<bool, DbError> {
+        let row = self.db().cursor().await?;
+        let Some((generation, text, pending)) = row else {
+            return self.start_generation(1, 0).await;
+        };
+        self.generation = generation;
+        self.stored = text.clone();
+        let checked = match text.parse::<LogPos>() {
+            Ok(pos) => {
+                self.blocking(move |e| e.feed().hold(SLOT_NAME, &pos).map(|()| pos))
+                    .await?
+            }
+            Err(reason) => Err(EngineError::FeedDiverged {
+                position: text,
+                reason,
+            }),
+        };
+        match checked {
+            Ok(pos) => {
+                self.position = pos;
+                Ok(pending)
+            }
+            Err(EngineError::FeedGap { .. }) => {
+                self.after_gap().await?;
+                Ok(true)
+            }
+            Err(EngineError::FeedDiverged { reason, .. }) => {
+                tracing::warn!(%reason, "cloud sink: the edge's log is not the one the cursor follows; new generation");
+                self.start_generation(generation + 1, generation).await
+            }
+            Err(e) => Err(DbError::Fatal(format!("holding the log: {e}"))),
+        }
+    }
+
+    /// A new history: from the log's end, after a snapshot.
+    async fn start_generation(&mut self, generation: i64, replaces: i64) -> Result<bool, DbError> {
+        let end = self.hold_end().await?;
+        let text = end.to_string();
+        self.db()
+            .start_generation(generation, &text, replaces)
+            .await?;
+        roamkv_engine::crash_point("sink.after_generation");
+        self.generation = generation;
+        self.position = end;
+        self.stored = text;
+        self.status.lock().generations_started += 1;
+        Ok(true)
+    }
+
+    /// The log no longer holds the cursor: tail from the end, after a snapshot of the devices.
+    async fn after_gap(&mut self) -> Result<(), DbError> {
+        let end = self.hold_end().await?;
+        let text = end.to_string();
+        let (generation, from) = (self.generation, self.stored.clone());
+        self.db()
+            .write(generation, &Rows::default(), Some((&from, &text, true)))
+            .await?;
+        self.position = end;
+        self.stored = text;
+        self.status.lock().gaps_total += 1;
+        tracing::warn!(
+            "cloud sink: gap in the log (the hold was released); exporting the devices present by scanning"
+        );
+        Ok(())
+    }
+
+    async fn hold_end(&self) -> Result<LogPos, DbError> {
+        self.blocking(|e| {
+            let end = e.feed().end();
+            e.feed().hold(SLOT_NAME, &end).map(|()| end)
+        })
+        .await?
+        .map_err(|e| DbError::Fatal(format!("holding the log: {e}")))
+    }
+
+    /// Exports every reading of every device present (idempotent), then clears the pending
+    /// flag. Tailing from the position held before the scan then covers what came during it.
+    async fn snapshot(&mut self) -> Result<(), DbError> {
+        self.set_state("snapshot", None);
+        let devices = self.blocking(|e| e.devices()).await?;
+        for device in devices {
+            let mut after: Option<ScanCursor> = None;
+            loop {
+                if self.stopped() {
+                    return Ok(());
+                }
+                let (name, limit, from) =
+                    (device.name.clone(), self.config.batch_rows, after.take());
+                let page = self
+                    .blocking(move |e| {
+                        e.scan_page(&name, None, i64::MIN, i64::MAX, from.as_ref(), limit)
+                    })
+                    .await?
+                    .map_err(|e| DbError::Fatal(format!("scanning {}: {e}", device.name)))?;
+                let mut rows = Rows::default();
+                for r in page.readings {
+                    rows.devices.push(r.device);
+                    rows.sensors.push(r.sensor);
+                    rows.ts_ns.push(r.ts_ns);
+                    rows.values.push(r.value);
+                }
+                let n = rows.len() as u64;
+                let generation = self.generation;
+                self.db().write(generation, &rows, None).await?;
+                roamkv_engine::crash_point("sink.snapshot_chunk");
+                self.status.lock().snapshot_rows_total += n;
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+        let (generation, at) = (self.generation, self.stored.clone());
+        self.db()
+            .write(generation, &Rows::default(), Some((&at, &at, false)))
+            .await
+    }
+
+    /// Publishes the committed cursor (for `--on-depart cloud`).
+    fn publish(&self) {
+        let _ = self.cursor_tx.send(Some(self.position));
+        let mut status = self.status.lock();
+        status.cursor = Some(self.stored.clone());
+        status.generation = self.generation;
+    }
+
+    async fn tail(&mut self) -> Result<(), DbError> {
+        self.set_state("tailing", None);
+        loop {
+            if self.stopped() {
+                return Ok(());
+            }
+            let want = (self.config.batch_rows * self.bytes_per_record)
+                .clamp(64 << 10, self.config.batch_bytes.max(64 << 10));
+            let from = self.position;
+            let (read, end) = self
+                .blocking(move |e| (e.feed().read(&from, want), e.feed().end()))
+                .await?;
+            self.sample_lag(end);
+            match read {
+                Ok(batch) if batch.records.is_empty() => {
+                    self.position = batch.next;
+                    self.refresh_lag().await?;
+                    if self.pause(self.config.poll_interval).await {
+                        return Ok(());
+                    }
+                }
+                Ok(batch) => self.commit(batch).await?,
+                Err(EngineError::FeedGap { .. }) => {
+                    self.after_gap().await?;
+                    self.snapshot().await?;
+                    self.set_state("tailing", None);
+                    self.publish();
+                }
+                Err(EngineError::FeedDiverged { reason, .. }) => {
+                    tracing::warn!(%reason, "cloud sink: the log diverged; new generation");
+                    let generation = self.generation;
+                    self.start_generation(generation + 1, generation).await?;
+                    self.snapshot().await?;
+                    self.set_state("tailing", None);
+                    self.publish();
+                }
+                Err(e) => return Err(DbError::Fatal(format!("reading the log: {e}"))),
+            }
+        }
+    }
+
+    /// One transaction for the first batches of `batch` (at most `batch_rows` records, at
+    /// least one engine batch), then the engine's hold moves.
+    async fn commit(&mut self, batch: FeedBatch) -> Result<(), DbError> {
+        if !batch.records.is_empty() {
+            let per = batch.log_bytes as usize / batch.records.len();
+            self.bytes_per_record = (self.bytes_per_record * 3 + per.max(1)) / 4;
+        }
+        let (count, next) = cut(&batch, self.config.batch_rows);
+        let rows = to_rows(&batch, count);
+        let text = next.to_string();
+        let (generation, from) = (self.generation, self.stored.clone());
+        self.db()
+            .write(generation, &rows, Some((&from, &text, false)))
+            .await?;
+        roamkv_engine::crash_point("sink.after_commit");
+        self.position = next;
+        self.stored = text;
+        // A released hold is found by the next read; nothing to do about it here.
+        let _ = self
+            .blocking(move |e| e.feed().hold(SLOT_NAME, &next))
+            .await?;
+        roamkv_engine::crash_point("sink.after_hold");
+        {
+            let mut status = self.status.lock();
+            status.rows_total += rows.len() as u64;
+            status.batches_total += 1;
+        }
+        self.publish();
+        self.refresh_lag().await
+    }
+
+    fn sample_lag(&mut self, end: LogPos) {
+        if self.lag_samples.back().is_none_or(|(last, _)| *last != end) {
+            self.lag_samples.push_back((end, Instant::now()));
+        }
+        while self.lag_samples.len() > LAG_SAMPLES_MAX {
+            self.lag_samples.pop_front();
+        }
+    }
+
+    /// Lag in bytes (the engine counts) and seconds (since the log's end first passed the
+    /// cursor, from the samples).
+    async fn refresh_lag(&mut self) -> Result<(), DbError> {
+        let at = self.position;
+        let lag_bytes = self.blocking(move |e| e.feed().lag_bytes(&at)).await?;
+        let ahead = |end: &LogPos| (end.seq, end.offset) > (at.seq, at.offset);
+        while self.lag_samples.len() > 1 && !ahead(&self.lag_samples[1].0) {
+            self.lag_samples.pop_front();
+        }
+        let lag_seconds = if lag_bytes == 0 {
+            0.0
+        } else {
+            self.lag_samples
+                .iter()
+                .find(|(end, _)| ahead(end))
+                .map_or(0.0, |(_, seen)| seen.elapsed().as_secs_f64())
+        };
+        let mut status = self.status.lock();
+        status.lag_bytes = lag_bytes;
+        status.lag_seconds = lag_seconds;
+        Ok(())
+    }
+}
+
+/// How many records of `batch` go into one transaction, and the position after them: the
+/// largest prefix of whole engine batches with at most `rows_max` records (the first batch
+/// always, however large).
+fn cut(batch: &FeedBatch, rows_max: usize) -> (usize, LogPos) {
+    let mut chosen = batch.batch_ends[0];
+    for end in &batch.batch_ends {
+        if end.0 > rows_max {
+            break;
+        }
+        chosen = *end;
+    }
+    chosen
+}
+
+/// The rows of the first `count` records: PUTs as readings, DEPARTs with the position after
+/// their batch; REGISTERs and TRIMs are not exported (the cloud keeps its own retention).
+fn to_rows(batch: &FeedBatch, count: usize) -> Rows {
+    let mut rows = Rows::default();
+    for (i, record) in batch.records[..count].iter().enumerate() {
+        match record {
+            FeedRecord::Put {
+                device,
+                sensor,
+                ts_ns,
+                value,
+            } => {
+                rows.devices.push(device.clone());
+                rows.sensors.push(sensor.clone());
+                rows.ts_ns.push(*ts_ns);
+                rows.values.push(value.clone());
+            }
+            FeedRecord::Depart { device } => {
+                let after = batch
+                    .batch_ends
+                    .iter()
+                    .find(|(n, _)| *n > i)
+                    .map_or(batch.next, |(_, pos)| *pos);
+                rows.departures.push((device.clone(), after.to_string()));
+            }
+            FeedRecord::Register { .. } | FeedRecord::Trim { .. } => {}
+        }
+    }
+    rows
+}
