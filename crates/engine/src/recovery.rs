@@ -337,6 +337,11 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     })
 }
 
+/// Segments a feed slot holds although their readings left the log.
+type HeldSegments = Vec<Arc<Segment>>;
+/// The log's live segments, in order.
+type LiveSegments = Vec<Arc<Segment>>;
+
 /// The live segments in order (refusing a log with a gap), or a first one for a new log; and,
 /// first, the segments a feed slot holds (from `hold_from` on) whose readings already left the
 /// log. Other segments whose readings left (a crash came between the catalog batch and their
@@ -347,7 +352,7 @@ fn open_segments(
     counters: &Counters,
     last_aged_seq: u64,
     hold_from: Option<u64>,
-) -> Result<(Vec<Arc<Segment>>, Vec<Arc<Segment>>)> {
+) -> Result<(HeldSegments, LiveSegments)> {
     let storage = &options.storage;
     let mut listed = list_segments(&**storage, log_dir, true)?;
     let (held, aged) = feed::split_held(

@@ -10,13 +10,12 @@ use std::sync::Arc;
 use common::{clock, open, options, settle, value};
 use roamkv_engine::{Engine, Error, FeedRecord, LogPos, Options, Record};
 
+/// A PUT as the feed gave it: (device, sensor, ts, value).
+type Put = (String, String, i64, Vec<u8>);
+
 /// Reads from `from` until `want` PUTs were seen (or the log has nothing more), returning the
 /// PUTs as (device, sensor, ts, value) and the next position.
-fn read_puts(
-    engine: &Engine,
-    from: LogPos,
-    max_bytes: usize,
-) -> (Vec<(String, String, i64, Vec<u8>)>, LogPos) {
+fn read_puts(engine: &Engine, from: LogPos, max_bytes: usize) -> (Vec<Put>, LogPos) {
     let mut pos = from;
     let mut puts = Vec::new();
     loop {

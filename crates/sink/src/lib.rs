@@ -1,4 +1,4 @@
-//! The cloud sink of `roamkv serve --sink postgres://...` (docs/SERVER.md, "The cloud sink"): it
+//! The cloud sink (issue 19; a library: `roamkv serve` does not start it yet): it
 //! tails the engine's commit log (the engine's change feed, no second queue) and writes every
 //! reading to a PostgreSQL-protocol database, exactly once per (device, sensor, ts):
 //!
@@ -15,10 +15,11 @@
 //! - errors a retry may cure are retried with backoff (100 ms doubling to 1 s), so the sink
 //!   resumes within a second of the database accepting connections.
 //!
-//! Layers: `schema` (the SQL), `db` (connection, transactions, errors), `tail` (the loop). The
-//! engine knows nothing of this crate; the server starts it.
+//! Layers: `config` (what it is given and shows), `schema` (the SQL), `db` (connection,
+//! transactions, errors), `tail` (the loop). The engine knows nothing of this crate.
 #![deny(clippy::unwrap_used)]
 
+mod config;
 pub mod db;
 pub mod schema;
 mod tail;
@@ -28,66 +29,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use roamkv_engine::{Engine, LogPos};
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use config::{SLOT_NAME, SinkConfig, SinkStatus};
 pub use db::redact;
-
-/// The engine feed slot the sink holds the log with.
-pub const SLOT_NAME: &str = "cloud-sink";
-
-/// How the sink runs.
-#[derive(Debug, Clone)]
-pub struct SinkConfig {
-    /// `postgres://user:password@host:port/database` (or the key=value form). No TLS: reach a
-    /// remote database through a TLS proxy or an SSH tunnel.
-    pub url: String,
-    /// This edge's identity (the server's `edge.json`): the cursor row's key.
-    pub edge_id: String,
-    /// Readings per transaction at most.
-    pub batch_rows: usize,
-    /// Log bytes read per batch at most.
-    pub batch_bytes: usize,
-    /// How often a caught-up sink looks for new records.
-    pub poll_interval: Duration,
-}
-
-impl SinkConfig {
-    pub fn new(url: &str, edge_id: &str) -> SinkConfig {
-        SinkConfig {
-            url: url.to_string(),
-            edge_id: edge_id.to_string(),
-            batch_rows: 5_000,
-            batch_bytes: 4 << 20,
-            poll_interval: Duration::from_millis(50),
-        }
-    }
-}
-
-/// What the sink is doing, for metrics, the status page and `GET /api/roamkv/v1/sink`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SinkStatus {
-    /// "connecting", "snapshot", "tailing", "disconnected", "stopped".
-    pub state: String,
-    pub url: String,
-    pub edge_id: String,
-    pub generation: i64,
-    /// The position of the last committed batch (the cursor row's).
-    pub cursor: Option<String>,
-    /// Log bytes from the cursor to the log's end.
-    pub lag_bytes: u64,
-    /// Seconds since the oldest record not yet in the database was written (0 when caught up).
-    pub lag_seconds: f64,
-    pub rows_total: u64,
-    pub batches_total: u64,
-    /// Readings exported by scanning (first start, gaps, new generations).
-    pub snapshot_rows_total: u64,
-    pub retries_total: u64,
-    pub gaps_total: u64,
-    pub generations_started: u64,
-    pub last_error: Option<String>,
-}
 
 /// A running sink.
 pub struct Sink {

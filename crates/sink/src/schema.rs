@@ -1,5 +1,4 @@
-//! The tables in the cloud database and every statement the sink sends (docs/SERVER.md, "The
-//! cloud sink"). The SQL is a subset that PostgreSQL, TimescaleDB, Citus, CockroachDB and
+//! The tables in the cloud database and every statement the sink sends. The SQL is a subset that PostgreSQL, TimescaleDB, Citus, CockroachDB and
 //! YugabyteDB all accept: `CREATE TABLE IF NOT EXISTS`, `INSERT ... SELECT FROM unnest(arrays)
 //! ... ON CONFLICT DO NOTHING` (no COPY, no temporary tables: CockroachDB keeps those behind a
 //! flag), `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`, and a conditional `UPDATE`, each

@@ -15,8 +15,8 @@ use parking_lot::Mutex;
 use roamkv_engine::{Engine, Error as EngineError, FeedBatch, FeedRecord, LogPos, ScanCursor};
 use tokio::sync::watch;
 
+use crate::config::{SLOT_NAME, SinkConfig, SinkStatus};
 use crate::db::{Db, DbError, Rows};
-use crate::{SLOT_NAME, SinkConfig, SinkStatus};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between reconnection attempts: the sink resumes within about this long of

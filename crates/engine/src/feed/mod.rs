@@ -6,6 +6,8 @@
 //!   that a replaced or restored data directory is detected, not misread.
 //! - `reader`: whole batches from a position, across segment switches, never past what is
 //!   applied.
+//! - `batch`: what a read returns.
+//! - `hold`: the cap on what the slots hold.
 //! - `slots`: named, durable positions (`feed/NAME.slot`), each a *hold* that keeps the
 //!   segments its reader still needs from retiring — aged or not — within a byte cap, past
 //!   which the engine releases it rather than make a writer wait.
@@ -13,6 +15,8 @@
 //! A held segment may still be aged (its readings moved to the lower tier): the hold only keeps
 //! the file. Recovery keeps such segments too (`split_held`), without replaying them.
 
+pub(crate) mod batch;
+pub(crate) mod hold;
 pub(crate) mod position;
 pub(crate) mod reader;
 pub(crate) mod slots;
@@ -20,81 +24,15 @@ pub(crate) mod slots;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use batch::{FeedBatch, FeedRecord};
 pub use position::{LOG_POS_BYTES, LogPos};
 pub use slots::SLOT_NAME_BYTES_MAX;
 
 use crate::commit_log::log_state::{LiveSegment, LogState};
 use crate::error::{Error, Result};
 use crate::limits::SEGMENT_HEADER_BYTES;
-use crate::record::Body;
 use crate::segment::Segment;
 use crate::state::{Inner, State};
-
-/// One record of the log, as a feed reader sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FeedRecord {
-    /// A device's first write of an incarnation (engine clock time).
-    Register {
-        device: String,
-        registered_at_ms: u64,
-    },
-    Put {
-        device: String,
-        sensor: String,
-        ts_ns: i64,
-        value: Vec<u8>,
-    },
-    /// The device left this edge (its data was dropped here).
-    Depart { device: String },
-    /// The device's readings older than `before_ns` were deleted here.
-    Trim { device: String, before_ns: i64 },
-}
-
-impl FeedRecord {
-    pub(crate) fn from_body(body: &Body<'_>) -> Option<FeedRecord> {
-        Some(match *body {
-            Body::Register {
-                device,
-                registered_at_ms,
-            } => FeedRecord::Register {
-                device: device.to_string(),
-                registered_at_ms,
-            },
-            Body::Put {
-                device,
-                sensor,
-                ts_ns,
-                value,
-            } => FeedRecord::Put {
-                device: device.to_string(),
-                sensor: sensor.to_string(),
-                ts_ns,
-                value: value.to_vec(),
-            },
-            Body::Depart { device } => FeedRecord::Depart {
-                device: device.to_string(),
-            },
-            Body::Trim { device, before_ns } => FeedRecord::Trim {
-                device: device.to_string(),
-                before_ns,
-            },
-            Body::SegmentEnd { .. } => return None,
-        })
-    }
-}
-
-/// What one read returns: whole engine batches, in log order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedBatch {
-    pub records: Vec<FeedRecord>,
-    /// Where the next read starts (after the last batch read; `from` if there was none).
-    pub next: LogPos,
-    /// Where each engine batch ends: (records before that point, the position after it). A
-    /// reader may stop at any of them (e.g. to bound a downstream transaction).
-    pub batch_ends: Vec<(usize, LogPos)>,
-    /// Bytes of log the read covered.
-    pub log_bytes: u64,
-}
 
 /// One slot, as `Feed::status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,8 +200,8 @@ impl Feed<'_> {
                 })
                 .collect(),
             hold_from_seq: st.log.hold_from,
-            hold_bytes: slots::held_bytes(&st),
-            hold_bytes_max: slots::hold_bytes_max(self.inner),
+            hold_bytes: hold::held_bytes(&st),
+            hold_bytes_max: hold::hold_bytes_max(self.inner),
             holds_released: st.feed.releases,
         }
     }
@@ -311,12 +249,15 @@ pub(crate) fn flush(inner: &Inner) -> Result<()> {
     Ok(())
 }
 
+/// Segment files by sequence number, as recovery lists them.
+pub(crate) type SegmentFiles = Vec<(u64, PathBuf)>;
+
 /// Of the segments recovery finds aged (their readings already in the lower tier), those a
 /// slot holds are kept, the rest removed as before: (kept, to remove).
 pub(crate) fn split_held(
-    aged: Vec<(u64, PathBuf)>,
+    aged: SegmentFiles,
     hold_from: Option<u64>,
-) -> (Vec<(u64, PathBuf)>, Vec<(u64, PathBuf)>) {
+) -> (SegmentFiles, SegmentFiles) {
     aged.into_iter()
         .partition(|(seq, _)| hold_from.is_some_and(|from| *seq >= from))
 }

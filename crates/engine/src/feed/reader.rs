@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::feed::batch::{FeedBatch, FeedRecord};
 use crate::feed::position::LogPos;
-use crate::feed::{FeedBatch, FeedRecord};
 use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::record::{self, Body, Decode};
 use crate::segment::Segment;

@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 use crate::feed::position::{LOG_POS_BYTES, LogPos};
-use crate::limits::LOG_PRESSURE_PERCENT;
-use crate::state::{Inner, State};
 
 /// The feed's directory inside the data directory.
 pub const FEED_DIR: &str = "feed";
@@ -295,50 +293,5 @@ pub(crate) fn new_slot(pos: LogPos) -> Slot {
         pos,
         released: false,
         persisted: None,
-    }
-}
-
-/// The cap in force: the option, or a quarter of the log budget.
-pub(crate) fn hold_bytes_max(inner: &Inner) -> u64 {
-    inner
-        .options
-        .feed_hold_bytes_max
-        .unwrap_or(inner.spares.budget_bytes / 4)
-}
-
-/// Bytes of segments that only the hold keeps: the retirable prefix from the held segment on.
-pub(crate) fn held_bytes(st: &State) -> u64 {
-    let Some(from) = st.log.hold_from else {
-        return 0;
-    };
-    st.log
-        .complete_prefix()
-        .filter(|(seq, _)| *seq >= from)
-        .map(|(_, live)| live.segment.bytes)
-        .sum()
-}
-
-/// Releases the oldest holds while the segments kept only for them are over the cap, or (any of
-/// them) while the log is under pressure: a hold never makes a writer wait. Called by
-/// maintenance under the state lock right before it retires segments.
-pub(crate) fn enforce_cap(inner: &Inner, st: &mut State) {
-    let cap = hold_bytes_max(inner);
-    let pressure =
-        inner.spares.log_bytes() > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT;
-    loop {
-        let held = held_bytes(st);
-        let Some(oldest) = st.log.hold_from else {
-            return;
-        };
-        if held == 0 || (held <= cap && !pressure) {
-            return;
-        }
-        for slot in st.feed.slots.values_mut() {
-            if !slot.released && slot.pos.seq == oldest {
-                slot.released = true;
-                st.feed.releases += 1;
-            }
-        }
-        st.log.hold_from = st.feed.hold_from();
     }
 }

@@ -198,7 +198,7 @@ fn index_over_low_water(inner: &Inner) -> bool {
 /// cancels them.
 fn retire_segments(inner: &Inner) -> Result<()> {
     let mut st = inner.state.lock();
-    crate::feed::slots::enforce_cap(inner, &mut st);
+    crate::feed::hold::enforce_cap(inner, &mut st);
     let seqs = st.log.retirable();
     if seqs.is_empty() {
         return Ok(());

@@ -1,0 +1,51 @@
+//! The cap on what feed slots may hold: segments kept only for a slot are released, oldest first,
+//! when they pass the cap or the log is under pressure, so a hold never makes a writer wait.
+//! (Apart from `slots`, which `State` holds: these need the state, the slots do not.)
+
+use crate::limits::LOG_PRESSURE_PERCENT;
+use crate::state::{Inner, State};
+
+/// The cap in force: the option, or a quarter of the log budget.
+pub(crate) fn hold_bytes_max(inner: &Inner) -> u64 {
+    inner
+        .options
+        .feed_hold_bytes_max
+        .unwrap_or(inner.spares.budget_bytes / 4)
+}
+
+/// Bytes of segments that only the hold keeps: the retirable prefix from the held segment on.
+pub(crate) fn held_bytes(st: &State) -> u64 {
+    let Some(from) = st.log.hold_from else {
+        return 0;
+    };
+    st.log
+        .complete_prefix()
+        .filter(|(seq, _)| *seq >= from)
+        .map(|(_, live)| live.segment.bytes)
+        .sum()
+}
+
+/// Releases the oldest holds while the segments kept only for them are over the cap, or (any of
+/// them) while the log is under pressure: a hold never makes a writer wait. Called by
+/// maintenance under the state lock right before it retires segments.
+pub(crate) fn enforce_cap(inner: &Inner, st: &mut State) {
+    let cap = hold_bytes_max(inner);
+    let pressure =
+        inner.spares.log_bytes() > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT;
+    loop {
+        let held = held_bytes(st);
+        let Some(oldest) = st.log.hold_from else {
+            return;
+        };
+        if held == 0 || (held <= cap && !pressure) {
+            return;
+        }
+        for slot in st.feed.slots.values_mut() {
+            if !slot.released && slot.pos.seq == oldest {
+                slot.released = true;
+                st.feed.releases += 1;
+            }
+        }
+        st.log.hold_from = st.feed.hold_from();
+    }
+}

@@ -1,0 +1,60 @@
+//! How a sink runs and what it shows.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The engine feed slot the sink holds the log with.
+pub const SLOT_NAME: &str = "cloud-sink";
+
+/// How the sink runs.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    /// `postgres://user:password@host:port/database` (or the key=value form). No TLS: reach a
+    /// remote database through a TLS proxy or an SSH tunnel.
+    pub url: String,
+    /// This edge's identity (the server's `edge.json`): the cursor row's key.
+    pub edge_id: String,
+    /// Readings per transaction at most.
+    pub batch_rows: usize,
+    /// Log bytes read per batch at most.
+    pub batch_bytes: usize,
+    /// How often a caught-up sink looks for new records.
+    pub poll_interval: Duration,
+}
+
+impl SinkConfig {
+    pub fn new(url: &str, edge_id: &str) -> SinkConfig {
+        SinkConfig {
+            url: url.to_string(),
+            edge_id: edge_id.to_string(),
+            batch_rows: 5_000,
+            batch_bytes: 4 << 20,
+            poll_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+/// What the sink is doing (for the server's metrics and status page once it starts the sink).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SinkStatus {
+    /// "connecting", "snapshot", "tailing", "disconnected", "stopped".
+    pub state: String,
+    pub url: String,
+    pub edge_id: String,
+    pub generation: i64,
+    /// The position of the last committed batch (the cursor row's).
+    pub cursor: Option<String>,
+    /// Log bytes from the cursor to the log's end.
+    pub lag_bytes: u64,
+    /// Seconds since the oldest record not yet in the database was written (0 when caught up).
+    pub lag_seconds: f64,
+    pub rows_total: u64,
+    pub batches_total: u64,
+    /// Readings exported by scanning (first start, gaps, new generations).
+    pub snapshot_rows_total: u64,
+    pub retries_total: u64,
+    pub gaps_total: u64,
+    pub generations_started: u64,
+    pub last_error: Option<String>,
+}
