@@ -7,7 +7,7 @@
 //! taking them costs what is taken, not the device's whole index. A sensor written out of time
 //! order (or overwritten) falls back to a scan of its entries until it is in order again.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::mem::size_of;
 
 /// Where a record sits in the log. Ordered as the log is: by segment, then offset.
@@ -44,8 +44,9 @@ impl IndexEntry {
     }
 }
 
-/// Estimated bookkeeping of a BTreeMap entry (node share, key box) beyond the key's bytes and
-/// the deque header: measured allocations are added on top of this.
+/// Estimated bookkeeping of a hash-map slot (the key box and the deque header, the table's
+/// spare capacity and control byte) beyond the key's bytes: measured allocations are added on
+/// top of this.
 const SENSOR_OVERHEAD_BYTES: usize = 48 + size_of::<Box<str>>() + size_of::<SensorEntries>();
 const _: () = assert!(size_of::<IndexEntry>() == 24);
 
@@ -71,7 +72,13 @@ impl SensorEntries {
 /// The index of one device's readings in the log.
 #[derive(Debug, Default)]
 pub struct DeviceIndex {
-    sensors: BTreeMap<Box<str>, SensorEntries>,
+    /// By sensor name, hashed: every logged reading looks its sensor up here under the state
+    /// lock, and with an ordered map that lookup (a dozen and more string compares with 160
+    /// sensors a device) was a quarter of a single writer's CPU (docs/BENCHMARKS.md, "Where the
+    /// single writer's time goes"). The few paths that need sensor order sort the names
+    /// (`sorted`). foldhash: fast on short keys and seeded per map, so sensor names sent by
+    /// clients cannot be chosen to collide.
+    sensors: foldhash::HashMap<Box<str>, SensorEntries>,
     pub records: u64,
     /// Bytes of this device's live records in the log (header + payload).
     pub record_bytes: u64,
@@ -126,14 +133,14 @@ impl DeviceIndex {
     /// oldest segment any entry is in (maintenance takes segments oldest first).
     pub fn in_oldest_segment(&self, segment_seq: u64) -> Vec<(&str, IndexEntry)> {
         let mut out = Vec::new();
-        for (name, sensor) in &self.sensors {
+        for (name, sensor) in self.sorted() {
             if sensor.in_log_order {
                 out.extend(
                     sensor
                         .entries
                         .iter()
                         .take_while(|e| e.segment_seq == segment_seq)
-                        .map(|e| (&**name, *e)),
+                        .map(|e| (name, *e)),
                 );
             } else {
                 out.extend(
@@ -141,7 +148,7 @@ impl DeviceIndex {
                         .entries
                         .iter()
                         .filter(|e| e.segment_seq == segment_seq)
-                        .map(|e| (&**name, *e)),
+                        .map(|e| (name, *e)),
                 );
             }
         }
@@ -223,7 +230,7 @@ impl DeviceIndex {
                 }
             }
             None => {
-                for (name, sensor) in &self.sensors {
+                for (name, sensor) in self.sorted() {
                     push_window(&mut out, name, &sensor.entries, from_ns, to_ns);
                 }
             }
@@ -234,14 +241,14 @@ impl DeviceIndex {
     /// Every entry, in (sensor, ts) order.
     #[cfg(test)]
     pub fn all(&self) -> impl Iterator<Item = (&str, IndexEntry)> {
-        self.sensors
-            .iter()
-            .flat_map(|(name, sensor)| sensor.entries.iter().map(move |e| (&**name, *e)))
+        self.sorted()
+            .into_iter()
+            .flat_map(|(name, sensor)| sensor.entries.iter().map(move |e| (name, *e)))
     }
 
     /// Up to `limit` entries with from <= ts < to, of one sensor or all, in (sensor, ts) order,
-    /// strictly after `after` = (sensor, ts) when given. Costs O(log n + limit) whatever the
-    /// window holds, so a paged scan never materialises a whole device.
+    /// strictly after `after` = (sensor, ts) when given. Costs O(s log s + log n + limit) for s
+    /// sensors whatever the window holds, so a paged scan never materialises a whole device.
     pub fn page(
         &self,
         sensor: Option<&str>,
@@ -250,31 +257,37 @@ impl DeviceIndex {
         after: Option<(&str, i64)>,
         limit: usize,
     ) -> Vec<(&str, IndexEntry)> {
-        use std::ops::Bound;
-        let first_sensor = match (sensor, after) {
+        let candidates: Vec<(&str, &SensorEntries)> = match (sensor, after) {
             (Some(s), Some((a, _))) if a > s => return Vec::new(),
-            (Some(s), _) => Bound::Included(s),
-            (None, Some((a, _))) => Bound::Included(a),
-            (None, None) => Bound::Unbounded,
+            (Some(s), _) => self
+                .sensors
+                .get_key_value(s)
+                .map(|(name, entries)| (&**name, entries))
+                .into_iter()
+                .collect(),
+            (None, after) => {
+                let mut sorted = self.sorted();
+                if let Some((a, _)) = after {
+                    sorted.drain(..sorted.partition_point(|(name, _)| *name < a));
+                }
+                sorted
+            }
         };
         let mut out = Vec::new();
-        for (name, sensor_entries) in self
-            .sensors
-            .range::<str, _>((first_sensor, Bound::Unbounded))
-        {
-            if out.len() >= limit || sensor.is_some_and(|s| s != &**name) {
+        for (name, sensor_entries) in candidates {
+            if out.len() >= limit {
                 break;
             }
             let entries = &sensor_entries.entries;
             let mut start = entries.partition_point(|e| e.ts_ns < from_ns);
             if let Some((after_sensor, after_ts)) = after
-                && after_sensor == &**name
+                && after_sensor == name
             {
                 start = start.max(entries.partition_point(|e| e.ts_ns <= after_ts));
             }
             let end = entries.partition_point(|e| e.ts_ns < to_ns).max(start);
             let take = (end - start).min(limit - out.len());
-            out.extend(entries.range(start..start + take).map(|e| (&**name, *e)));
+            out.extend(entries.range(start..start + take).map(|e| (name, *e)));
         }
         out
     }
@@ -289,9 +302,9 @@ impl DeviceIndex {
                 .into_iter()
                 .collect(),
             None => self
-                .sensors
-                .iter()
-                .filter_map(|(name, sensor)| sensor.entries.back().map(|e| (&**name, *e)))
+                .sorted()
+                .into_iter()
+                .filter_map(|(name, sensor)| sensor.entries.back().map(|e| (name, *e)))
                 .collect(),
         }
     }
@@ -329,6 +342,17 @@ impl DeviceIndex {
             }
         }
         self.forget_sensors(emptied);
+    }
+
+    /// The sensors in name order, for the paths that answer in (sensor, ts) order.
+    fn sorted(&self) -> Vec<(&str, &SensorEntries)> {
+        let mut sorted: Vec<(&str, &SensorEntries)> = self
+            .sensors
+            .iter()
+            .map(|(name, entries)| (&**name, entries))
+            .collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        sorted
     }
 
     /// Bytes this index holds in memory (measured from capacities, plus per-sensor bookkeeping).
