@@ -24,41 +24,28 @@ pub async fn read_body(
 ) -> Result<Bytes, ApiError> {
     let max = state.config.body_bytes_max as u64;
     let deadline = Instant::now() + state.config.body_timeout;
-    let declared = headers
+    let declared_over = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared
-        && len > max
-    {
-        if len - max <= OVERFLOW_DRAIN_BYTES_MAX {
-            // Whatever the drain's outcome, the answer is the 413.
-            let _ = tokio::time::timeout_at(deadline, drain(body, len)).await;
-        }
-        return Err(ApiError::too_large(format!(
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&len| len > max);
+    let declared_too_large = |len: u64| {
+        ApiError::too_large(format!(
             "request body is {len} bytes; the limit is {max} bytes"
-        )));
+        ))
+    };
+    if let Some(len) = declared_over
+        && len - max > OVERFLOW_DRAIN_BYTES_MAX
+    {
+        return Err(declared_too_large(len));
     }
-    let mut frames: Vec<Bytes> = Vec::new();
-    let mut received: u64 = 0;
-    let mut body = body;
-    let read = tokio::time::timeout_at(deadline, async {
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| "the request body could not be read")?;
-            let Ok(data) = frame.into_data() else {
-                continue; // trailers
-            };
-            received += data.len() as u64;
-            if received > max + OVERFLOW_DRAIN_BYTES_MAX {
-                break;
-            }
-            if received <= max {
-                frames.push(data);
-            }
-        }
-        Ok::<(), &str>(())
-    })
-    .await;
+    // A body declared too large is read only to be dropped: nothing of it is kept.
+    let keep_bytes_max = if declared_over.is_some() { 0 } else { max };
+    let (read, frames, received) = read_within(body, keep_bytes_max, max, deadline).await;
+    if let Some(len) = declared_over {
+        // Whatever the reading's outcome, the answer is the 413.
+        return Err(declared_too_large(len));
+    }
     match read {
         Err(_) if received <= max => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -75,15 +62,39 @@ pub async fn read_body(
     }
 }
 
-/// Reads and drops a body of `len` bytes (the declared length), stopping early on an error.
-async fn drain(mut body: Body, len: u64) {
+/// Reads the body until its end, an error, `deadline`, or `max + OVERFLOW_DRAIN_BYTES_MAX`
+/// bytes, keeping the frames while at most `keep_bytes_max` bytes have arrived. Returns how the
+/// reading ended, the kept frames and the bytes received.
+async fn read_within(
+    mut body: Body,
+    keep_bytes_max: u64,
+    max: u64,
+    deadline: Instant,
+) -> (
+    Result<Result<(), &'static str>, tokio::time::error::Elapsed>,
+    Vec<Bytes>,
+    u64,
+) {
+    let mut frames: Vec<Bytes> = Vec::new();
     let mut received: u64 = 0;
-    while received < len {
-        match body.frame().await {
-            Some(Ok(frame)) => received += frame.data_ref().map_or(0, |d| d.len() as u64),
-            _ => return,
+    let read = tokio::time::timeout_at(deadline, async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| "the request body could not be read")?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            received += data.len() as u64;
+            if received > max + OVERFLOW_DRAIN_BYTES_MAX {
+                break;
+            }
+            if received <= keep_bytes_max {
+                frames.push(data);
+            }
         }
-    }
+        Ok(())
+    })
+    .await;
+    (read, frames, received)
 }
 
 /// One frame, the common case, is returned as is; several are copied into one buffer.
