@@ -95,6 +95,13 @@ pub struct Point {
     pub log_bytes: u64,
     pub log_bytes_max: u64,
     pub backlog_bytes: u64,
+    /// roamkv: the lower tier's live bytes (window files' live bytes + the settled space's live
+    /// estimate) and the rest of its files (dead: not reclaimed yet), and the rates at which it
+    /// reclaims (window files dropped whole) and rewrites (consolidation) per second.
+    pub lower_live_bytes: u64,
+    pub lower_dead_bytes: u64,
+    pub lower_reclaim_bytes_per_sec: f64,
+    pub consolidation_write_bytes_per_sec: f64,
     pub rss_bytes: u64,
     pub cgroup_bytes: u64,
     /// What the device read, and of it what maintenance read from the log (roamkv).
@@ -132,8 +139,16 @@ pub struct SteadyRun {
     /// roamkv: seconds in which bytes on disk exceeded 1.3 x live user bytes + the log budget.
     pub space_bound_violations: Option<u64>,
     /// Least-squares slope of bytes on disk over the second half of the measured phase: ~0 when
-    /// space is flat.
+    /// space is flat. Also as a share of the mean bytes on disk in that half.
     pub space_trend_bytes_per_min: f64,
+    pub space_trend_percent_per_min: f64,
+    /// roamkv: seconds in which the lower tier's files exceeded their bound (1.5 x their live
+    /// bytes, past 64 MiB dead: limits.rs), and the most dead bytes it held in any second.
+    pub lower_bound_violations: Option<u64>,
+    pub lower_dead_bytes_max: Option<u64>,
+    /// Why the run's space failed, if it did: a trend over `SPACE_TREND_PERCENT_PER_MIN_MAX`,
+    /// or seconds over a bound.
+    pub space_failure: Option<String>,
     pub memory_bytes_max: u64,
     pub memory_limit_bytes: u64,
     pub put_p99_us: u64,
@@ -235,9 +250,10 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
         args.out.display()
     );
     // Another engine's failure is a result; roamkv's own is a failure of this command.
-    let roamkv_failed = runs
-        .iter()
-        .any(|r| r.engine.starts_with("roamkv") && (!r.completed || r.read_check_failures > 0));
+    let roamkv_failed = runs.iter().any(|r| {
+        r.engine.starts_with("roamkv")
+            && (!r.completed || r.read_check_failures > 0 || r.space_failure.is_some())
+    });
     Ok(if roamkv_failed {
         ExitCode::FAILURE
     } else {
@@ -614,6 +630,8 @@ fn to_point(
         point.maintenance_read_bytes_per_sec = rate("maintenance_read_bytes");
         point.flush_write_bytes_per_sec = rate("lower_flush_write_bytes");
         point.compaction_write_bytes_per_sec = rate("lower_compaction_write_bytes");
+        point.lower_reclaim_bytes_per_sec = rate("windows_dropped_bytes");
+        point.consolidation_write_bytes_per_sec = rate("consolidated_bytes");
         let holds = lock_hold_times(&tick.engine).since(&lock_hold_times(&p.engine));
         point.lock_hold_p99_us = holds.percentile_ns(0.99) as f64 / 1e3;
         point.lock_hold_max_us = holds.max_bucket_ns() as f64 / 1e3;
@@ -634,6 +652,8 @@ fn to_point(
         log_bytes: field("log_bytes"),
         log_bytes_max: field("log_bytes_max"),
         backlog_bytes,
+        lower_live_bytes: field("lower_live_bytes"),
+        lower_dead_bytes: field("lower_dead_bytes"),
         rss_bytes: tick.rss_bytes,
         cgroup_bytes,
         ..point
@@ -715,7 +735,24 @@ fn diagnose(first: &Tick, last: &Tick, user_bytes: u64) -> Diagnosis {
     }
 }
 
-/// Space figures from the time series: maximum, the roamkv bound, the trend.
+/// A run whose bytes on disk grow faster than this share of their mean per minute, over the
+/// second half of the measured phase, fails: its space is not flat. The noise of a flat run is
+/// well below it (a 300 s roamkv run: 0.2-0.8 %/min, from windows dropping in bursts); the
+/// leak issue 29 found grew 8 %/min.
+pub const SPACE_TREND_PERCENT_PER_MIN_MAX: f64 = 1.0;
+
+/// Whether the lower tier was over the engine's bound on window files in this second: more
+/// than `WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX` of its live bytes, with more than
+/// `WINDOW_DEAD_BYTES_MIN` dead (limits.rs; the bench counts the settled space in too).
+fn lower_over_bound(p: &Point) -> bool {
+    use roamkv_engine::limits::{WINDOW_DEAD_BYTES_MIN, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX};
+    let files = p.lower_live_bytes + p.lower_dead_bytes;
+    files as u128 * 100
+        > p.lower_live_bytes as u128 * WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX as u128
+        && p.lower_dead_bytes > WINDOW_DEAD_BYTES_MIN
+}
+
+/// Space figures from the time series: maximum, the roamkv bounds, the trend, the verdict.
 fn summarize_points(run: &mut SteadyRun, points: &[Point]) {
     run.space_bytes_max = points.iter().map(|p| p.space_bytes).max().unwrap_or(0);
     run.live_user_bytes_end = points.last().map_or(0, |p| p.live_user_bytes);
@@ -732,11 +769,40 @@ fn summarize_points(run: &mut SteadyRun, points: &[Point]) {
                 .filter(|p| p.space_bytes as f64 > 1.3 * p.live_user_bytes as f64 + budget as f64)
                 .count() as u64,
         );
+        run.lower_bound_violations =
+            Some(points.iter().filter(|p| lower_over_bound(p)).count() as u64);
+        run.lower_dead_bytes_max = points.iter().map(|p| p.lower_dead_bytes).max();
     }
     let measured: Vec<&Point> = points.iter().filter(|p| p.phase == "measure").collect();
     let half = &measured[measured.len() / 2..];
     run.space_trend_bytes_per_min =
         slope(half.iter().map(|p| (p.t_s, p.space_bytes as f64))) * 60.0;
+    let mean = half.iter().map(|p| p.space_bytes as f64).sum::<f64>() / half.len().max(1) as f64;
+    run.space_trend_percent_per_min = 100.0 * run.space_trend_bytes_per_min / mean.max(1.0);
+    run.space_failure = space_failure(run);
+}
+
+/// The run's space verdict: None when flat and within its bounds.
+fn space_failure(run: &SteadyRun) -> Option<String> {
+    let mut why = Vec::new();
+    if run.space_trend_percent_per_min > SPACE_TREND_PERCENT_PER_MIN_MAX {
+        why.push(format!(
+            "space keeps growing: {:+.1} MB/min ({:+.2} %/min of its mean over the second half of the measured phase; the limit is {SPACE_TREND_PERCENT_PER_MIN_MAX} %/min)",
+            run.space_trend_bytes_per_min / 1e6,
+            run.space_trend_percent_per_min
+        ));
+    }
+    if let Some(n) = run.space_bound_violations.filter(|n| *n > 0) {
+        why.push(format!(
+            "{n} s over the space bound (1.3 x live + log budget)"
+        ));
+    }
+    if let Some(n) = run.lower_bound_violations.filter(|n| *n > 0) {
+        why.push(format!(
+            "{n} s with the lower tier over its bound (1.5 x its live bytes past 64 MiB dead)"
+        ));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 /// Least-squares slope of y over x.
@@ -772,7 +838,7 @@ fn describe_run(run: &SteadyRun) -> String {
     let gb = |b: u64| b as f64 / 1e9;
     match &run.failure {
         None => format!(
-            "{}: completed, {:.0} ops/s, WA {:.2}, disk end {:.2} GB / max {:.2} GB (live {:.2} GB, trend {:+.1} MB/min), memory max {:.0} of {:.0} MiB, query p50/p99 {}/{} µs",
+            "{}: completed, {:.0} ops/s, WA {:.2}, disk end {:.2} GB / max {:.2} GB (live {:.2} GB, trend {:+.1} MB/min){}, memory max {:.0} of {:.0} MiB, query p50/p99 {}/{} µs; space: {}",
             run.engine,
             run.ops_per_sec,
             run.write_amplification,
@@ -780,10 +846,17 @@ fn describe_run(run: &SteadyRun) -> String {
             gb(run.space_bytes_max),
             gb(run.live_user_bytes_end),
             run.space_trend_bytes_per_min / 1e6,
+            run.lower_dead_bytes_max.map_or(String::new(), |d| format!(
+                ", lower tier dead max {:.3} GB",
+                gb(d)
+            )),
             run.memory_bytes_max as f64 / 1048576.0,
             run.memory_limit_bytes as f64 / 1048576.0,
             run.query_p50_us,
-            run.query_p99_us
+            run.query_p99_us,
+            run.space_failure
+                .as_deref()
+                .unwrap_or("flat, within its bounds")
         ),
         Some(why) => format!(
             "{}: DID NOT COMPLETE ({why}); disk max {:.2} GB, memory max {:.0} MiB",
@@ -805,6 +878,7 @@ fn terminal_table(runs: &[SteadyRun]) -> String {
         "disk max GB",
         "live end GB",
         "trend MB/min",
+        "space",
         "log budget GB",
         "mem max MiB",
         "query p50/p99 µs",
@@ -823,6 +897,11 @@ fn terminal_table(runs: &[SteadyRun]) -> String {
             format!("{:.2}", r.space_bytes_max as f64 / 1e9),
             format!("{:.2}", r.live_user_bytes_end as f64 / 1e9),
             format!("{:+.1}", r.space_trend_bytes_per_min / 1e6),
+            if r.space_failure.is_some() {
+                "FAILED".into()
+            } else {
+                "flat".into()
+            },
             r.log_budget_bytes
                 .map_or("-".into(), |b| format!("{:.2}", b as f64 / 1e9)),
             format!("{:.0}", r.memory_bytes_max as f64 / 1048576.0),
@@ -986,6 +1065,7 @@ fn write_report(
     over_time_charts(&mut html, runs, points);
     for run in runs.iter().filter(|r| r.engine.starts_with("roamkv")) {
         html.svg(&space_bound_chart(&run.engine, points));
+        html.svg(&lower_tier_chart(&run.engine, points));
     }
     html.heading("Configuration and method");
     html.paragraph(&method(args));
@@ -1140,6 +1220,32 @@ fn space_bound_chart(engine: &str, points: &[Point]) -> String {
     )
 }
 
+/// The lower tier of one roamkv run: its live and dead bytes, and how fast it reclaims (window
+/// files dropped whole) and rewrites (consolidation).
+fn lower_tier_chart(engine: &str, points: &[Point]) -> String {
+    let mine: Vec<&Point> = points.iter().filter(|p| p.engine == engine).collect();
+    let line = |name: &str, y: &dyn Fn(&Point) -> f64| {
+        (
+            name.to_string(),
+            mine.iter().map(|p| (p.t_s, y(p))).collect::<Vec<_>>(),
+        )
+    };
+    time_chart(
+        &format!("{engine}: the lower tier (MB), and MB/s reclaimed and rewritten"),
+        "MB or MB/s",
+        &[
+            line("live", &|p| p.lower_live_bytes as f64 / 1e6),
+            line("dead", &|p| p.lower_dead_bytes as f64 / 1e6),
+            line("reclaimed (files dropped) /s", &|p| {
+                p.lower_reclaim_bytes_per_sec / 1e6
+            }),
+            line("rewritten (consolidation) /s", &|p| {
+                p.consolidation_write_bytes_per_sec / 1e6
+            }),
+        ],
+    )
+}
+
 /// The report's paragraph on how the run was made.
 fn method(args: &SteadyArgs) -> String {
     format!(
@@ -1181,5 +1287,49 @@ mod tests {
         assert_eq!(run.log_budget_bytes, Some(100));
         assert_eq!(run.space_bound_violations, Some(1));
         assert_eq!(run.space_bytes_max, 200);
+        assert!(run.space_failure.is_some());
+    }
+
+    #[test]
+    fn a_run_whose_space_keeps_growing_fails_and_a_flat_one_does_not() {
+        let point = |t: u64, space: u64, lower_dead: u64| Point {
+            engine: "roamkv".into(),
+            phase: "measure".into(),
+            t_s: t as f64,
+            space_bytes: space,
+            live_user_bytes: 1 << 30,
+            log_bytes_max: 1 << 30,
+            lower_live_bytes: 100 << 20,
+            lower_dead_bytes: lower_dead,
+            ..Point::default()
+        };
+        let flat: Vec<Point> = (0..300)
+            .map(|t| point(t, (2 << 30) + (t % 7) * (10 << 20), 0))
+            .collect();
+        let mut run = SteadyRun::default();
+        summarize_points(&mut run, &flat);
+        assert_eq!(run.space_failure, None, "{run:?}");
+        // 0.5 GB a minute on 2 GB: the leak of issue 29.
+        let growing: Vec<Point> = (0..300)
+            .map(|t| point(t, (2 << 30) + t * (8 << 20), 0))
+            .collect();
+        summarize_points(&mut run, &growing);
+        assert!(run.space_trend_percent_per_min > SPACE_TREND_PERCENT_PER_MIN_MAX);
+        assert!(
+            run.space_failure
+                .as_deref()
+                .is_some_and(|w| w.contains("keeps growing"))
+        );
+        // Flat, but the lower tier 2x its live bytes with 100 MiB dead for 5 s.
+        let lower: Vec<Point> = (0..300)
+            .map(|t| point(t, 2 << 30, if t < 5 { 100 << 20 } else { 0 }))
+            .collect();
+        summarize_points(&mut run, &lower);
+        assert_eq!(run.lower_bound_violations, Some(5));
+        assert!(
+            run.space_failure
+                .as_deref()
+                .is_some_and(|w| w.contains("lower tier"))
+        );
     }
 }

@@ -427,6 +427,22 @@ fn overdue(st: &State, now_ms: u64, management_time_ms: u64) -> (u64, u64) {
         })
 }
 
+/// The lower tier's space and what reclaims it: consolidations, window drops, the settled
+/// space's files and their live estimate.
+fn lower_space(inner: &Inner, stats: &mut Stats) {
+    let c = &inner.counters;
+    stats.consolidations = Counters::get(&c.consolidations);
+    stats.consolidated_bytes = Counters::get(&c.consolidated_bytes);
+    stats.consolidated_to_settled_bytes = Counters::get(&c.consolidated_to_settled_bytes);
+    stats.windows_dropped = Counters::get(&c.windows_dropped);
+    stats.windows_dropped_bytes = Counters::get(&c.windows_dropped_bytes);
+    stats.settled_reclaims = Counters::get(&c.settled_reclaims);
+    (stats.settled_file_bytes, stats.settled_live_bytes) = inner.lower.settled_bytes();
+    stats.lower_live_bytes = stats.window_live_bytes + stats.settled_live_bytes;
+    stats.lower_dead_bytes =
+        (stats.window_file_bytes + stats.settled_file_bytes).saturating_sub(stats.lower_live_bytes);
+}
+
 /// `Engine::stats`: counters, tiers, and every limit beside its current value. Under the state
 /// lock it reads kept totals and walks the log's segments and the windows, never the mapping
 /// table.
@@ -477,9 +493,7 @@ fn stats(inner: &Inner) -> Stats {
     stats.moved_records = Counters::get(&c.migrated_records);
     stats.moved_bytes = Counters::get(&c.moved_bytes);
     stats.pass_failures = Counters::get(&c.migration_failures);
-    stats.consolidations = Counters::get(&c.consolidations);
-    stats.consolidated_bytes = Counters::get(&c.consolidated_bytes);
-    stats.windows_dropped = Counters::get(&c.windows_dropped);
+    lower_space(inner, &mut stats);
     stats.departures = Counters::get(&c.departures);
     stats.trims = Counters::get(&c.trims);
     stats.fdatasyncs = Counters::get(&c.fdatasyncs);

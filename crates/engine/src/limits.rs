@@ -92,9 +92,18 @@ pub const RUNS_PER_DEVICE_MAX: usize = 16;
 pub const WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX: u64 = 150;
 /// ...unless their dead bytes are fewer than this: a small store is not worth rewriting.
 pub const WINDOW_DEAD_BYTES_MIN: u64 = 64 * 1024 * 1024;
-/// Readings one consolidation pass moves from windows into the settled store, bounding its
-/// memory as `RUN_BYTES_MAX` bounds a pass's.
+/// Readings one consolidation pass moves out of windows, bounding its memory as
+/// `RUN_BYTES_MAX` bounds a pass's.
 pub const CONSOLIDATION_BYTES_MAX: u64 = RUN_BYTES_MAX;
+/// A device is consolidated into the settled space only once it has been here this many
+/// management times; a younger device's windowed readings are consolidated into a new window,
+/// which drops whole when its devices leave. The settled space is an LSM range whose dead
+/// bytes return only through compaction: it is for devices that stay, not for the many a
+/// gateway sees pass by. At a high ingest rate a device makes a window with every segment
+/// (five a second at 300 MB/s), so a count of windows says nothing about how long it stays:
+/// sending devices to the settled space by count sent the bench's stayers there seconds
+/// before they left, and their dead bytes piled up (issue 29).
+pub const SETTLE_AGE_MANAGEMENT_TIMES: u64 = 4;
 
 /// Default log budget (`Options::log_bytes_max` = None): the log must hold about one management
 /// time of ingest (a segment leaves the log one management time after it was sealed), so the

@@ -102,6 +102,11 @@ pub struct Options {
     /// `limits::RUNS_PER_DEVICE_MAX`, the default; tests lower it to exercise consolidation).
     #[doc(hidden)]
     pub runs_per_device_max: usize,
+    /// Dead bytes window files may hold before their space bound applies (at most
+    /// `limits::WINDOW_DEAD_BYTES_MIN`, the default; tests lower it so that small stores are
+    /// held to the bound).
+    #[doc(hidden)]
+    pub window_dead_bytes_min: u64,
     /// Run maintenance (readings leaving the log, consolidation, retirement) on a background
     /// thread.
     pub background_maintenance: bool,
@@ -134,6 +139,7 @@ impl Default for Options {
             log_writeback_bytes: limits::LOG_WRITEBACK_BYTES_DEFAULT,
             devices_max: limits::DEVICES_MAX_DEFAULT,
             runs_per_device_max: limits::RUNS_PER_DEVICE_MAX,
+            window_dead_bytes_min: limits::WINDOW_DEAD_BYTES_MIN,
             lower_tier: LowerTierKind::RocksDb,
             lower_memory_bytes: 64 << 20,
             background_maintenance: true,
@@ -201,6 +207,13 @@ impl Options {
         }
         if self.devices_max == 0 {
             return bad("devices_max must be > 0".into());
+        }
+        if self.window_dead_bytes_min > limits::WINDOW_DEAD_BYTES_MIN {
+            return Err(Error::InvalidOptions(format!(
+                "window_dead_bytes_min {} is over {}",
+                self.window_dead_bytes_min,
+                limits::WINDOW_DEAD_BYTES_MIN
+            )));
         }
         if !(1..=limits::RUNS_PER_DEVICE_MAX).contains(&self.runs_per_device_max) {
             return bad(format!(

@@ -342,13 +342,17 @@ fn merge(log: Vec<Reading>, lower: Vec<Reading>, limit: usize) -> Vec<Reading> {
     out
 }
 
-/// Runs a read, again while it finds that its readings moved out of the log under it.
+/// Runs a read, again while it finds that its readings moved out of the log under it. Each
+/// attempt holds the window gate from before it looks the device up until it has read: the
+/// windows it finds in the bookkeeping cannot be dropped under it (a consolidation may move
+/// the device's readings out of a window and drop that window at any time).
 fn retry_moved<T>(
     inner: &Inner,
     mut read: impl FnMut(&Inner) -> Result<T, ReadError>,
 ) -> Result<T> {
     let mut last_error = None;
     for _ in 0..READ_ATTEMPTS {
+        let _windows_stay = inner.window_gate.read();
         match read(inner) {
             Ok(value) => return Ok(value),
             Err(ReadError::Moved(e)) => last_error = Some(e),
@@ -382,7 +386,6 @@ fn get_lower(
     sensor: &str,
     ts_ns: i64,
 ) -> Result<Option<Reading>> {
-    let _windows_stay = inner.window_gate.read();
     for &place in &lower.places {
         let space = space_of(place);
         if let Some(value) = inner
@@ -423,7 +426,6 @@ fn page_lower(
     after: Option<(&str, i64)>,
     limit: usize,
 ) -> Result<Vec<Reading>> {
-    let _windows_stay = inner.window_gate.read();
     // (sensor, ts) -> (the winning place's rank, value). A reading a trim hides in one place
     // is hidden (or absent) in every older place too: trims cover every window older than
     // their own, and consolidation drops what they hide. So hidden readings are just skipped.
@@ -487,7 +489,6 @@ fn latest_lower(
     lower: &LowerView,
     sensor: Option<&str>,
 ) -> Result<Vec<Reading>> {
-    let _windows_stay = inner.window_gate.read();
     let mut newest: BTreeMap<String, (i64, usize, Vec<u8>)> = BTreeMap::new();
     for (rank, &place) in lower.places.iter().enumerate() {
         let (start, mut end) = place.range(lower.lower_id, None);
@@ -558,13 +559,13 @@ pub(crate) fn oldest_per_sensor(
 
 /// Whether any reading of the device in the lower tier is older than `before_ns` and visible.
 pub(crate) fn lower_has_before(inner: &Inner, device: &str, before_ns: i64) -> Result<bool> {
+    let _windows_stay = inner.window_gate.read();
     let Located::Present {
         lower: Some(lower), ..
     } = locate(inner, device, |_| Vec::new())
     else {
         return Ok(false);
     };
-    let _windows_stay = inner.window_gate.read();
     for &place in &lower.places {
         for (_, oldest_ns) in oldest_per_sensor(inner, place, lower.lower_id)? {
             if oldest_ns < before_ns && !lower.hides(place, oldest_ns) {

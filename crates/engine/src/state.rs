@@ -39,6 +39,11 @@ pub(crate) struct Window {
     /// Devices with readings in it (some may have left or been consolidated since): whom a
     /// consolidation that empties it moves.
     pub members: Vec<DeviceId>,
+    /// Consolidations its readings went through: 0 for a pass's window, one more than the most
+    /// of the windows a consolidation read (in memory only: 0 after a restart). A device over
+    /// its window bound has its windows of the lowest level merged first (size-tiered), so a
+    /// reading is rewritten about once per level, not once per merge.
+    pub level: u8,
 }
 
 /// The lower tier's bookkeeping: ids given out, windows and what is live in them.
@@ -57,6 +62,13 @@ pub(crate) struct LowerBook {
     /// Lower ids the catalog names for devices that left before they got their place (a pass
     /// cataloged them while they departed): forgotten once the log is durable past `.1`.
     pub forget: Vec<(u64, LogPosition)>,
+    /// Ranges of the settled space deleted by a durable catalog batch, whose files still hold
+    /// them: maintenance reclaims them next (`LowerTier::reclaim`).
+    pub settled_dead: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Lower ids of devices that left while a consolidation moved their readings into the
+    /// settled space: their DEPART said they had none there, and their departure's pass must
+    /// reclaim them all the same.
+    pub settled_after_depart: Vec<u64>,
 }
 
 impl LowerBook {
@@ -224,6 +236,7 @@ impl State {
                         seq,
                         SegmentEvent::Depart {
                             lower_id: lower.lower_id,
+                            settled: lower.settled,
                         },
                     );
                 }

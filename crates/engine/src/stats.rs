@@ -59,11 +59,27 @@ pub struct Stats {
     /// Passes that failed and were rolled back (their segment stays in the log and is taken
     /// again).
     pub pass_failures: u64,
-    /// Devices consolidated into the settled space, and the bytes moved there.
+    /// Devices consolidated (their windowed readings rewritten into a new window, or into the
+    /// settled space once they are old), the bytes written for it (keys + values), and of those
+    /// the bytes written into the settled space.
     pub consolidations: u64,
     pub consolidated_bytes: u64,
-    /// Windows dropped whole because no live device read them any more.
+    pub consolidated_to_settled_bytes: u64,
+    /// Windows dropped whole because no live device read them any more, and their files' bytes:
+    /// what the lower tier reclaimed without writing anything.
     pub windows_dropped: u64,
+    pub windows_dropped_bytes: u64,
+    /// The settled space: its files' bytes, of them what the LSM estimates is live (LevelDB
+    /// estimates none: both are its table bytes), and the deleted ranges reclaimed from its
+    /// files (`LowerTier::reclaim`).
+    pub settled_file_bytes: u64,
+    pub settled_live_bytes: u64,
+    pub settled_reclaims: u64,
+    /// The lower tier as a whole: window files' live bytes + the settled space's live estimate,
+    /// and the rest of its files' bytes (dead: departed, trimmed or consolidated readings not
+    /// yet reclaimed).
+    pub lower_live_bytes: u64,
+    pub lower_dead_bytes: u64,
     /// Sealed segments whose management time ended but whose readings are still in the log, and
     /// their bytes: the maintenance debt.
     pub overdue_segments: u64,
@@ -180,7 +196,10 @@ pub(crate) struct Counters {
     pub moved_bytes: AtomicU64,
     pub consolidations: AtomicU64,
     pub consolidated_bytes: AtomicU64,
+    pub consolidated_to_settled_bytes: AtomicU64,
     pub windows_dropped: AtomicU64,
+    pub windows_dropped_bytes: AtomicU64,
+    pub settled_reclaims: AtomicU64,
     pub write_stalls: AtomicU64,
     pub write_stall_ms: AtomicU64,
     pub no_space_errors: AtomicU64,

@@ -65,6 +65,15 @@ mod ffi {
             options: *const leveldb_readoptions_t,
         ) -> *mut leveldb_iterator_t;
         pub fn leveldb_property_value(db: *mut leveldb_t, propname: *const c_char) -> *mut c_char;
+        pub fn leveldb_approximate_sizes(
+            db: *mut leveldb_t,
+            num_ranges: c_int,
+            range_start_key: *const *const c_char,
+            range_start_key_len: *const usize,
+            range_limit_key: *const *const c_char,
+            range_limit_key_len: *const usize,
+            sizes: *mut u64,
+        );
         pub fn leveldb_compact_range(
             db: *mut leveldb_t,
             start_key: *const c_char,
@@ -341,6 +350,30 @@ impl Db {
         // SAFETY: the string is ours to free, once; `text` owns a copy.
         unsafe { ffi::leveldb_free(value.cast()) };
         Some(text)
+    }
+
+    /// Bytes of table files that the key range [start, end) takes, as LevelDB estimates them
+    /// (file offsets of its index blocks: memtable contents are not counted).
+    pub fn approximate_size(&self, start: &[u8], end: &[u8]) -> u64 {
+        let starts = [start.as_ptr().cast::<c_char>()];
+        let start_lens = [start.len()];
+        let ends = [end.as_ptr().cast::<c_char>()];
+        let end_lens = [end.len()];
+        let mut sizes = [0u64];
+        // SAFETY: one range: each array has one element, alive for the call; LevelDB writes
+        // one size into `sizes`.
+        unsafe {
+            ffi::leveldb_approximate_sizes(
+                self.db,
+                1,
+                starts.as_ptr(),
+                start_lens.as_ptr(),
+                ends.as_ptr(),
+                end_lens.as_ptr(),
+                sizes.as_mut_ptr(),
+            );
+        }
+        sizes[0]
     }
 
     /// Compacts the key range [start, end] (None = open end).

@@ -210,7 +210,17 @@ impl BenchEngine for RoamkvEngine {
     }
     fn sample(&self) -> serde_json::Value {
         let s = self.0.stats();
-        serde_json::json!({
+        // The lower tier's space, apart (one `json!` of every field overflows its macro's
+        // recursion limit).
+        let lower = serde_json::json!({
+            "consolidated_bytes": s.consolidated_bytes,
+            "consolidated_to_settled_bytes": s.consolidated_to_settled_bytes,
+            "windows_dropped_bytes": s.windows_dropped_bytes,
+            "settled_file_bytes": s.settled_file_bytes,
+            "lower_live_bytes": s.lower_live_bytes,
+            "lower_dead_bytes": s.lower_dead_bytes,
+        });
+        let mut sample = serde_json::json!({
             "upper_bytes": s.upper.bytes,
             "lower_bytes": s.lower.bytes,
             "log_bytes": s.log_bytes,
@@ -252,7 +262,11 @@ impl BenchEngine for RoamkvEngine {
             "pass_catalog_us": s.passes.catalog_us,
             "pass_commit_us": s.passes.commit_us,
             "pass_retire_us": s.passes.retire_us,
-        })
+        });
+        if let (Some(all), serde_json::Value::Object(lower)) = (sample.as_object_mut(), lower) {
+            all.extend(lower);
+        }
+        sample
     }
     fn close(self: Box<Self>) -> Result<()> {
         let stats = self.0.stats();

@@ -23,8 +23,9 @@ use crate::upper::{IndexEntry, LogPosition};
 pub(crate) enum SegmentEvent {
     /// A device's REGISTER: if the device is still here then, the catalog learns it.
     Register(DeviceId),
-    /// A device the catalog knows departed: the catalog forgets it, its settled readings go.
-    Depart { lower_id: u64 },
+    /// A device the catalog knows departed: the catalog forgets it, its settled readings go
+    /// (and, if it had some, their space is reclaimed at once).
+    Depart { lower_id: u64, settled: bool },
     /// A TRIM of a device the catalog knows: its record is rewritten, its settled readings
     /// older than the cutoff go.
     Trim { device: DeviceId, before_ns: i64 },

@@ -229,6 +229,24 @@ impl LowerTier for LevelLower {
         Ok(())
     }
 
+    fn reclaim(&self, space: Space, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        // The keys were deleted one by one (no range delete): compacting the range drops them.
+        for (start, end) in ranges {
+            let (db, start) = self.locate(space, start);
+            let (_, end) = self.locate(space, end);
+            db.compact_range(Some(&start), Some(&end));
+        }
+        Ok(())
+    }
+
+    fn settled_bytes(&self) -> (u64, u64) {
+        // LevelDB estimates no live data; its table bytes of the settled range stand for both.
+        let bytes = self
+            .data
+            .approximate_size(&[SETTLED_TAG], &[SETTLED_TAG + 1]);
+        (bytes, bytes)
+    }
+
     fn window_files(&self) -> Result<Vec<WindowFile>> {
         // One seek per window: to the window's first key, then past the window.
         let mut files = Vec::new();

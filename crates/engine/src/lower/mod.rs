@@ -104,6 +104,12 @@ pub trait LowerTier: Send + Sync {
     fn write_catalog(&self, ops: &[CatalogOp]) -> Result<()>;
     /// Drops the files of these windows whole. Their readings must be dead: nothing reads them.
     fn drop_windows(&self, wins: &[u64]) -> Result<()>;
+    /// Takes off disk what a durable delete of these [start, end) ranges of `space` left there:
+    /// files lying wholly in a range are dropped, and the files overlapping one are rewritten
+    /// without the deleted keys (what that writes counts in `bytes_written`).
+    fn reclaim(&self, space: Space, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()>;
+    /// Bytes of the settled space's files, and of them what the LSM estimates is live.
+    fn settled_bytes(&self) -> (u64, u64);
     /// Every window file the tier holds, ascending by window.
     fn window_files(&self) -> Result<Vec<WindowFile>>;
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>>;

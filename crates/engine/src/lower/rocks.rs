@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::statistics::Ticker;
 use rocksdb::{
-    AsColumnFamilyRef, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB,
-    DBCompressionType, Direction, IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch,
-    WriteOptions,
+    AsColumnFamilyRef, BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily,
+    ColumnFamilyDescriptor, CompactOptions, DB, DBCompressionType, Direction, IteratorMode,
+    Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
 };
 
 use super::keys;
@@ -270,6 +270,37 @@ impl LowerTier for RocksLower {
                 .map_err(lower_err)?;
         }
         Ok(())
+    }
+
+    fn reclaim(&self, space: Space, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let family = self.family(space)?;
+        let mut compact = CompactOptions::default();
+        // The deleted keys usually sit in the last level, which a manual compaction skips by
+        // default (without a compaction filter): force it.
+        compact.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        for (start, end) in ranges {
+            self.db
+                .delete_file_in_range_cf(family, start, end)
+                .map_err(lower_err)?;
+            self.db
+                .compact_range_cf_opt(family, Some(start), Some(end), &compact);
+        }
+        Ok(())
+    }
+
+    fn settled_bytes(&self) -> (u64, u64) {
+        let Ok(family) = self.family(Space::Settled) else {
+            return (0, 0);
+        };
+        let prop = |name: &str| {
+            self.db
+                .property_int_value_cf(family, name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        let files = prop("rocksdb.live-sst-files-size");
+        (files, prop("rocksdb.estimate-live-data-size").min(files))
     }
 
     fn window_files(&self) -> Result<Vec<WindowFile>> {

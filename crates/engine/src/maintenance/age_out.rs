@@ -72,8 +72,9 @@ struct Snapshot {
     new_devices: Vec<(DeviceId, u64, DeviceRecord)>,
     /// Known devices whose record changes (a TRIM): (lower id, record).
     rewrites: Vec<(u64, DeviceRecord)>,
-    /// Lower ids of devices that departed in this segment.
-    departed: Vec<u64>,
+    /// Lower ids of devices that departed in this segment, each with whether it had settled
+    /// readings.
+    departed: Vec<(u64, bool)>,
     /// TRIMs of devices with settled readings: (device, lower id, cutoff).
     settled_trims: Vec<(DeviceId, u64, i64)>,
     /// Window ids given to this pass, from `first_win` on.
@@ -111,6 +112,7 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
     let file_bytes = write_runs(inner, &mut runs)?;
     step = Counters::add_us_since(&c.pass_write_us, step);
 
+    let settled_dead = settled_dead_ranges(&snapshot, &settled_deletes);
     let ops = catalog_ops(&snapshot, &runs, settled_deletes);
     let cataloged = (inner.options.fail_points)
         .check_catalog_write()
@@ -133,7 +135,7 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
         return Err(e);
     }
 
-    commit(inner, &snapshot, &runs, &file_bytes, reason);
+    commit(inner, &snapshot, &runs, &file_bytes, reason, settled_dead);
     Counters::add_us_since(&c.pass_commit_us, step);
     c.pass_done(started);
     inner.options.fail_points.check(PassStep::Committed)
@@ -186,7 +188,7 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
         departed,
         rewrites,
         settled_trims,
-    } = events(map, &live.events);
+    } = events(map, lower, &live.events);
     let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
     let windows = move_bytes.div_ceil(RUN_BYTES_MAX).max(1);
     let first_win = lower.next_win;
@@ -213,17 +215,20 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
 /// What a segment's DEPART and TRIM records ask of the catalog.
 #[derive(Default)]
 struct Events {
-    departed: Vec<u64>,
+    departed: Vec<(u64, bool)>,
     rewrites: Vec<(u64, DeviceRecord)>,
     settled_trims: Vec<(DeviceId, u64, i64)>,
 }
 
-fn events(map: &MappingTable, events: &[SegmentEvent]) -> Events {
+fn events(map: &MappingTable, lower: &LowerBook, events: &[SegmentEvent]) -> Events {
     let mut out = Events::default();
     for event in events {
         match *event {
             SegmentEvent::Register(_) => {}
-            SegmentEvent::Depart { lower_id } => out.departed.push(lower_id),
+            SegmentEvent::Depart { lower_id, settled } => {
+                let moved_meanwhile = lower.settled_after_depart.contains(&lower_id);
+                out.departed.push((lower_id, settled || moved_meanwhile));
+            }
             SegmentEvent::Trim { device, before_ns } => {
                 let Some(entry) = map.entry(device) else {
                     continue;
@@ -436,6 +441,24 @@ fn write_runs(inner: &Inner, runs: &mut [WindowRun]) -> Result<Vec<u64>> {
     Ok(file_bytes)
 }
 
+/// The settled readings the catalog batch deletes (of departed devices that had some, and of
+/// trims): reclaimed from the settled space's files once the batch is durable.
+fn settled_dead_ranges(
+    snapshot: &Snapshot,
+    settled_deletes: &[CatalogOp],
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let departed = snapshot
+        .departed
+        .iter()
+        .filter(|(_, settled)| *settled)
+        .map(|(lower_id, _)| Place::Settled.range(*lower_id, None));
+    let trimmed = settled_deletes.iter().filter_map(|op| match op {
+        CatalogOp::DeleteRange(Space::Settled, start, end) => Some((start.clone(), end.clone())),
+        _ => None,
+    });
+    departed.chain(trimmed).collect()
+}
+
 /// Step 4's batch.
 fn catalog_ops(
     snapshot: &Snapshot,
@@ -443,7 +466,7 @@ fn catalog_ops(
     settled_deletes: Vec<CatalogOp>,
 ) -> Vec<CatalogOp> {
     let mut ops = Vec::new();
-    for lower_id in &snapshot.departed {
+    for (lower_id, _) in &snapshot.departed {
         let (start, end) = keys::device_catalog_range(*lower_id);
         ops.push(CatalogOp::DeleteRange(Space::Catalog, start, end));
         let (start, end) = Place::Settled.range(*lower_id, None);
@@ -488,9 +511,14 @@ fn commit(
     runs: &[WindowRun],
     file_bytes: &[u64],
     reason: Reason,
+    settled_dead: Vec<(Vec<u8>, Vec<u8>)>,
 ) {
     let c = &inner.counters;
     let mut st = inner.state.lock();
+    st.lower.settled_dead.extend(settled_dead);
+    st.lower
+        .settled_after_depart
+        .retain(|id| !snapshot.departed.iter().any(|(d, _)| d == id));
     place_new_devices(&mut st, snapshot);
     let mut visits = 0;
     let moved_records = remove_moved_entries(&mut st, snapshot, &mut visits);
@@ -585,6 +613,7 @@ fn add_window(inner: &Inner, st: &mut State, run: &WindowRun, file_bytes: u64) {
             live_bytes,
             file_bytes,
             members,
+            level: 0,
         },
     );
     if live_bytes == 0 {

@@ -22,7 +22,9 @@ pub(crate) mod age_out;
 pub(crate) mod consolidate;
 
 use age_out::Reason;
+use consolidate::Scope;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -30,7 +32,7 @@ use crate::commit_log::group_commit;
 use crate::error::Result;
 use crate::failpoints::PassStep;
 use crate::limits::{
-    INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT, WINDOW_DEAD_BYTES_MIN,
+    CONSOLIDATION_BYTES_MAX, INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT,
     WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
 };
 use crate::lower::CatalogOp;
@@ -45,15 +47,23 @@ use crate::stats::Counters;
 /// What maintenance should do next.
 enum Work {
     AgeOut { seq: u64, reason: Reason },
-    Consolidate(Vec<DeviceId>),
+    Consolidate(BTreeMap<DeviceId, Scope>),
     Nothing,
 }
 
 /// One round of maintenance: segments that are due leave the log, then consolidations, each
 /// followed by retirement and window drops, until nothing is due.
+///
+/// **Reclaim keeps pace with ingest.** While window files are over their space bound, every
+/// pass that moves readings out of the log (and so makes windows) is followed by a
+/// consolidation that empties the windows with the least live data, before the next pass: at
+/// any ingest rate the lower tier reclaims as fast as it grows. Without the turn, passes at a
+/// high ingest rate are always due and consolidation, which ran only when nothing was due,
+/// never ran (issue 29).
 pub(crate) fn maintain(inner: &Inner) -> Result<()> {
     let _one_at_a_time = inner.maintenance.lock();
     let mut outcome = Ok(());
+    let mut reclaim_turn = false;
     loop {
         // Shutdown does not wait for every due segment: they stay in the log and leave it
         // after the next open.
@@ -64,40 +74,81 @@ pub(crate) fn maintain(inner: &Inner) -> Result<()> {
             outcome = Err(e);
             break;
         }
-        let done = match next_work(inner, false) {
-            Work::AgeOut { seq, reason } => age_out::pass(inner, seq, reason),
+        let work = next_work(inner, false, reclaim_turn);
+        reclaim_turn = matches!(work, Work::AgeOut { .. });
+        let done = match work {
+            Work::AgeOut { seq, reason } => age_out::pass(inner, seq, reason).map(|()| true),
             Work::Consolidate(devices) => consolidate::pass(inner, &devices),
             Work::Nothing => break,
         };
         let tidied = tidy(inner);
-        if let Err(e) = done.and(tidied) {
-            // The step was rolled back or will be retried at the next round. Other work
-            // this round would pick the same step again: stop here.
-            outcome = Err(e);
-            break;
+        match done.and_then(|progressed| tidied.map(|()| progressed)) {
+            Ok(true) => {}
+            // Nothing the consolidation asked for could move now (its devices left, or wait
+            // for a trim): asking again this round would ask the same.
+            Ok(false) => break,
+            Err(e) => {
+                // The step was rolled back or will be retried at the next round. Other work
+                // this round would pick the same step again: stop here.
+                outcome = Err(e);
+                break;
+            }
         }
     }
     outcome.and(tidy(inner))
 }
 
-/// Retires segments that left the log and drops windows nobody reads, timing both.
+/// Retires segments that left the log, drops windows nobody reads and compacts away settled
+/// readings that died, timing all three.
 fn tidy(inner: &Inner) -> Result<()> {
     let started = Instant::now();
     let retired = retire_segments(inner);
     let dropped = drop_dead_windows(inner);
+    let reclaimed = reclaim_settled(inner);
     Counters::add_us_since(&inner.counters.pass_retire_us, started);
-    retired.and(dropped)
+    retired.and(dropped).and(reclaimed)
+}
+
+/// Settled readings deleted by a durable catalog batch (departures, trims) leave the settled
+/// space's files at once: its files that lie wholly in a deleted range are dropped, and the
+/// range is compacted (the files it overlaps are rewritten without the dead readings; what
+/// that writes counts in the lower tier's bytes written). The LSM would reclaim them only when
+/// its own compaction happened to reach them, which a settled space that is rarely written
+/// may never do.
+fn reclaim_settled(inner: &Inner) -> Result<()> {
+    let ranges = std::mem::take(&mut inner.state.lock().lower.settled_dead);
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    match inner.lower.reclaim(Space::Settled, &ranges) {
+        Ok(()) => {
+            Counters::add(&inner.counters.settled_reclaims, ranges.len() as u64);
+            Ok(())
+        }
+        Err(e) => {
+            // Tried again at the next round (the readings are deleted and stay so).
+            inner.state.lock().lower.settled_dead.extend(ranges);
+            Err(e)
+        }
+    }
 }
 
 fn log_under_pressure(inner: &Inner) -> bool {
     inner.spares.log_bytes() > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT
 }
 
-/// The next piece of work, if any (`for_memory`: only what frees index memory).
-fn next_work(inner: &Inner, for_memory: bool) -> Work {
+/// The next piece of work, if any (`for_memory`: only what frees index memory; `reclaim_turn`:
+/// a pass just made windows, so reclaim comes first if windows are over their bound).
+fn next_work(inner: &Inner, for_memory: bool, reclaim_turn: bool) -> Work {
     let now_ms = inner.options.clock.now_ms();
     let pressure = log_under_pressure(inner);
     let mut st = inner.state.lock();
+    if reclaim_turn && !for_memory {
+        let reclaim = space_candidates(&st, inner.options.window_dead_bytes_min);
+        if !reclaim.is_empty() {
+            return Work::Consolidate(reclaim);
+        }
+    }
     let index_over = st.index_bytes > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT;
     if let Some((seq, live)) = st.log.oldest_unaged() {
         let due = live.sealed_at_ms.is_some_and(|sealed_at| {
@@ -120,7 +171,7 @@ fn next_work(inner: &Inner, for_memory: bool) -> Work {
     if for_memory {
         return Work::Nothing;
     }
-    let wanted = consolidation_candidates(&mut st);
+    let wanted = consolidation_candidates(&mut st, inner.options.window_dead_bytes_min);
     if wanted.is_empty() {
         Work::Nothing
     } else {
@@ -129,41 +180,75 @@ fn next_work(inner: &Inner, for_memory: bool) -> Work {
 }
 
 /// Devices to consolidate: those with too many windows or trims, then, while window files are
-/// over their space bound, the devices of the window with the least live data.
-fn consolidation_candidates(st: &mut State) -> Vec<DeviceId> {
+/// over their space bound, the devices of the windows with the least live data.
+fn consolidation_candidates(st: &mut State, dead_bytes_min: u64) -> BTreeMap<DeviceId, Scope> {
     let State { map, lower, .. } = st;
-    let mut wanted: Vec<DeviceId> = std::mem::take(&mut lower.consolidation_wanted);
-    wanted.sort_unstable();
-    wanted.dedup();
-    wanted.retain(|id| map.entry(*id).is_some_and(|e| e.lower.is_some()));
+    let wanted: BTreeMap<DeviceId, Scope> = std::mem::take(&mut lower.consolidation_wanted)
+        .into_iter()
+        .filter(|id| map.entry(*id).is_some_and(|e| e.lower.is_some()))
+        .map(|id| (id, Scope::AllWindows))
+        .collect();
     if !wanted.is_empty() {
         return wanted;
     }
-    let (file_bytes, live_bytes) = lower.window_bytes();
-    let dead_bytes = file_bytes.saturating_sub(live_bytes);
-    let over = file_bytes * 100 > live_bytes * WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX
-        && dead_bytes > WINDOW_DEAD_BYTES_MIN;
-    if !over {
-        return Vec::new();
+    space_candidates(st, dead_bytes_min)
+}
+
+/// Whether window files are over their space bound: more than
+/// `WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX` of their live bytes, with more than
+/// `dead_bytes_min` (`WINDOW_DEAD_BYTES_MIN` unless a test lowers it) dead.
+pub(crate) fn windows_over_space_bound(
+    file_bytes: u64,
+    live_bytes: u64,
+    dead_bytes_min: u64,
+) -> bool {
+    file_bytes as u128 * 100 > live_bytes as u128 * WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX as u128
+        && file_bytes.saturating_sub(live_bytes) > dead_bytes_min
+}
+
+/// While window files are over their space bound: the devices still reading the windows with
+/// the least live data per file byte, each with those windows, up to
+/// `CONSOLIDATION_BYTES_MAX` of live bytes to move (at least one window). Emptied, the windows
+/// drop whole.
+fn space_candidates(st: &State, dead_bytes_min: u64) -> BTreeMap<DeviceId, Scope> {
+    let (file_bytes, live_bytes) = st.lower.window_bytes();
+    if !windows_over_space_bound(file_bytes, live_bytes, dead_bytes_min) {
+        return BTreeMap::new();
     }
-    let emptiest = lower
+    let mut emptiest: Vec<(u64, &crate::state::Window)> = st
+        .lower
         .windows
         .iter()
         .filter(|(_, w)| w.live_bytes > 0)
-        .min_by(|(_, a), (_, b)| {
-            // Least live per file byte first (a / a_file < b / b_file, without division).
-            (a.live_bytes as u128 * b.file_bytes.max(1) as u128)
-                .cmp(&(b.live_bytes as u128 * a.file_bytes.max(1) as u128))
-        })
-        .map(|(_, w)| w.members.clone())
-        .unwrap_or_default();
-    let mut devices: Vec<DeviceId> = emptiest
-        .into_iter()
-        .filter(|id| map.entry(*id).is_some_and(|e| e.lower.is_some()))
+        .map(|(win, w)| (*win, w))
         .collect();
-    devices.sort_unstable();
-    devices.dedup();
-    devices
+    // Least live per file byte first (a / a_file < b / b_file, without division).
+    emptiest.sort_by(|(_, a), (_, b)| {
+        (a.live_bytes as u128 * b.file_bytes.max(1) as u128)
+            .cmp(&(b.live_bytes as u128 * a.file_bytes.max(1) as u128))
+    });
+    let mut wanted: BTreeMap<DeviceId, Scope> = BTreeMap::new();
+    let mut budget = CONSOLIDATION_BYTES_MAX;
+    for (win, window) in emptiest {
+        if !wanted.is_empty() && window.live_bytes > budget {
+            break;
+        }
+        budget = budget.saturating_sub(window.live_bytes);
+        for id in &window.members {
+            let reads_it = st.map.entry(*id).is_some_and(|e| {
+                e.lower
+                    .as_ref()
+                    .is_some_and(|p| p.windows.iter().any(|(w, _)| *w == win))
+            });
+            if reads_it {
+                wanted
+                    .entry(*id)
+                    .or_insert_with(|| Scope::Windows(BTreeSet::new()))
+                    .join(Scope::Windows(BTreeSet::from([win])));
+            }
+        }
+    }
+    wanted
 }
 
 /// Passes that take segments early until the index is below its low-water mark. Writers that
@@ -172,7 +257,7 @@ pub(crate) fn age_for_memory(inner: &Inner) -> Result<()> {
     let _one_at_a_time = inner.maintenance.lock();
     let mut sealed = false;
     loop {
-        match next_work(inner, true) {
+        match next_work(inner, true, false) {
             Work::AgeOut { seq, reason } => {
                 age_out::pass(inner, seq, reason)?;
                 tidy(inner)?;
@@ -286,10 +371,12 @@ fn drop_dead_windows(inner: &Inner) -> Result<()> {
     let mut st = inner.state.lock();
     match dropped {
         Ok(()) => {
+            let mut dropped_bytes = 0;
             for win in &dead {
-                st.lower.windows.remove(win);
+                dropped_bytes += st.lower.windows.remove(win).map_or(0, |w| w.file_bytes);
             }
             Counters::add(&inner.counters.windows_dropped, dead.len() as u64);
+            Counters::add(&inner.counters.windows_dropped_bytes, dropped_bytes);
             drop(st);
             inner.options.fail_points.check(PassStep::WindowsDropped)
         }
