@@ -46,7 +46,7 @@ enum Command {
     /// The I/O lab: file systems on loop devices, block tracing, SQLite workloads.
     Lab(roamkv_lab::cli::LabArgs),
     /// Run the edge server: EdgeX core-data v3 HTTP API, MQTT ingest, metrics, status page.
-    Serve(roamkv_server::ServeArgs),
+    Serve(Box<roamkv_server::ServeArgs>),
 }
 
 fn main() -> ExitCode {

@@ -365,7 +365,8 @@ fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     assert_eq!(roamkv_dependencies("engine"), set(&["leveldb"]));
     assert_eq!(roamkv_dependencies("testbed"), set(&[]));
     assert_eq!(roamkv_dependencies("leveldb"), set(&[]));
-    assert_eq!(roamkv_dependencies("server"), set(&["engine"]));
+    assert_eq!(roamkv_dependencies("server"), set(&["engine", "sink"]));
+    assert_eq!(roamkv_dependencies("sink"), set(&["engine"]));
     assert_eq!(
         roamkv_dependencies("bench"),
         set(&["engine", "leveldb", "server", "testbed"])

@@ -78,6 +78,22 @@ pub struct ServeArgs {
     /// Seconds between applications of the per-device retention settings [default: 60].
     #[arg(long)]
     pub retention_interval_s: Option<u64>,
+    /// The cloud sink: every reading also goes to this PostgreSQL-protocol database,
+    /// `postgres://user@host:port/database` (`?sslmode=require` for TLS). Also
+    /// $ROAMKV_SINK. None: no sink.
+    #[arg(long, env = "ROAMKV_SINK")]
+    pub sink: Option<String>,
+    /// File holding the sink database's password (kept out of the URL, the process list and
+    /// the config file). Also $ROAMKV_SINK_PASSWORD_FILE.
+    #[arg(long, env = "ROAMKV_SINK_PASSWORD_FILE")]
+    pub sink_password_file: Option<PathBuf>,
+    /// PEM file of CA certificates to trust for the sink's TLS, besides the system's.
+    #[arg(long, env = "ROAMKV_SINK_CA_FILE")]
+    pub sink_ca_file: Option<PathBuf>,
+    /// What a departure does with the device's data: `drop` (at once, paper 002) or `cloud`
+    /// (dropped only once the sink has it in the cloud; needs --sink) [default: drop].
+    #[arg(long)]
+    pub on_depart: Option<String>,
 }
 
 /// The same settings as they may appear in the `--config` file.
@@ -103,6 +119,10 @@ struct FileConfig {
     body_timeout_s: Option<u64>,
     drain_timeout_s: Option<u64>,
     retention_interval_s: Option<u64>,
+    sink: Option<String>,
+    sink_password_file: Option<PathBuf>,
+    sink_ca_file: Option<PathBuf>,
+    on_depart: Option<String>,
 }
 
 /// Resolved settings, every default applied and every value checked.
@@ -128,6 +148,47 @@ pub struct Config {
     pub body_timeout: Duration,
     pub drain_timeout: Duration,
     pub retention_interval: Duration,
+    /// The cloud sink, if one is configured.
+    pub sink: Option<SinkSettings>,
+    pub on_depart: OnDepart,
+}
+
+/// The cloud sink's settings (the edge id comes from the data directory, `edge.rs`).
+#[derive(Clone)]
+pub struct SinkSettings {
+    pub url: String,
+    pub password: Option<String>,
+    pub ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SinkSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkSettings")
+            .field("url", &roamkv_sink::redact(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+/// What a departure does with the device's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDepart {
+    /// Dropped at once: one DEPART record, nothing rewritten (paper 002).
+    #[default]
+    Drop,
+    /// Dropped once the cloud sink has committed every reading of the device: the device is
+    /// fenced (writes refused with 409) and its DEPART waits (departing.rs).
+    Cloud,
+}
+
+impl OnDepart {
+    pub fn name(self) -> &'static str {
+        match self {
+            OnDepart::Drop => "drop",
+            OnDepart::Cloud => "cloud",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -179,6 +240,19 @@ impl Config {
             body_timeout: timeouts.body,
             drain_timeout: timeouts.drain,
             retention_interval: timeouts.retention_interval,
+            sink: resolve_sink(args, &file)?,
+            on_depart: resolve_on_depart(args, &file)?,
+        })
+        .and_then(|config| {
+            if config.on_depart == OnDepart::Cloud && config.sink.is_none() {
+                Err(
+                    "--on-depart cloud needs a cloud sink: give --sink postgres://... \
+                     (or `sink` in the config file, or $ROAMKV_SINK)"
+                        .into(),
+                )
+            } else {
+                Ok(config)
+            }
         })
     }
 
@@ -205,6 +279,8 @@ impl Config {
             "bodyTimeoutS": self.body_timeout.as_secs(),
             "drainTimeoutS": self.drain_timeout.as_secs(),
             "retentionIntervalS": self.retention_interval.as_secs(),
+            "sink": self.sink.as_ref().map(|s| roamkv_sink::redact(&s.url)),
+            "onDepart": self.on_depart.name(),
         })
     }
 }
@@ -363,6 +439,51 @@ fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig
     parse_broker(&broker, topic, client_id).map(Some)
 }
 
+/// The sink: flag, then $ROAMKV_SINK (clap reads both into `args`), then the file. A malformed
+/// URL or an unreadable password file is an error naming the setting.
+fn resolve_sink(args: &ServeArgs, file: &FileConfig) -> Result<Option<SinkSettings>, String> {
+    let Some(url) = args.sink.clone().or(file.sink.clone()) else {
+        return Ok(None);
+    };
+    if let Err(e) = roamkv_sink::db::parse_url(&url) {
+        return Err(format!("--sink: {e}"));
+    }
+    let password = match args
+        .sink_password_file
+        .clone()
+        .or(file.sink_password_file.clone())
+    {
+        Some(path) => Some(
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("--sink-password-file {}: {e}", path.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        ),
+        None => None,
+    };
+    let ca_file = args.sink_ca_file.clone().or(file.sink_ca_file.clone());
+    if let Some(path) = &ca_file
+        && let Err(e) = std::fs::metadata(path)
+    {
+        return Err(format!("--sink-ca-file {}: {e}", path.display()));
+    }
+    Ok(Some(SinkSettings {
+        url,
+        password,
+        ca_file,
+    }))
+}
+
+fn resolve_on_depart(args: &ServeArgs, file: &FileConfig) -> Result<OnDepart, String> {
+    match args.on_depart.as_deref().or(file.on_depart.as_deref()) {
+        None | Some("drop") => Ok(OnDepart::Drop),
+        Some("cloud") => Ok(OnDepart::Cloud),
+        Some(other) => Err(format!(
+            "--on-depart {other:?}: valid values are drop and cloud"
+        )),
+    }
+}
+
 fn read_file_config(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("reading config file {}: {e}", path.display()))?;
@@ -464,5 +585,30 @@ mod tests {
         let mut b = args("/tmp/x");
         b.mqtt_broker = Some("localhost".into());
         assert!(Config::resolve(&b).is_err());
+    }
+
+    #[test]
+    fn sink_settings_are_checked_and_on_depart_cloud_needs_a_sink() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = args("/tmp/x");
+        a.on_depart = Some("cloud".into());
+        let error = Config::resolve(&a).expect_err("no sink");
+        assert!(error.contains("--sink"), "{error}");
+        a.sink = Some("postgres://edge@db.example:notaport/fleet".into());
+        let error = Config::resolve(&a).expect_err("bad URL");
+        assert!(error.starts_with("--sink:"), "{error}");
+        a.sink = Some("postgres://edge@db.example:5432/fleet".into());
+        a.sink_password_file = Some(dir.path().join("missing"));
+        let error = Config::resolve(&a).expect_err("no password file");
+        assert!(error.contains("--sink-password-file"), "{error}");
+        std::fs::write(dir.path().join("pw"), "s3cret\n").expect("write");
+        a.sink_password_file = Some(dir.path().join("pw"));
+        let config = Config::resolve(&a).expect("resolve");
+        let sink = config.sink.as_ref().expect("a sink");
+        assert_eq!(sink.password.as_deref(), Some("s3cret"));
+        assert!(!format!("{sink:?}").contains("s3cret"));
+        assert_eq!(config.on_depart, OnDepart::Cloud);
+        a.on_depart = Some("later".into());
+        assert!(Config::resolve(&a).is_err());
     }
 }

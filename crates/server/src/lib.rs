@@ -11,9 +11,15 @@
 
 pub mod batch;
 mod body;
+mod cloud;
+pub mod cloud_view;
 pub mod config;
+pub mod departing;
+pub mod edge;
 pub mod edgex;
 mod error;
+pub mod fence;
+pub mod files;
 pub mod metrics;
 pub mod mqtt;
 mod native;
@@ -77,8 +83,24 @@ pub async fn start(config: Config) -> Result<Running, String> {
         .await
         .map_err(|e| format!("opening the engine: {e}"))?
         .map_err(|e| format!("opening {}: {e}", config.data.display()))?;
-    // After the engine: its LOCK keeps a second server away from the settings file.
+    // After the engine: its LOCK keeps a second server away from the server's own files.
     let retention = retention::RetentionStore::open(&config.data)?;
+    let edge_id = edge::load_or_make(&config.data)?;
+    let departing = departing::Departing::open(&config.data)?;
+    // Devices whose departure waits for the cloud take no writes, from before the first request.
+    let fences = fence::Fences::default();
+    for waiting in departing.list() {
+        fences.fence(
+            &waiting.device,
+            "it is departing: its readings are on their way to the cloud",
+        )?;
+    }
+    let engine = Arc::new(engine);
+    let (stop, stop_rx) = watch::channel(false);
+    let sink = match &config.sink {
+        Some(settings) => Some(cloud::start(&engine, settings, &edge_id, stop_rx.clone()).await?),
+        None => None,
+    };
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;
@@ -86,15 +108,18 @@ pub async fn start(config: Config) -> Result<Running, String> {
         .local_addr()
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;
     let state: Shared = Arc::new(AppState {
-        engine: Arc::new(engine),
+        engine,
         in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
         config,
         metrics: metrics::Metrics::new(),
         history: parking_lot::Mutex::new(status::History::default()),
         ready: AtomicBool::new(true),
         retention,
+        edge_id,
+        sink,
+        fences,
+        departing,
     });
-    let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(serve(state, listener, stop_rx));
     tracing::info!(%addr, "roamkv serve listening");
     Ok(Running { addr, stop, task })
@@ -118,6 +143,10 @@ async fn serve(
         state.config.retention_interval,
         stop.clone(),
     ));
+    let departing = state
+        .sink
+        .is_some()
+        .then(|| tokio::spawn(cloud::depart_after_cloud(Arc::clone(&state), stop.clone())));
     let app = router::build(Arc::clone(&state));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -167,6 +196,13 @@ async fn serve(
     }
     let _ = sampler.await;
     let _ = retention.await;
+    if let Some(departing) = departing {
+        let _ = departing.await;
+    }
+    // The sink holds the engine until its task ends (it saw the stop signal).
+    if let Some(sink) = &state.sink {
+        sink.join().await;
+    }
     close_engine(state).await?;
     tracing::info!("engine closed");
     Ok(())

@@ -14,6 +14,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use roamkv_engine::Engine;
 
+use crate::cloud_view::CloudView;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
     /// "http", "mqtt" or "native".
@@ -55,6 +57,123 @@ pub struct Metrics {
     pub request_seconds: Family<RouteLabels, Histogram>,
     pub mqtt_connected: Gauge,
     engine: EngineGauges,
+    cloud: CloudGauges,
+}
+
+/// The cloud sink and the departures waiting for it, read from `CloudView` at each scrape
+/// (all 0 without a sink).
+#[derive(Default)]
+struct CloudGauges {
+    connected: Gauge,
+    lag_bytes: Gauge,
+    lag_seconds: Gauge<f64, AtomicU64>,
+    lag_readings: Gauge,
+    rows: Gauge,
+    batches: Gauge,
+    retries: Gauge,
+    gaps: Gauge,
+    hold_bytes: Gauge,
+    hold_bytes_max: Gauge,
+    holds_released: Gauge,
+    departures_waiting: Gauge,
+}
+
+impl CloudGauges {
+    fn plain(&self) -> [(&'static str, &'static str, &Gauge); 11] {
+        [
+            (
+                "sink_connected",
+                "1 while the cloud sink is connected and tailing or exporting",
+                &self.connected,
+            ),
+            (
+                "sink_lag_bytes",
+                "Commit-log bytes not yet in the cloud database",
+                &self.lag_bytes,
+            ),
+            (
+                "sink_lag_readings",
+                "Readings not yet in the cloud database (estimated from the bytes)",
+                &self.lag_readings,
+            ),
+            (
+                "sink_rows",
+                "Readings the sink committed to the cloud database since start",
+                &self.rows,
+            ),
+            (
+                "sink_batches",
+                "Transactions the sink committed since start",
+                &self.batches,
+            ),
+            (
+                "sink_retries",
+                "Sink errors retried (connection lost, database restarting) since start",
+                &self.retries,
+            ),
+            (
+                "sink_gaps",
+                "Times the sink lost its hold on the log and exported the devices present by scanning",
+                &self.gaps,
+            ),
+            (
+                "sink_hold_bytes",
+                "Log bytes kept from retiring for the sink",
+                &self.hold_bytes,
+            ),
+            (
+                "sink_hold_bytes_max",
+                "Cap on the log bytes kept for the sink: past it the hold is released (never a writer stall)",
+                &self.hold_bytes_max,
+            ),
+            (
+                "sink_holds_released",
+                "Holds released at their cap since start",
+                &self.holds_released,
+            ),
+            (
+                "departures_waiting",
+                "Departures waiting for the cloud sink (--on-depart cloud)",
+                &self.departures_waiting,
+            ),
+        ]
+    }
+
+    fn register(&self, r: &mut Registry) {
+        for (name, help, gauge) in self.plain() {
+            r.register(name, help, gauge.clone());
+        }
+        r.register(
+            "sink_lag_seconds",
+            "Seconds since the oldest record not yet in the cloud database was written",
+            self.lag_seconds.clone(),
+        );
+    }
+
+    fn update(&self, view: &CloudView) {
+        let set = |g: &Gauge, v: u64| {
+            g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        };
+        let sink = view.sink.clone().unwrap_or_default();
+        set(
+            &self.connected,
+            u64::from(sink.state == "tailing" || sink.state == "snapshot"),
+        );
+        set(&self.lag_bytes, view.lag_bytes.unwrap_or(sink.lag_bytes));
+        self.lag_seconds.set(sink.lag_seconds);
+        set(&self.lag_readings, view.lag_readings);
+        set(&self.rows, sink.rows_total);
+        set(&self.batches, sink.batches_total);
+        set(&self.retries, sink.retries_total);
+        set(&self.gaps, sink.gaps_total);
+        set(&self.hold_bytes, view.hold_bytes);
+        set(&self.hold_bytes_max, view.hold_bytes_max);
+        set(&self.holds_released, view.holds_released);
+        set(
+            &self.departures_waiting,
+            view.departures_waiting.len() as u64,
+        );
+    }
 }
 
 /// The engine's state, read from `Engine::stats` at each scrape.
@@ -100,10 +219,12 @@ impl Metrics {
             request_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
             mqtt_connected: Gauge::default(),
             engine: EngineGauges::default(),
+            cloud: CloudGauges::default(),
             registry: Registry::default(),
         };
         metrics.register_traffic(&mut registry);
         metrics.engine.register(&mut registry);
+        metrics.cloud.register(&mut registry);
         Metrics {
             registry,
             ..metrics
@@ -154,10 +275,11 @@ impl Metrics {
         );
     }
 
-    /// Reads the engine's state into the gauges and renders the text exposition.
+    /// Reads the engine's state and the sink's into the gauges and renders the text exposition.
     /// Blocking (engine stats and a walk of the data directory): call it off the async threads.
-    pub fn render(&self, engine: &Engine) -> String {
+    pub fn render(&self, engine: &Engine, cloud: &CloudView) -> String {
         self.engine.update(engine);
+        self.cloud.update(cloud);
         let mut text = String::new();
         if let Err(e) = encode(&mut text, &self.registry) {
             text = format!("# encoding metrics failed: {e}\n");

@@ -7,7 +7,10 @@
 //!   `next` token resumes it (each page is one engine call that reads only that page); `from`
 //!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds (time_arg.rs),
 //!   `from_ns` and `to_ns` the same in nanoseconds;
-//! - `DELETE /devices/{device}`: the device departs;
+//! - `DELETE /devices/{device}`: the device departs (200), or under `--on-depart cloud` is
+//!   fenced and departs once the cloud sink has its readings (202, departing.rs);
+//! - `GET /sink`, `GET /departures`: the cloud sink and the departures waiting for it
+//!   (cloud.rs);
 //! - `PUT|GET|DELETE /devices/{device}/retention` (`{"max_age_ms": N}`), `GET /retention`: the
 //!   device's maximum reading age, kept across restarts and applied every
 //!   `--retention-interval-s` (retention.rs).
@@ -36,7 +39,7 @@ use crate::body::read_body;
 use crate::edgex::KeyedReading;
 use crate::error::ApiError;
 use crate::retention;
-use crate::state::{Shared, now_ms};
+use crate::state::{DepartOutcome, Shared, now_ms};
 use crate::time_arg::{format_time, parse_time};
 
 /// Default and largest page of a native scan.
@@ -57,6 +60,7 @@ pub fn routes() -> Router<Shared> {
                 .delete(delete_retention),
         )
         .route("/retention", get(list_retention))
+        .merge(crate::cloud::routes())
 }
 
 /// One line of a batch. `value` is text; `value_b64` carries binary values.
@@ -390,7 +394,7 @@ async fn depart_device(
     State(state): State<Shared>,
     Path(device): Path<String>,
 ) -> Result<Response, ApiError> {
-    state
+    let outcome = state
         .blocking(move |s| {
             roamkv_engine::validate_record(&roamkv_engine::Record {
                 device: &device,
@@ -400,8 +404,7 @@ async fn depart_device(
             })
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
             if s.engine.devices().iter().any(|d| d.name == device) {
-                s.depart(&device, "native")?;
-                Ok(())
+                s.depart(&device, "native")
             } else {
                 Err(ApiError::new(
                     StatusCode::NOT_FOUND,
@@ -410,7 +413,18 @@ async fn depart_device(
             }
         })
         .await?;
-    Ok((StatusCode::OK, Json(json!({"departed": true}))).into_response())
+    Ok(match outcome {
+        DepartOutcome::Departed => (StatusCode::OK, Json(json!({"departed": true}))),
+        DepartOutcome::Waiting => (
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "departed": false,
+                "waiting": true,
+                "message": "the device is fenced and departs once the cloud sink has its readings (GET /api/roamkv/v1/departures)",
+            })),
+        ),
+    }
+    .into_response())
 }
 
 #[cfg(test)]

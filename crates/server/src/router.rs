@@ -116,7 +116,9 @@ async fn ready(State(state): State<Shared>) -> Response {
 }
 
 async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
-    let text = state.blocking(|s| Ok(s.metrics.render(&s.engine))).await?;
+    let text = state
+        .blocking(|s| Ok(s.metrics.render(&s.engine, &crate::cloud::view(s))))
+        .await?;
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -130,9 +132,11 @@ async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiErr
         .blocking(|s| {
             let stats = s.engine.stats();
             let devices = s.engine.devices();
+            let cloud = crate::cloud::view(s);
             let history = s.history.lock();
             Ok(Html(status::render(&status::PageInput {
                 stats: &stats,
+                cloud: &cloud,
                 devices: &devices,
                 history: &history,
                 now_ms: now_ms(),

@@ -9,9 +9,11 @@ use axum::http::StatusCode;
 use roamkv_engine::{Engine, Record, ScanCursor};
 use tokio::sync::Semaphore;
 
-use crate::config::Config;
+use crate::config::{Config, OnDepart};
+use crate::departing::{Departing, Waiting};
 use crate::edgex::{self, AddEventRequest, Decoded, KeyedReading, PathNames};
 use crate::error::ApiError;
+use crate::fence::Fences;
 use crate::metrics::{Metrics, RejectLabels, SourceLabels};
 use crate::retention::store::{Applied, RetentionStore};
 use crate::status::{Departure, History};
@@ -27,6 +29,23 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Per-device retention settings (kept in DATA_DIR/server/retention.json).
     pub retention: RetentionStore,
+    /// This edge's identity (DATA_DIR/server/edge.json).
+    pub edge_id: String,
+    /// The cloud sink, when `--sink` is given.
+    pub sink: Option<roamkv_sink::Sink>,
+    /// Devices that take no writes here now (departing for the cloud).
+    pub fences: Fences,
+    /// Departures waiting for the cloud sink (`--on-depart cloud`).
+    pub departing: Departing,
+}
+
+/// What a departure did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepartOutcome {
+    /// The DEPART is written.
+    Departed,
+    /// The device is fenced and its DEPART waits for the cloud sink (`--on-depart cloud`).
+    Waiting,
 }
 
 pub type Shared = Arc<AppState>;
@@ -92,8 +111,17 @@ impl AppState {
         bytes: usize,
     ) -> Result<(), ApiError> {
         let n = readings.len() as u64;
-        let engine = Arc::clone(&self.engine);
+        let state = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
+            // Held until the engine has the batch: a fence waits for this write (fence.rs).
+            let fences = state.fences.read();
+            if let Some((device, why)) = fences.refusal(readings.iter().map(|r| r.device.as_str()))
+            {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!("device {device:?} takes no writes here now: {why}"),
+                ));
+            }
             let records: Vec<Record<'_>> = readings
                 .iter()
                 .map(|r| Record {
@@ -103,10 +131,12 @@ impl AppState {
                     value: &r.value,
                 })
                 .collect();
-            engine.put_batch(&records)
+            state
+                .engine
+                .put_batch(&records)
+                .map_err(ApiError::from_engine)
         })
-        .await?
-        .map_err(ApiError::from_engine)?;
+        .await??;
         let labels = SourceLabels { source };
         self.metrics
             .ingested_readings
@@ -177,15 +207,45 @@ impl AppState {
         Ok(out)
     }
 
-    /// One departure: the device's data goes (upper tier: dropped; lower tier: a range delete).
-    pub fn depart(&self, device: &str, how: &'static str) -> Result<(), ApiError> {
+    /// One departure: the device's data goes (upper tier: dropped; lower tier: a range delete)
+    /// now, or, under `--on-depart cloud`, once the cloud sink has it (departing.rs). Blocking.
+    pub fn depart(&self, device: &str, how: &'static str) -> Result<DepartOutcome, ApiError> {
+        if self.config.on_depart == OnDepart::Cloud {
+            self.depart_after_cloud(device, how, None)?;
+            return Ok(DepartOutcome::Waiting);
+        }
         self.engine.depart(device).map_err(ApiError::from_engine)?;
         self.history.lock().push_departure(Departure {
             at_ms: now_ms(),
             device: device.to_string(),
             how,
         });
-        Ok(())
+        Ok(DepartOutcome::Departed)
+    }
+
+    /// Fences the device and records its departure for the departing task (departing.rs).
+    fn depart_after_cloud(
+        &self,
+        device: &str,
+        how: &'static str,
+        cutoff_ns: Option<i64>,
+    ) -> Result<(), ApiError> {
+        self.fences
+            .fence(
+                device,
+                "it is departing: its readings are on their way to the cloud",
+            )
+            .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
+        let recorded = self.departing.add(Waiting {
+            device: device.to_string(),
+            how: how.to_string(),
+            cutoff_ns,
+            requested_at_ms: now_ms(),
+        });
+        if recorded.is_err() && !self.departing.list().iter().any(|w| w.device == device) {
+            self.fences.unfence(device);
+        }
+        recorded
     }
 
     /// Applies a cutoff (nanoseconds since the epoch) to one device: departs it if every reading is
@@ -196,7 +256,19 @@ impl AppState {
         cutoff_ns: i64,
         how: &'static str,
     ) -> Result<Applied, ApiError> {
-        if self
+        if self.config.on_depart == OnDepart::Cloud {
+            if self.departing.list().iter().any(|w| w.device == device) {
+                return Ok(Applied::Departed);
+            }
+            let newest = self
+                .engine
+                .latest(device, None)
+                .map_err(ApiError::from_engine)?;
+            if !newest.is_empty() && newest.iter().all(|r| r.ts_ns < cutoff_ns) {
+                self.depart_after_cloud(device, how, Some(cutoff_ns))?;
+                return Ok(Applied::Departed);
+            }
+        } else if self
             .engine
             .depart_if_older_than(device, cutoff_ns)
             .map_err(ApiError::from_engine)?

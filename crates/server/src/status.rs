@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 
 use roamkv_engine::{DeviceInfo, DeviceTier, Stats};
 
+use crate::cloud_view::CloudView;
+
 /// One sample per second for five minutes.
 pub const HISTORY_SAMPLES_MAX: usize = 300;
 /// Departures kept for the page.
@@ -129,6 +131,7 @@ fn line_chart(title: &str, unit: &str, points: &[(f64, f64)]) -> String {
 
 pub struct PageInput<'a> {
     pub stats: &'a Stats,
+    pub cloud: &'a CloudView,
     pub devices: &'a [DeviceInfo],
     pub history: &'a History,
     pub now_ms: u64,
@@ -144,6 +147,7 @@ pub fn render(input: &PageInput<'_>) -> String {
     render_head_and_tiles(&mut html, input);
     render_devices(&mut html, input.devices, input.now_ms);
     render_departures(&mut html, input.history, input.now_ms);
+    render_waiting(&mut html, input.cloud, input.now_ms);
     html.push_str("</table></body></html>\n");
     html
 }
@@ -180,7 +184,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
 <div class="tile" id="lower">lower tier<b>{lower}</b>devices</div>
 <div class="tile">readings ingested<b>{readings}</b>since start</div>
 <div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
-</div>
+{cloud_tile}</div>
 <div class="charts">{rate_chart}{space_chart}</div>
 "#,
         version = escape(version),
@@ -191,9 +195,50 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
         lower = count(DeviceTier::Lower),
         readings = history.samples.back().map_or(0, |s| s.readings_total),
         wa = stats.write_amplification(),
+        cloud_tile = cloud_tile(input.cloud),
         rate_chart = line_chart("Ingest (readings/s)", "/s", &history.ingest_rates()),
         space_chart = line_chart("Data directory (MiB)", "MiB", &history.space()),
     );
+}
+
+/// The cloud sink's tile: its state, its lag, the log it holds against the cap (none without a
+/// sink).
+fn cloud_tile(cloud: &CloudView) -> String {
+    let Some(sink) = &cloud.sink else {
+        return String::new();
+    };
+    format!(
+        r#"<div class="tile" id="cloud">cloud sink<b>{state}</b>lag {lag:.1} s · {readings} readings · hold {hold} of {cap} MiB{error}</div>
+"#,
+        state = escape(&sink.state),
+        lag = sink.lag_seconds,
+        readings = cloud.lag_readings,
+        hold = cloud.hold_bytes >> 20,
+        cap = cloud.hold_bytes_max >> 20,
+        error = sink
+            .last_error
+            .as_ref()
+            .filter(|_| sink.state != "tailing")
+            .map(|e| format!("<br>{}", escape(e)))
+            .unwrap_or_default(),
+    )
+}
+
+/// Departures waiting for the cloud sink (`--on-depart cloud`), oldest first.
+fn render_waiting(html: &mut String, cloud: &CloudView, now_ms: u64) {
+    if cloud.departures_waiting.is_empty() {
+        return;
+    }
+    html.push_str("</table><h2>Departures waiting for the cloud</h2><table><tr><th>device</th><th>asked by</th><th>waiting</th></tr>");
+    for w in &cloud.departures_waiting {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{} s</td></tr>",
+            escape(&w.device),
+            escape(&w.how),
+            now_ms.saturating_sub(w.requested_at_ms) / 1000,
+        );
+    }
 }
 
 /// The newest devices, with tier and age (at most DEVICES_LISTED_MAX).
@@ -271,8 +316,24 @@ mod tests {
             log_readings: 3,
             lower_runs: 0,
         }];
+        let cloud = CloudView {
+            sink: None,
+            lag_bytes: None,
+            lag_readings: 0,
+            hold_bytes: 0,
+            hold_bytes_max: 0,
+            holds_released: 0,
+            on_depart: "drop",
+            departures_waiting: vec![crate::departing::Waiting {
+                device: "bus<2>".into(),
+                how: "native".into(),
+                cutoff_ns: None,
+                requested_at_ms: 1000,
+            }],
+        };
         let html = render(&PageInput {
             stats: &Stats::default(),
+            cloud: &cloud,
             devices: &devices,
             history: &history,
             now_ms: 5000,
@@ -280,6 +341,10 @@ mod tests {
             version: "0.1.0",
         });
         assert!(html.contains("car&amp;1"));
+        assert!(
+            html.contains("bus&lt;2&gt;"),
+            "a waiting departure is listed"
+        );
         assert!(html.contains("&lt;script&gt;"));
         assert!(!html.contains("<script>"));
     }

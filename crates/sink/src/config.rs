@@ -10,9 +10,15 @@ pub const SLOT_NAME: &str = "cloud-sink";
 /// How the sink runs.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
-    /// `postgres://user:password@host:port/database` (or the key=value form). No TLS: reach a
-    /// remote database through a TLS proxy or an SSH tunnel.
+    /// `postgres://user:password@host:port/database` (or the key=value form). `sslmode=require`
+    /// (or `verify-ca`, `verify-full`) in it asks for TLS (rustls, the system's roots plus
+    /// `ca_file`); without it the connection is plain.
     pub url: String,
+    /// The password, when it is kept out of the URL (`--sink-password-file`): it wins over one
+    /// in the URL.
+    pub password: Option<String>,
+    /// A PEM file of CA certificates to trust besides the system's (a private CA).
+    pub ca_file: Option<std::path::PathBuf>,
     /// This edge's identity (the server's `edge.json`): the cursor row's key.
     pub edge_id: String,
     /// Readings per transaction at most.
@@ -27,11 +33,20 @@ impl SinkConfig {
     pub fn new(url: &str, edge_id: &str) -> SinkConfig {
         SinkConfig {
             url: url.to_string(),
+            password: None,
+            ca_file: None,
             edge_id: edge_id.to_string(),
             batch_rows: 5_000,
             batch_bytes: 4 << 20,
             poll_interval: Duration::from_millis(50),
         }
+    }
+
+    /// Whether the URL asks for TLS (`sslmode=require`, `verify-ca` or `verify-full`).
+    pub fn wants_tls(&self) -> bool {
+        ["require", "verify-ca", "verify-full"]
+            .iter()
+            .any(|mode| self.url.contains(&format!("sslmode={mode}")))
     }
 }
 

@@ -5,9 +5,13 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::config::SinkConfig;
 use crate::schema;
 
 /// Longest wait for a connection to be set up.
@@ -58,6 +62,47 @@ fn classify(context: &str, error: &tokio_postgres::Error) -> DbError {
     }
 }
 
+/// Parses the sink's URL; a malformed one is an error naming it (without its password).
+pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, DbError> {
+    url.parse()
+        .map_err(|e| DbError::Fatal(format!("the sink URL {} is not valid: {e}", redact(url))))
+}
+
+/// The TLS set-up for `sslmode=require`: rustls with the system's CA certificates and those of
+/// `ca_file`; the server's certificate chain and name are always verified (stricter than libpq's
+/// `require`, which encrypts without checking who answers).
+fn tls_connector(sink: &SinkConfig) -> Result<MakeRustlsConnect, DbError> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        // A system certificate rustls cannot use is skipped, as every TLS client does.
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = &sink.ca_file {
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| DbError::Fatal(format!("the sink CA file {}: {e}", path.display())))?;
+        if certs.is_empty() {
+            return Err(DbError::Fatal(format!(
+                "the sink CA file {} holds no certificate",
+                path.display()
+            )));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| DbError::Fatal(format!("the sink CA file {}: {e}", path.display())))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| DbError::Fatal(format!("setting up TLS for the sink: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(tls))
+}
+
 /// The URL with its password hidden, for messages and the status page.
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -72,7 +117,7 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Rows of one transaction.
+/// Rows of one transaction: each (device, sensor, ts) once, with the last value pushed for it.
 #[derive(Debug, Default)]
 pub struct Rows {
     pub devices: Vec<String>,
@@ -81,9 +126,28 @@ pub struct Rows {
     pub values: Vec<Vec<u8>>,
     /// (device, position after its DEPART).
     pub departures: Vec<(String, String)>,
+    /// Where each key's row is, so that a later write of it replaces the value.
+    at: std::collections::HashMap<(String, String, i64), usize>,
 }
 
 impl Rows {
+    /// Adds a reading, in log order: a key pushed before gets this value (the last write
+    /// wins, as in the engine).
+    pub fn push(&mut self, device: String, sensor: String, ts_ns: i64, value: Vec<u8>) {
+        let key = (device, sensor, ts_ns);
+        if let Some(&i) = self.at.get(&key) {
+            self.values[i] = value;
+            return;
+        }
+        let (device, sensor, ts_ns) = key;
+        self.at
+            .insert((device.clone(), sensor.clone(), ts_ns), self.devices.len());
+        self.devices.push(device);
+        self.sensors.push(sensor);
+        self.ts_ns.push(ts_ns);
+        self.values.push(value);
+    }
+
     pub fn len(&self) -> usize {
         self.devices.len()
     }
@@ -98,23 +162,40 @@ pub struct Db {
 }
 
 impl Db {
-    /// Connects, sets synchronous_commit on (the log's hold is released on the strength of a
-    /// commit) and makes the tables if they are missing.
-    pub async fn connect(url: &str, edge_id: &str) -> Result<Db, DbError> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
-            DbError::Fatal(format!("the sink URL {} is not valid: {e}", redact(url)))
-        })?;
+    /// Connects (TLS when the URL asks for it), sets synchronous_commit on (the log's hold is
+    /// released on the strength of a commit) and makes the tables if they are missing.
+    pub async fn connect(sink: &SinkConfig) -> Result<Db, DbError> {
+        let url = &sink.url;
+        let mut config = parse_url(url)?;
+        if let Some(password) = &sink.password {
+            config.password(password.as_bytes());
+        }
         config.connect_timeout(CONNECT_TIMEOUT);
         config.application_name("roamkv-sink");
-        let (client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|e| classify(&format!("connecting to {}", redact(url)), &e))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "sink connection ended");
-            }
-        });
+        let context = format!("connecting to {}", redact(url));
+        let client = if sink.wants_tls() {
+            let (client, connection) = config
+                .connect(tls_connector(sink)?)
+                .await
+                .map_err(|e| classify(&context, &e))?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "sink connection ended");
+                }
+            });
+            client
+        } else {
+            let (client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|e| classify(&context, &e))?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "sink connection ended");
+                }
+            });
+            client
+        };
         client
             .batch_execute("SET synchronous_commit = on")
             .await
@@ -127,7 +208,7 @@ impl Db {
         }
         Ok(Db {
             client,
-            edge_id: edge_id.to_string(),
+            edge_id: sink.edge_id.clone(),
         })
     }
 
@@ -240,5 +321,16 @@ mod tests {
         );
         assert_eq!(redact("postgres://db/fleet"), "postgres://db/fleet");
         assert_eq!(redact("host=/tmp user=x"), "host=/tmp user=x");
+    }
+
+    #[test]
+    fn a_key_written_twice_in_one_batch_is_one_row_with_the_last_value() {
+        let mut rows = Rows::default();
+        rows.push("car".into(), "speed".into(), 1, b"10".to_vec());
+        rows.push("car".into(), "speed".into(), 2, b"20".to_vec());
+        rows.push("car".into(), "speed".into(), 1, b"11".to_vec());
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.ts_ns, vec![1, 2]);
+        assert_eq!(rows.values, vec![b"11".to_vec(), b"20".to_vec()]);
     }
 }

@@ -1,4 +1,4 @@
-//! The cloud sink (issue 19; a library: `roamkv serve` does not start it yet): it
+//! The cloud sink (`roamkv serve --sink postgres://...`, docs/SERVER.md "The cloud sink"): it
 //! tails the engine's commit log (the engine's change feed, no second queue) and writes every
 //! reading to a PostgreSQL-protocol database, exactly once per (device, sensor, ts):
 //!
@@ -13,7 +13,10 @@
 //!   the devices present are exported by scanning, then the log is tailed from where the scan
 //!   began;
 //! - errors a retry may cure are retried with backoff (100 ms doubling to 1 s), so the sink
-//!   resumes within a second of the database accepting connections.
+//!   resumes within a second of the database accepting connections (measured in
+//!   docs/BENCHMARKS.md); a database unreachable at start is such an error;
+//! - a reading written twice: the last write wins, in the table as in the engine
+//!   (`schema::INSERT_READINGS`).
 //!
 //! Layers: `config` (what it is given and shows), `schema` (the SQL), `db` (connection,
 //! transactions, errors), `tail` (the loop). The engine knows nothing of this crate.
@@ -39,46 +42,62 @@ pub use db::redact;
 pub struct Sink {
     status: Arc<Mutex<SinkStatus>>,
     cursor: watch::Receiver<Option<LogPos>>,
-    task: JoinHandle<()>,
+    /// True once the task has ended (it holds the engine until then).
+    ended: watch::Receiver<bool>,
+    task: parking_lot::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Sink {
-    /// Connects (making the tables if missing) and starts tailing. A database that cannot be
-    /// reached now is an error here, naming the URL (without its password), not a silent
-    /// stall; later outages are retried.
+    /// Connects (making the tables if missing) and starts tailing. A malformed URL, refused
+    /// credentials, a missing database or missing rights are an error here, naming the URL
+    /// (without its password): they would fail every retry. A database that cannot be reached
+    /// now is normal at the edge: the sink starts disconnected and keeps trying (backoff to
+    /// 1 s) while ingest goes on.
     pub async fn start(
         engine: Arc<Engine>,
         config: SinkConfig,
         stop: watch::Receiver<bool>,
     ) -> Result<Sink, String> {
-        let db = db::Db::connect(&config.url, &config.edge_id)
-            .await
-            .map_err(|e| {
-                format!(
-                    "the cloud sink cannot use {}: {e}; check --sink (and that the database \
-                     accepts this user)",
-                    redact(&config.url)
-                )
-            })?;
+        let refused = |e: &db::DbError| {
+            format!(
+                "the cloud sink cannot use {}: {e}; check --sink (and that the database \
+                 accepts this user)",
+                redact(&config.url)
+            )
+        };
+        db::parse_url(&config.url).map_err(|e| refused(&e))?;
+        let (db, first_error) = match db::Db::connect(&config).await {
+            Ok(db) => (Some(db), None),
+            Err(e @ db::DbError::Retryable(_)) => {
+                tracing::warn!(error = %e, "cloud sink: the database cannot be reached yet; retrying");
+                (None, Some(e.to_string()))
+            }
+            Err(e) => return Err(refused(&e)),
+        };
         let status = Arc::new(Mutex::new(SinkStatus {
-            state: "connecting".into(),
+            state: if db.is_some() {
+                "connecting"
+            } else {
+                "disconnected"
+            }
+            .into(),
             url: redact(&config.url),
             edge_id: config.edge_id.clone(),
+            last_error: first_error,
             ..SinkStatus::default()
         }));
         let (cursor_tx, cursor) = watch::channel(None);
-        let task = tokio::spawn(tail::run(tail::Tail::new(
-            engine,
-            config,
-            Arc::clone(&status),
-            cursor_tx,
-            stop,
-            db,
-        )));
+        let (ended_tx, ended) = watch::channel(false);
+        let tail = tail::Tail::new(engine, config, Arc::clone(&status), cursor_tx, stop, db);
+        let task = tokio::spawn(async move {
+            tail::run(tail).await;
+            let _ = ended_tx.send(true);
+        });
         Ok(Sink {
             status,
             cursor,
-            task,
+            ended,
+            task: parking_lot::Mutex::new(Some(task)),
         })
     }
 
@@ -115,8 +134,17 @@ impl Sink {
         })
     }
 
-    /// Waits for the sink's task to end (after the stop signal).
-    pub async fn join(self) {
-        let _ = self.task.await;
+    /// Waits for the sink's task to end (after the stop signal); it holds the engine until then.
+    pub async fn join(&self) {
+        let task = self.task.lock().take();
+        match task {
+            Some(task) => {
+                let _ = task.await;
+            }
+            None => {
+                let mut ended = self.ended.clone();
+                let _ = ended.wait_for(|e| *e).await;
+            }
+        }
     }
 }

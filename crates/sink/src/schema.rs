@@ -1,8 +1,9 @@
-//! The tables in the cloud database and every statement the sink sends. The SQL is a subset that PostgreSQL, TimescaleDB, Citus, CockroachDB and
-//! YugabyteDB all accept: `CREATE TABLE IF NOT EXISTS`, `INSERT ... SELECT FROM unnest(arrays)
-//! ... ON CONFLICT DO NOTHING` (no COPY, no temporary tables: CockroachDB keeps those behind a
-//! flag), `INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`, and a conditional `UPDATE`, each
-//! batch in one transaction. Only PostgreSQL 15 (Debian's) is tested here.
+//! The tables in the cloud database and every statement the sink sends. The SQL is a subset
+//! that PostgreSQL, TimescaleDB, Citus, CockroachDB and YugabyteDB all document (docs/SERVER.md,
+//! "The cloud sink", cites each): `CREATE TABLE IF NOT EXISTS`, `INSERT ... SELECT FROM
+//! unnest(arrays) ... ON CONFLICT DO NOTHING` and `... ON CONFLICT (key) DO UPDATE ... WHERE`
+//! (no COPY, no temporary tables: CockroachDB keeps those behind a flag), and a conditional
+//! `UPDATE`, each batch in one transaction. Only PostgreSQL 15 (Debian's) is tested here.
 
 /// One row per reading, keyed as the engine keys it: a reading sent twice is stored once.
 pub const CREATE_READINGS: &str = "CREATE TABLE IF NOT EXISTS roamkv_readings (
@@ -36,9 +37,19 @@ pub const CREATE_DEPARTURES: &str = "CREATE TABLE IF NOT EXISTS roamkv_departure
 pub const CREATE_ALL: [&str; 3] = [CREATE_READINGS, CREATE_CURSOR, CREATE_DEPARTURES];
 
 /// $1 devices, $2 sensors, $3 timestamps (ns), $4 values, $5 this edge's id.
-pub const INSERT_READINGS: &str = "INSERT INTO roamkv_readings (device, sensor, ts_ns, value, edge_id)
+///
+/// **One rule for a reading written twice, everywhere: the last write wins.** The engine keeps
+/// the last value written for a (device, sensor, ts); so does the table: a row sent again with
+/// the same value changes nothing (the `WHERE` skips the update, so a resent batch writes no
+/// tuple), a later value replaces the earlier. A handoff's chunks are written through the
+/// receiving edge's engine and reach the table the same way. A transaction never carries one key
+/// twice (PostgreSQL refuses an `ON CONFLICT DO UPDATE` that touches a row twice): the sink keeps
+/// the last of a batch's duplicates, in log order (`db::Rows::push`).
+pub const INSERT_READINGS: &str = "INSERT INTO roamkv_readings AS r (device, sensor, ts_ns, value, edge_id)
     SELECT d, s, t, v, $5 FROM unnest($1::text[], $2::text[], $3::int8[], $4::bytea[]) AS u(d, s, t, v)
-    ON CONFLICT DO NOTHING";
+    ON CONFLICT (device, sensor, ts_ns) DO UPDATE
+        SET value = EXCLUDED.value, edge_id = EXCLUDED.edge_id
+        WHERE r.value IS DISTINCT FROM EXCLUDED.value";
 
 /// $1 this edge's id, $2 devices, $3 positions (after each DEPART).
 pub const INSERT_DEPARTURES: &str =

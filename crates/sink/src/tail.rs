@@ -52,7 +52,7 @@ impl Tail {
         status: Arc<Mutex<SinkStatus>>,
         cursor_tx: watch::Sender<Option<LogPos>>,
         stop: watch::Receiver<bool>,
-        db: Db,
+        db: Option<Db>,
     ) -> Tail {
         let position = engine.feed().end();
         Tail {
@@ -61,7 +61,7 @@ impl Tail {
             status,
             cursor_tx,
             stop,
-            db: Some(db),
+            db,
             generation: 0,
             stored: String::new(),
             position,
@@ -113,7 +113,7 @@ pub(crate) async fn run(mut t: Tail) {
             return;
         }
         if t.db.is_none() {
-            match Db::connect(&t.config.url, &t.config.edge_id).await {
+            match Db::connect(&t.config).await {
                 Ok(db) => {
                     t.db = Some(db);
                     backoff = BACKOFF_MIN;
@@ -269,10 +269,7 @@ impl Tail {
                     .map_err(|e| DbError::Fatal(format!("scanning {}: {e}", device.name)))?;
                 let mut rows = Rows::default();
                 for r in page.readings {
-                    rows.devices.push(r.device);
-                    rows.sensors.push(r.sensor);
-                    rows.ts_ns.push(r.ts_ns);
-                    rows.values.push(r.value);
+                    rows.push(r.device, r.sensor, r.ts_ns, r.value);
                 }
                 let n = rows.len() as u64;
                 let generation = self.generation;
@@ -429,12 +426,7 @@ fn to_rows(batch: &FeedBatch, count: usize) -> Rows {
                 sensor,
                 ts_ns,
                 value,
-            } => {
-                rows.devices.push(device.clone());
-                rows.sensors.push(sensor.clone());
-                rows.ts_ns.push(*ts_ns);
-                rows.values.push(value.clone());
-            }
+            } => rows.push(device.clone(), sensor.clone(), *ts_ns, value.clone()),
             FeedRecord::Depart { device } => {
                 let after = batch
                     .batch_ends

@@ -6,7 +6,6 @@
 //! fsync'd. A change is acknowledged only after that.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -47,9 +46,9 @@ impl RetentionStore {
     /// Loads `DATA_DIR/server/retention.json` (none yet: no settings). A file that does not
     /// parse is an error: starting without the settings would keep data they say to delete.
     pub fn open(data_dir: &Path) -> Result<RetentionStore, String> {
-        let path = data_dir.join("server").join("retention.json");
-        let settings = match std::fs::read(&path) {
-            Ok(bytes) => {
+        let path = crate::files::server_file(data_dir, "retention.json");
+        let settings = match crate::files::read_if_present(&path)? {
+            Some(bytes) => {
                 let stored: StoredSettings = serde_json::from_slice(&bytes)
                     .map_err(|e| format!("retention settings {}: {e}", path.display()))?;
                 if stored.format != 1 {
@@ -61,8 +60,7 @@ impl RetentionStore {
                 }
                 stored.max_age_ms
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+            None => BTreeMap::new(),
         };
         Ok(RetentionStore {
             path,
@@ -106,27 +104,14 @@ impl RetentionStore {
         Ok(true)
     }
 
-    /// Replaces the file atomically: tmp file, fsync, rename, directory fsync.
+    /// Replaces the file atomically and durably (files.rs).
     fn persist(&self, settings: &BTreeMap<String, u64>) -> Result<(), ApiError> {
-        let fail = |what: &str, e: std::io::Error| {
-            ApiError::internal(format!("{what} {}: {e}", self.path.display()))
-        };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| fail("creating the directory of", e))?;
         let stored = StoredSettings {
             format: 1,
             max_age_ms: settings.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&stored)
             .map_err(|e| ApiError::internal(format!("encoding retention settings: {e}")))?;
-        let tmp = self.path.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&tmp).map_err(|e| fail("creating a temporary", e))?;
-        file.write_all(&bytes)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| fail("writing a temporary", e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| fail("renaming into", e))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| fail("syncing the directory of", e))
+        crate::files::write_atomically(&self.path, &bytes).map_err(ApiError::internal)
     }
 }

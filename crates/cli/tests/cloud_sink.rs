@@ -1,0 +1,422 @@
+//! The cloud sink inside a real `roamkv serve`, against a real PostgreSQL 15 (a private cluster),
+//! with both sides killed: the server with SIGKILL at each of the sink's crash points (armed in
+//! the child, `ROAMKV_CRASH_POINTS`), the database's postmaster while a batch transaction is in
+//! flight, and the database away for 60 s while ingest goes on (with a departure under
+//! `--on-depart cloud`). Checked against the writer's ledger of acknowledged readings: each is in
+//! the table once, with the edge's value, and was **committed once** — a trigger counts, per
+//! row, the insert attempts of committed transactions (a resent batch would count twice even
+//! though the key keeps one row) — nothing is in the table that was never sent, and no writer
+//! waited for the sink's hold on the log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use roamkv_testbed::postgres::Cluster;
+use roamkv_testbed::prerequisite;
+
+/// Kills the server if the test ends before it does.
+struct Edge {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Edge {
+    /// `roamkv serve` on a free loopback port with the sink pointed at `pg`, `crash` armed.
+    fn start(data: &Path, pg: &Cluster, crash: Option<&str>, extra: &[&str]) -> Edge {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--sink"])
+            .arg(pg.socket_url())
+            .arg("--data")
+            .arg(data)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(point) = crash {
+            command.env(roamkv_engine::CRASH_POINTS_ENV, point);
+        }
+        let mut child = command.spawn().expect("start roamkv serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("the server printed its address")
+                .expect("stderr line");
+            if let Some(url) = line.split("listening on http://").nth(1) {
+                break url.trim().to_string();
+            }
+        };
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                eprintln!("  serve: {line}");
+            }
+        });
+        Edge { child, addr }
+    }
+
+    /// Waits until the server is gone (a crash point killed it).
+    fn wait_killed(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.child.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "the crash point was not reached");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn get_json(&self, path: &str) -> serde_json::Value {
+        let (status, body) = http(&self.addr, "GET", path, "");
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).expect("JSON")
+    }
+
+    /// Waits until the sink is tailing with nothing left behind.
+    fn wait_caught_up(&self, within: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let view = self.get_json("/api/roamkv/v1/sink");
+            if view["sink"]["state"] == "tailing" && view["lag_bytes"] == 0 {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "the sink did not catch up: {view}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = http(&self.addr, "GET", "/metrics", "");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing"))
+    }
+}
+
+/// One HTTP/1.1 request on its own connection: (status, body); status 0 if the server is gone.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut response = String::new();
+    if stream.read_to_string(&mut response).is_err() {
+        return (0, String::new());
+    }
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+fn value_of(device: &str, ts: i64) -> String {
+    format!("{device}/{ts}")
+}
+
+/// What the writer was told: readings acknowledged, and readings whose request got no answer
+/// (the server died under it: they may or may not be in the log).
+#[derive(Default)]
+struct Ledger {
+    acked: BTreeMap<(String, i64), String>,
+    unknown: BTreeSet<(String, i64)>,
+    next_ts: BTreeMap<String, i64>,
+}
+
+impl Ledger {
+    /// Posts `n` readings of `device` as one native batch; true if acknowledged.
+    fn write(&mut self, edge: &Edge, device: &str, n: i64) -> bool {
+        let from = *self.next_ts.entry(device.to_string()).or_insert(1);
+        let body: String = (from..from + n)
+            .map(|ts| {
+                format!(
+                    "{{\"device\":\"{device}\",\"sensor\":\"temp\",\"ts_ns\":{ts},\"value\":\"{}\"}}\n",
+                    value_of(device, ts)
+                )
+            })
+            .collect();
+        self.next_ts.insert(device.to_string(), from + n);
+        let (status, answer) = http(&edge.addr, "POST", "/api/roamkv/v1/readings", &body);
+        let keys = (from..from + n).map(|ts| (device.to_string(), ts));
+        match status {
+            201 => {
+                for key in keys {
+                    let value = value_of(&key.0, key.1);
+                    self.acked.insert(key, value);
+                }
+                true
+            }
+            0 => {
+                self.unknown.extend(keys);
+                false
+            }
+            other => panic!("POST readings: {other} {answer}"),
+        }
+    }
+}
+
+/// A private PostgreSQL, or None where the machine cannot run one (and skipping is allowed).
+fn cluster(test: &str, dir: &Path) -> Option<Cluster> {
+    match Cluster::create(dir, dir, "fsync = off\n") {
+        Ok(c) => Some(c),
+        Err(e) => {
+            prerequisite::unmet(test, &format!("a private PostgreSQL: {e}"));
+            None
+        }
+    }
+}
+
+/// Counts, per row, the insert attempts of committed transactions (the trigger's own writes are
+/// rolled back with an aborted transaction). Made once the sink made its table.
+const COUNT_SENDS: &str = "
+CREATE TABLE sends (device text, sensor text, ts_ns bigint, n int NOT NULL,
+                    PRIMARY KEY (device, sensor, ts_ns));
+CREATE FUNCTION count_send() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO sends VALUES (NEW.device, NEW.sensor, NEW.ts_ns, 1)
+    ON CONFLICT (device, sensor, ts_ns) DO UPDATE SET n = sends.n + 1;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER count_sends BEFORE INSERT ON roamkv_readings
+  FOR EACH ROW EXECUTE FUNCTION count_send();";
+
+/// Checks the table against the ledger: every acknowledged reading once with its value, nothing
+/// that was never sent, every row committed once.
+fn check_cloud(pg: &Cluster, ledger: &Ledger) {
+    let rows = pg
+        .psql(&[
+            "-c",
+            "SELECT device, ts_ns, convert_from(value, 'UTF8') FROM roamkv_readings",
+        ])
+        .expect("psql");
+    let mut cloud: BTreeMap<(String, i64), String> = BTreeMap::new();
+    for line in rows.lines().filter(|l| !l.is_empty()) {
+        let mut fields = line.splitn(3, '|');
+        let (Some(device), Some(ts), Some(value)) = (fields.next(), fields.next(), fields.next())
+        else {
+            panic!("row {line:?}");
+        };
+        let key = (device.to_string(), ts.parse().expect("ts"));
+        assert!(
+            cloud.insert(key, value.to_string()).is_none(),
+            "{line}: twice"
+        );
+    }
+    let lost: Vec<_> = ledger
+        .acked
+        .iter()
+        .filter(|(k, v)| cloud.get(*k) != Some(*v))
+        .take(5)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged but not in the cloud (or another value): {lost:?}"
+    );
+    let phantom: Vec<_> = cloud
+        .keys()
+        .filter(|k| !ledger.acked.contains_key(*k) && !ledger.unknown.contains(*k))
+        .take(5)
+        .collect();
+    assert!(phantom.is_empty(), "in the cloud, never sent: {phantom:?}");
+    let resent = pg
+        .psql(&[
+            "-c",
+            "SELECT count(*) FROM roamkv_readings r LEFT JOIN sends s USING (device, sensor, ts_ns) \
+             WHERE s.n IS DISTINCT FROM 1",
+        ])
+        .expect("psql");
+    assert_eq!(
+        resent.trim(),
+        "0",
+        "rows committed more (or less) than once"
+    );
+    eprintln!(
+        "cloud: {} rows, {} acknowledged, {} unknown",
+        cloud.len(),
+        ledger.acked.len(),
+        ledger.unknown.len()
+    );
+}
+
+/// Starts an edge, waits until its sink made its table, installs the send counter.
+fn first_edge(data: &Path, pg: &Cluster, crash: Option<&str>, extra: &[&str]) -> Edge {
+    let edge = Edge::start(data, pg, crash, extra);
+    edge.wait_caught_up(Duration::from_secs(30));
+    pg.psql(&["-c", COUNT_SENDS]).expect("count sends");
+    edge
+}
+
+#[test]
+fn a_server_killed_at_each_sink_crash_point_commits_every_reading_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(pg) = cluster("sink_crash_points", dir.path()) else {
+        return;
+    };
+    let data = dir.path().join("edge");
+    let mut ledger = Ledger::default();
+    let mut edge = first_edge(&data, &pg, None, &[]);
+    ledger.write(&edge, "car-0", 100);
+    edge.wait_caught_up(Duration::from_secs(30));
+    drop(edge);
+    for (round, point) in ["sink.before_commit", "sink.after_commit", "sink.after_hold"]
+        .iter()
+        .enumerate()
+    {
+        // Armed at its third reach: two batches commit first.
+        let armed = format!("{point}=3");
+        edge = Edge::start(&data, &pg, Some(&armed), &[]);
+        let device = format!("car-{}", round + 1);
+        for _ in 0..200 {
+            if !ledger.write(&edge, &device, 50) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        edge.wait_killed(Duration::from_secs(30));
+        eprintln!("{point}: the server was killed there");
+        edge = Edge::start(&data, &pg, None, &[]);
+        ledger.write(&edge, &device, 50);
+        edge.wait_caught_up(Duration::from_secs(60));
+        check_cloud(&pg, &ledger);
+        drop(edge);
+    }
+}
+
+#[test]
+fn a_database_killed_with_a_batch_in_flight_loses_and_doubles_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(mut pg) = cluster("sink_postmaster_kill", dir.path()) else {
+        return;
+    };
+    let data = dir.path().join("edge");
+    let edge = first_edge(&data, &pg, None, &[]);
+    // Each insert statement holds its transaction open 0.2 s: a kill finds one in flight.
+    pg.psql(&[
+        "-c",
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$; \
+         CREATE TRIGGER slow AFTER INSERT ON roamkv_readings \
+         FOR EACH STATEMENT EXECUTE FUNCTION slow();",
+    ])
+    .expect("slow trigger");
+    let mut ledger = Ledger::default();
+    let in_flight = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'roamkv-sink' \
+                     AND state = 'active' AND query LIKE 'INSERT INTO roamkv_readings%'";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        ledger.write(&edge, "bus-1", 100);
+        if pg.psql(&["-c", in_flight]).expect("psql").trim() == "1" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink never had a batch in flight"
+        );
+    }
+    pg.kill_postmaster().expect("kill the postmaster");
+    eprintln!("killed the postmaster with an insert in flight");
+    for _ in 0..10 {
+        assert!(
+            ledger.write(&edge, "bus-1", 100),
+            "ingest goes on without the database"
+        );
+    }
+    pg.restart().expect("restart");
+    edge.wait_caught_up(Duration::from_secs(60));
+    check_cloud(&pg, &ledger);
+    assert_eq!(edge.metric("roamkv_write_stalls"), 0.0);
+}
+
+#[test]
+fn a_minute_without_the_database_is_drained_and_departures_wait_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(mut pg) = cluster("sink_outage", dir.path()) else {
+        return;
+    };
+    let data = dir.path().join("edge");
+    let edge = first_edge(&data, &pg, None, &["--on-depart", "cloud"]);
+    let mut ledger = Ledger::default();
+    ledger.write(&edge, "van-1", 200);
+    edge.wait_caught_up(Duration::from_secs(30));
+    pg.kill_postmaster().expect("kill the postmaster");
+    let outage = Instant::now();
+    let mut writes = 0;
+    let mut departed = false;
+    while outage.elapsed() < Duration::from_secs(60) {
+        let device = if departed { "van-3" } else { "van-2" };
+        assert!(
+            ledger.write(&edge, device, 50),
+            "ingest goes on without the database"
+        );
+        writes += 1;
+        if !departed && outage.elapsed() > Duration::from_secs(5) {
+            let (status, body) = http(&edge.addr, "DELETE", "/api/roamkv/v1/devices/van-2", "");
+            assert_eq!(status, 202, "the departure waits for the cloud: {body}");
+            departed = true;
+            // Fenced: a write of the departing device is refused, and nothing else is.
+            let (status, _) = http(
+                &edge.addr,
+                "POST",
+                "/api/roamkv/v1/readings",
+                "{\"device\":\"van-2\",\"sensor\":\"temp\",\"ts_ns\":1,\"value\":\"x\"}\n",
+            );
+            assert_eq!(status, 409);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waiting = edge.get_json("/api/roamkv/v1/departures");
+    assert_eq!(waiting["waiting"][0]["device"], "van-2", "{waiting}");
+    let devices = edge.get_json("/api/roamkv/v1/devices");
+    assert!(
+        devices.to_string().contains("van-2"),
+        "the edge keeps it until the cloud has it"
+    );
+    pg.restart().expect("restart");
+    let back = Instant::now();
+    let drained = edge.wait_caught_up(Duration::from_secs(60));
+    eprintln!(
+        "{writes} writes during a 60 s outage, drained {drained:?} after the database returned"
+    );
+    let deadline = back + Duration::from_secs(30);
+    while !edge.get_json("/api/roamkv/v1/departures")["waiting"]
+        .as_array()
+        .is_some_and(|w| w.is_empty())
+    {
+        assert!(Instant::now() < deadline, "the departure never happened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let devices = edge.get_json("/api/roamkv/v1/devices");
+    assert!(
+        !devices.to_string().contains("van-2"),
+        "departed once the cloud had it: {devices}"
+    );
+    check_cloud(&pg, &ledger);
+    assert_eq!(
+        edge.metric("roamkv_write_stalls"),
+        0.0,
+        "no writer waited for the hold"
+    );
+}

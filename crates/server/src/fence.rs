@@ -1,0 +1,90 @@
+//! Fences: devices this server does not take writes for right now, and why. A departure that
+//! waits for the cloud (`departing.rs`) fences its device until the DEPART is written, so that
+//! nothing is written between the position the sink must pass and the DEPART. Every write path
+//! (EdgeX and native HTTP, MQTT) checks the fence while it holds it shared, so fencing a device
+//! waits for the writes already past the check: after `fence` returns, no write of the device
+//! is in flight and none will start (HTTP: 409; MQTT: refused and counted, never silently
+//! dropped).
+
+use std::collections::HashMap;
+
+use parking_lot::{RwLock, RwLockReadGuard};
+
+/// Devices fenced at once at most: a departure waiting for the cloud holds one, and their
+/// number is bounded by what the departing file may hold (`departing::WAITING_MAX`).
+pub const FENCES_MAX: usize = 100_000;
+
+#[derive(Default)]
+pub struct Fences {
+    fenced: RwLock<HashMap<String, String>>,
+}
+
+impl Fences {
+    /// Fences `device` with a reason a refused writer is told; returns once no write of it is
+    /// in flight.
+    pub fn fence(&self, device: &str, reason: &str) -> Result<(), String> {
+        let mut fenced = self.fenced.write();
+        if fenced.len() >= FENCES_MAX && !fenced.contains_key(device) {
+            return Err(format!(
+                "{FENCES_MAX} devices are fenced already (the limit); try again later"
+            ));
+        }
+        fenced.insert(device.to_string(), reason.to_string());
+        Ok(())
+    }
+
+    pub fn unfence(&self, device: &str) {
+        self.fenced.write().remove(device);
+    }
+
+    /// Held shared by a write from its fence check until the engine has its batch.
+    pub fn read(&self) -> FenceView<'_> {
+        FenceView(self.fenced.read())
+    }
+
+    pub fn is_fenced(&self, device: &str) -> bool {
+        self.fenced.read().contains_key(device)
+    }
+
+    pub fn len(&self) -> usize {
+        self.fenced.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The fences as one write sees them.
+pub struct FenceView<'a>(RwLockReadGuard<'a, HashMap<String, String>>);
+
+impl FenceView<'_> {
+    /// The first of `devices` that is fenced, with the reason.
+    pub fn refusal<'d>(
+        &self,
+        mut devices: impl Iterator<Item = &'d str>,
+    ) -> Option<(String, String)> {
+        if self.0.is_empty() {
+            return None;
+        }
+        devices.find_map(|d| self.0.get(d).map(|why| (d.to_string(), why.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_device_is_refused_until_unfenced() {
+        let fences = Fences::default();
+        assert_eq!(fences.read().refusal(["car"].into_iter()), None);
+        fences.fence("car", "departing").expect("fence");
+        assert_eq!(
+            fences.read().refusal(["bus", "car"].into_iter()),
+            Some(("car".into(), "departing".into()))
+        );
+        fences.unfence("car");
+        assert!(!fences.is_fenced("car"));
+    }
+}
