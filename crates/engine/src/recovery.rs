@@ -289,10 +289,22 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     );
     let replayed = replay_log(&segments, &mut st, &counters)?;
     let (cut_at, cut) = cut_torn_tail(&options, &log_dir, &segments, &replayed, &mut st)?;
+    st.log.applied_last_start = replayed
+        .last_record
+        .filter(|(start, len)| {
+            LogPosition::at(start.segment_seq, start.offset + len) == st.log.applied_end
+        })
+        .map(|(start, _)| start);
     check_windows(lower.as_ref(), &st)?;
     let (ready, next_seq) = take_spares(segments, cut_at, next_seq, &mut st)?;
     feed::keep_aged(&mut st.log, held);
-    st.feed = feed.into_slots();
+    let oldest_live = *st
+        .log
+        .segments
+        .keys()
+        .next()
+        .expect("the log has a live segment");
+    st.feed = feed.into_slots(oldest_live);
     st.log.hold_from = st.feed.hold_from();
 
     // Replayed departures freed space in an earlier session, not this one.
@@ -406,6 +418,8 @@ struct Replayed {
     stopped_at: Option<usize>,
     records: u64,
     buffer_bytes_max: u64,
+    /// Start and length of the last record applied.
+    last_record: Option<(LogPosition, u64)>,
 }
 
 /// Replays the segments in order (one segment in memory at a time) into the state, up to the
@@ -417,6 +431,7 @@ fn replay_log(segments: &[Arc<Segment>], st: &mut State, counters: &Counters) ->
         stopped_at: None,
         records: 0,
         buffer_bytes_max: 0,
+        last_record: None,
     };
     for (i, segment) in segments.iter().enumerate() {
         let data = segment.read_all()?;
@@ -427,6 +442,7 @@ fn replay_log(segments: &[Arc<Segment>], st: &mut State, counters: &Counters) ->
                 let position = LogPosition::at(segment.seq, offset);
                 replay(counters, st, &decoded.body, position, decoded.len as u32);
                 replayed.records += 1;
+                replayed.last_record = Some((position, decoded.len as u64));
             }
             Ok(())
         })?;

@@ -170,11 +170,64 @@ fn past_its_cap_a_hold_is_released_and_the_reader_finds_a_gap_never_a_stall() {
     assert!(status.holds_released >= 1, "{status:?}");
     assert!(status.slots[0].released);
     assert!(status.hold_bytes <= status.hold_bytes_max);
-    assert_eq!(engine.stats().no_space_errors, 0);
+    let stats = engine.stats();
+    assert_eq!(stats.no_space_errors, 0);
+    assert_eq!(stats.write_stalls, 0, "no writer waited for the hold");
     match engine.feed().read(&start, 1 << 20) {
         Err(Error::FeedGap { oldest_seq, .. }) => assert!(oldest_seq > start.seq),
         other => panic!("expected a gap, got {other:?}"),
     }
+    // The release outlives a restart: the slot's segments are gone, and it does not hold the
+    // live log again up to the cap.
+    drop(engine);
+    let engine = Engine::open(
+        dir.path(),
+        Options {
+            feed_hold_bytes_max: Some(2 << 20),
+            log_bytes_max: Some(16 << 20),
+            ..options(&clock)
+        },
+    )
+    .expect("reopen");
+    let status = engine.feed().status();
+    assert!(status.slots[0].released, "{status:?}");
+    assert_eq!(status.hold_bytes, 0, "{status:?}");
+}
+
+#[test]
+fn a_hold_for_a_snapshot_outlives_its_cap_until_the_reader_tails_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = Engine::open(
+        dir.path(),
+        Options {
+            feed_hold_bytes_max: Some(2 << 20),
+            log_bytes_max: Some(64 << 20),
+            ..options(&clock)
+        },
+    )
+    .expect("open");
+    let start = engine.feed().end();
+    engine
+        .feed()
+        .hold_for_snapshot("sink", &start)
+        .expect("hold for a scan");
+    // Far past the cap, well inside the budget: a scan of the devices takes its time.
+    for round in 0..3 {
+        write(&engine, "car-1", round * 2000, 100, 20);
+        settle(&engine, &clock);
+    }
+    let status = engine.feed().status();
+    assert_eq!(status.holds_released, 0, "{status:?}");
+    assert!(status.hold_bytes > status.hold_bytes_max, "{status:?}");
+    engine.feed().read(&start, 1 << 20).expect("no gap");
+    // The reader tails again from where it held: the cap applies once more.
+    engine.feed().hold("sink", &start).expect("hold");
+    write(&engine, "car-1", 9000, 10, 20);
+    settle(&engine, &clock);
+    let status = engine.feed().status();
+    assert!(status.holds_released >= 1, "{status:?}");
+    assert_eq!(engine.stats().write_stalls, 0);
 }
 
 #[test]
@@ -241,9 +294,16 @@ fn positions_of_a_replaced_or_restored_directory_are_refused() {
     engine.close().expect("close");
     copy_dir(&data, &copy);
     let engine = open(&data, &clock);
+    // After a restart too (recovery finds the last record).
+    let reopened = engine.feed().end();
+    assert!(reopened.prev_len > 0, "{reopened:?}");
     let (_, read_to) = read_puts(&engine, engine.feed().start(), 1 << 20);
     write(&engine, "car-1", 100, 5, 5);
     let (_, later) = read_puts(&engine, read_to, 1 << 20);
+    // A position from `end` names the record before it, as one from `read` does.
+    let end = engine.feed().end();
+    assert!(end.prev_len > 0 && end.prev_crc != 0, "{end:?}");
+    assert_eq!((end.seq, end.offset), (later.seq, later.offset));
     engine.close().expect("close");
 
     // Restored from the copy and written on: the reader's positions are past its end, or name a
@@ -256,11 +316,13 @@ fn positions_of_a_replaced_or_restored_directory_are_refused() {
         Err(Error::FeedDiverged { .. })
     ));
     write(&engine, "car-2", 0, 20, 5);
-    let refused = engine.feed().read(&later, 1024);
-    assert!(
-        matches!(refused, Err(Error::FeedDiverged { .. })),
-        "{refused:?}"
-    );
+    for position in [later, end] {
+        let refused = engine.feed().read(&position, 1024);
+        assert!(
+            matches!(refused, Err(Error::FeedDiverged { .. })),
+            "{refused:?}"
+        );
+    }
     engine.close().expect("close");
 
     // Replaced by a new directory: another log.

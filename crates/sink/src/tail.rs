@@ -181,6 +181,11 @@ impl Tail {
         self.generation = generation;
         self.stored = text.clone();
         let checked = match text.parse::<LogPos>() {
+            // A snapshot still pending keeps its hold past the cap (`hold_end`).
+            Ok(pos) if pending => {
+                self.blocking(move |e| e.feed().hold_for_snapshot(SLOT_NAME, &pos).map(|()| pos))
+                    .await?
+            }
             Ok(pos) => {
                 self.blocking(move |e| e.feed().hold(SLOT_NAME, &pos).map(|()| pos))
                     .await?
@@ -239,10 +244,14 @@ impl Tail {
         Ok(())
     }
 
+    /// Holds the log from its end for a snapshot: past the cap until the sink tails again (the
+    /// next `hold`), so that writes during a long scan cannot release the hold and send the
+    /// sink into another gap and another scan without end (the engine's
+    /// `Feed::hold_for_snapshot`).
     async fn hold_end(&self) -> Result<LogPos, DbError> {
         self.blocking(|e| {
             let end = e.feed().end();
-            e.feed().hold(SLOT_NAME, &end).map(|()| end)
+            e.feed().hold_for_snapshot(SLOT_NAME, &end).map(|()| end)
         })
         .await?
         .map_err(|e| DbError::Fatal(format!("holding the log: {e}")))
@@ -285,7 +294,13 @@ impl Tail {
         let (generation, at) = (self.generation, self.stored.clone());
         self.db()
             .write(generation, &Rows::default(), Some((&at, &at, false)))
-            .await
+            .await?;
+        // Tailing from here on: the hold is bounded by its cap again.
+        let position = self.position;
+        let _ = self
+            .blocking(move |e| e.feed().hold(SLOT_NAME, &position))
+            .await?;
+        Ok(())
     }
 
     /// Publishes the committed cursor (for `--on-depart cloud`).

@@ -65,6 +65,11 @@ pub(crate) fn make_room(
     if st.log.has_room(len) {
         return Ok(true);
     }
+    // A hold past its cap (or any hold, near the budget) goes now, before a writer could wait
+    // for the segments it keeps; maintenance retires them.
+    if crate::feed::hold::enforce_cap(inner, st) {
+        inner.wake_maintenance();
+    }
     let live_bytes = inner.spares.live_bytes.load(Ordering::Relaxed);
     if live_bytes + inner.options.segment_bytes > inner.spares.budget_bytes {
         return stall_for_room(inner, st, stall, None);

@@ -106,6 +106,10 @@ pub(crate) struct LogState {
     pub written: VecDeque<Group>,
     /// End of the last record written and applied. Index entries added later lie beyond it.
     pub applied_end: LogPosition,
+    /// Where the record that ends at `applied_end` starts, when it is a device's record (a
+    /// change feed's position names it: `Feed::end`). None at a SEGMENT_END (its place is the
+    /// segment's sealed end) or when unknown.
+    pub applied_last_start: Option<LogPosition>,
     /// Everything in the log before this position is durable: a record written at or before
     /// it may carry `FLAG_SYNCED_BEFORE`.
     pub durable_end: LogPosition,
@@ -144,6 +148,7 @@ impl LogState {
                 .map(|s| (s.seq, LiveSegment::new(Arc::clone(s))))
                 .collect(),
             applied_end: start,
+            applied_last_start: None,
             durable_end: start,
             active,
             tail,
@@ -346,6 +351,12 @@ impl LogState {
                     segment_seq: last.segment.seq,
                     offset: last.offset + last.bytes as u64,
                 };
+                self.applied_last_start = group.records.last().and_then(|r| {
+                    let start = group.position(r);
+                    (LogPosition::at(start.segment_seq, start.offset + r.len as u64)
+                        == self.applied_end)
+                        .then_some(start)
+                });
             }
             self.committed_ticket = group.last_ticket;
         }

@@ -26,20 +26,34 @@ pub(crate) fn held_bytes(st: &State) -> u64 {
 }
 
 /// Releases the oldest holds while the segments kept only for them are over the cap, or (any of
-/// them) while the log is under pressure: a hold never makes a writer wait. Called by
-/// maintenance under the state lock right before it retires segments.
-pub(crate) fn enforce_cap(inner: &Inner, st: &mut State) {
+/// them) while the log is under pressure: a hold never makes a writer wait. Called under the
+/// state lock (memory only) by maintenance right before it retires segments, and by a writer
+/// that takes a new segment or finds the budget full, so that a hold is released the moment it
+/// passes its cap, not at the next round of maintenance. Returns whether it released one.
+pub(crate) fn enforce_cap(inner: &Inner, st: &mut State) -> bool {
     let cap = hold_bytes_max(inner);
     let pressure =
         inner.spares.log_bytes() > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT;
+    let mut released = false;
     loop {
         let held = held_bytes(st);
         let Some(oldest) = st.log.hold_from else {
-            return;
+            return released;
         };
         if held == 0 || (held <= cap && !pressure) {
-            return;
+            return released;
         }
+        let oldest_slots = || {
+            st.feed
+                .slots
+                .values()
+                .filter(move |s| !s.released && s.pos.seq == oldest)
+        };
+        // A reader scanning the devices keeps its hold past the cap; only the budget takes it.
+        if !pressure && oldest_slots().any(|s| s.for_snapshot) {
+            return released;
+        }
+        released = true;
         for slot in st.feed.slots.values_mut() {
             if !slot.released && slot.pos.seq == oldest {
                 slot.released = true;

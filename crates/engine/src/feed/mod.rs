@@ -31,6 +31,7 @@ pub use slots::SLOT_NAME_BYTES_MAX;
 use crate::commit_log::log_state::{LiveSegment, LogState};
 use crate::error::{Error, Result};
 use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::record;
 use crate::segment::Segment;
 use crate::state::{Inner, State};
 
@@ -86,29 +87,61 @@ impl Feed<'_> {
     }
 
     /// The end of what is applied (under `Durability::Sync`, durable): a reader starting here
-    /// sees every batch acknowledged after this call.
+    /// sees every batch acknowledged after this call. The position names the record before it
+    /// (its checksum and length, or the SEGMENT_END before a segment's start), as every
+    /// position a reader gets from `read` does, so that a cursor stored from it is checked
+    /// against this log's history too (a copied or restored directory is told apart).
     pub fn end(&self) -> LogPos {
-        let st = self.inner.state.lock();
-        let applied = st.log.applied_end;
-        let at_sealed_end = st
-            .log
-            .segments
-            .get(&applied.segment_seq)
-            .is_none_or(|live| live.sealed_at_ms.is_some() && applied.offset >= live.sealed_end);
-        let next = st.log.segments.range(applied.segment_seq + 1..).next();
-        let (seq, offset) = match next {
-            // Never a sealed segment's end: it may retire; the next segment's start is the same
-            // place in the log.
-            Some((next, _)) if at_sealed_end => (*next, SEGMENT_HEADER_BYTES),
-            _ => (applied.segment_seq, applied.offset),
+        let (mut pos, before) = {
+            let st = self.inner.state.lock();
+            let applied = st.log.applied_end;
+            let live = st.log.segments.get(&applied.segment_seq);
+            let at_sealed_end = live.is_none_or(|live| {
+                live.sealed_at_ms.is_some() && applied.offset >= live.sealed_end
+            });
+            let next = st.log.segments.range(applied.segment_seq + 1..).next();
+            let pos = LogPos {
+                log_id: st.feed.log_id,
+                seq: applied.segment_seq,
+                offset: applied.offset,
+                prev_crc: 0,
+                prev_len: 0,
+            };
+            match (next, live) {
+                // Never a sealed segment's end: it may retire; the next segment's start is the
+                // same place in the log, after the SEGMENT_END that ends the sealed one (named
+                // while that one is live).
+                (Some((next, _)), live) if at_sealed_end => (
+                    LogPos {
+                        seq: *next,
+                        offset: SEGMENT_HEADER_BYTES,
+                        ..pos
+                    },
+                    live.and_then(|live| {
+                        live.sealed_end
+                            .checked_sub(record::SEGMENT_END_BYTES as u64)
+                            .filter(|start| *start >= SEGMENT_HEADER_BYTES)
+                            .map(|start| (Arc::clone(&live.segment), start, true))
+                    }),
+                ),
+                (_, Some(live)) => (
+                    pos,
+                    st.log
+                        .applied_last_start
+                        .filter(|s| s.segment_seq == applied.segment_seq)
+                        .map(|s| (Arc::clone(&live.segment), s.offset, false)),
+                ),
+                _ => (pos, None),
+            }
         };
-        LogPos {
-            log_id: st.feed.log_id,
-            seq,
-            offset,
-            prev_crc: 0,
-            prev_len: 0,
+        // The record before it, read without the lock; unnamed if it cannot be read.
+        if let Some((segment, start, segment_end)) = before
+            && let Some((crc, len)) = record_at(&segment, start, pos.offset, segment_end)
+        {
+            pos.prev_crc = crc;
+            pos.prev_len = if segment_end { 0 } else { len };
         }
+        pos
     }
 
     /// Whole batches from `from`, about `max_bytes` of log (at least one batch if there is
@@ -135,6 +168,20 @@ impl Feed<'_> {
     /// and holds the log from there. The slot's file is rewritten at most once a second while
     /// it moves (and at close): after a crash the hold may be a little older, never newer.
     pub fn hold(&self, name: &str, at: &LogPos) -> Result<()> {
+        self.hold_as(name, at, false)
+    }
+
+    /// `hold`, for a reader that is about to export the devices present by scanning (after a
+    /// gap or at a new history) and will then tail from `at`: the hold is kept past its cap
+    /// until the slot moves again (the next `hold`), so that writes during a long scan cannot
+    /// release it and send the reader into another gap, and another scan, without end. Its
+    /// bound is the scan, not the cap: near the log's budget it is released all the same
+    /// (a hold never makes a writer wait).
+    pub fn hold_for_snapshot(&self, name: &str, at: &LogPos) -> Result<()> {
+        self.hold_as(name, at, true)
+    }
+
+    fn hold_as(&self, name: &str, at: &LogPos, for_snapshot: bool) -> Result<()> {
         slots::check_name(name)?;
         reader::check(self.inner, at)?;
         let to_persist = {
@@ -153,6 +200,7 @@ impl Feed<'_> {
                 .or_insert_with(|| slots::new_slot(*at));
             slot.pos = *at;
             slot.released = false;
+            slot.for_snapshot = for_snapshot;
             let due = slots::due_for_persist(slot, false);
             st.log.hold_from = st.feed.hold_from();
             due.then_some(*at)
@@ -204,6 +252,24 @@ impl Feed<'_> {
             hold_bytes_max: hold::hold_bytes_max(self.inner),
             holds_released: st.feed.releases,
         }
+    }
+}
+
+/// The stored checksum and length of the record at `start` of `segment`, if one decodes there
+/// and ends at `end` (or, for a SEGMENT_END, wherever it ends).
+fn record_at(segment: &Segment, start: u64, end: u64, segment_end: bool) -> Option<(u32, u32)> {
+    let len = if segment_end {
+        record::SEGMENT_END_BYTES as u64
+    } else {
+        end.checked_sub(start)?
+    };
+    let bytes = segment.read_at(start, usize::try_from(len).ok()?).ok()?;
+    match record::decode(&bytes, segment.seq_low()) {
+        record::Decode::Record(d) if d.len as u64 == len => Some((
+            u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?),
+            d.len as u32,
+        )),
+        _ => None,
     }
 }
 

@@ -41,6 +41,9 @@ pub(crate) struct Slot {
     /// The cap or the log's budget took its hold away; its reader will find a gap if the
     /// segments went before it reads them.
     pub released: bool,
+    /// Held for a reader's scan of the devices (`Feed::hold_for_snapshot`): the cap does not
+    /// release it (the log's budget does). In memory only.
+    pub for_snapshot: bool,
     /// What its file says, and when it was written.
     persisted: Option<(LogPos, Instant)>,
 }
@@ -77,14 +80,18 @@ impl Loaded {
         self.slots.values().map(|p| p.seq).min()
     }
 
-    pub fn into_slots(self) -> Slots {
+    /// The slots as the engine keeps them. A slot whose position lies before `oldest_live_seq`
+    /// lost its segments before the restart (its hold was released): it stays released, rather
+    /// than hold every live segment again up to the cap until the cap releases it once more.
+    pub fn into_slots(self, oldest_live_seq: u64) -> Slots {
         let slots = self
             .slots
             .into_iter()
             .map(|(name, pos)| {
                 let slot = Slot {
                     pos,
-                    released: false,
+                    released: pos.seq < oldest_live_seq,
+                    for_snapshot: false,
                     persisted: Some((pos, Instant::now())),
                 };
                 (name, slot)
@@ -292,6 +299,7 @@ pub(crate) fn new_slot(pos: LogPos) -> Slot {
     Slot {
         pos,
         released: false,
+        for_snapshot: false,
         persisted: None,
     }
 }
