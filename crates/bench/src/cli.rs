@@ -1,5 +1,5 @@
 //! `roamkv bench ...`: the subcommands and their dispatch; each command lives in its module
-//! (`mobility`, `steady`, `serve`, `faults`).
+//! (`mobility`, `steady`, `serve`, `sink`, `faults`).
 
 use std::process::ExitCode;
 
@@ -29,6 +29,9 @@ pub enum BenchCommand {
     /// HTTP ingest of `roamkv serve` (EdgeX events of 1..100 readings) against InfluxDB 1.6 at
     /// equal durability and the in-process engine; peak rate, p50/p99, p99 at half the peak.
     Serve(crate::serve::ServeBenchArgs),
+    /// The cloud sink of `roamkv serve` into a private PostgreSQL: its capacity, its lag at
+    /// half of it, a database outage drained, resume times.
+    Sink(crate::sink::SinkBenchArgs),
     /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
     #[command(hide = true)]
     PowercutGuest(crate::faults::powercut::GuestArgs),
@@ -51,6 +54,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Crash(c) => return crate::faults::crash::run(c),
         BenchCommand::Powercut(p) => return crate::faults::powercut::run(p),
         BenchCommand::Serve(s) => return crate::serve::run(s),
+        BenchCommand::Sink(s) => return crate::sink::run(s),
         BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
     };
     match outcome {

@@ -297,15 +297,7 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         .map(|(start, _)| start);
     check_windows(lower.as_ref(), &st)?;
     let (ready, next_seq) = take_spares(segments, cut_at, next_seq, &mut st)?;
-    feed::keep_aged(&mut st.log, held);
-    let oldest_live = *st
-        .log
-        .segments
-        .keys()
-        .next()
-        .expect("the log has a live segment");
-    st.feed = feed.into_slots(oldest_live);
-    st.log.hold_from = st.feed.hold_from();
+    place_feed(&mut st, feed, held);
 
     // Replayed departures freed space in an earlier session, not this one.
     counters
@@ -599,6 +591,19 @@ fn make_kept_durable(
     st.log.tail = end.data_end;
     st.log.mark_synced(&synced);
     Ok(())
+}
+
+/// The change feed's slots into the state, with the aged segments they hold kept live.
+fn place_feed(st: &mut State, feed: feed::slots::Loaded, held: Vec<Arc<Segment>>) {
+    feed::keep_aged(&mut st.log, held);
+    let oldest_live = *st
+        .log
+        .segments
+        .keys()
+        .next()
+        .expect("the log has a live segment");
+    st.feed = feed.into_slots(oldest_live);
+    st.log.hold_from = st.feed.hold_from();
 }
 
 /// Every window a present device reads must exist: a missing one is damage to the lower tier.

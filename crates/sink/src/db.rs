@@ -8,7 +8,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::SinkConfig;
@@ -159,6 +159,11 @@ impl Rows {
 pub struct Db {
     client: Client,
     edge_id: String,
+    /// The per-batch statements, prepared once per connection (a statement sent as text is
+    /// parsed and planned again on every execution: one more round trip per statement).
+    insert_readings: Statement,
+    insert_departures: Statement,
+    advance_cursor: Statement,
 }
 
 impl Db {
@@ -206,9 +211,24 @@ impl Db {
                 .await
                 .map_err(|e| classify("creating the sink's tables", &e))?;
         }
+        let prepare = |sql: &'static str| {
+            let client = &client;
+            async move {
+                client
+                    .prepare(sql)
+                    .await
+                    .map_err(|e| classify("preparing the sink's statements", &e))
+            }
+        };
+        let insert_readings = prepare(schema::INSERT_READINGS).await?;
+        let insert_departures = prepare(schema::INSERT_DEPARTURES).await?;
+        let advance_cursor = prepare(schema::ADVANCE_CURSOR).await?;
         Ok(Db {
             client,
             edge_id: sink.edge_id.clone(),
+            insert_readings,
+            insert_departures,
+            advance_cursor,
         })
     }
 
@@ -261,7 +281,7 @@ impl Db {
             .map_err(|e| classify("beginning a transaction", &e))?;
         if !rows.devices.is_empty() {
             tx.execute(
-                schema::INSERT_READINGS,
+                &self.insert_readings,
                 &[
                     &rows.devices,
                     &rows.sensors,
@@ -280,7 +300,7 @@ impl Db {
                 .map(|(d, p)| (d.as_str(), p.as_str()))
                 .unzip();
             tx.execute(
-                schema::INSERT_DEPARTURES,
+                &self.insert_departures,
                 &[&self.edge_id, &devices, &positions],
             )
             .await
@@ -289,7 +309,7 @@ impl Db {
         if let Some((from, to, pending)) = cursor {
             let changed = tx
                 .execute(
-                    schema::ADVANCE_CURSOR,
+                    &self.advance_cursor,
                     &[&self.edge_id, &generation, &to, &pending, &from],
                 )
                 .await

@@ -12,18 +12,19 @@
 //!   a new *generation*; a position the log no longer holds (the hold was released) is a *gap*:
 //!   the devices present are exported by scanning, then the log is tailed from where the scan
 //!   began;
-//! - errors a retry may cure are retried with backoff (100 ms doubling to 1 s), so the sink
-//!   resumes within a second of the database accepting connections (measured in
+//! - errors a retry may cure are retried with backoff (100 ms doubling to 500 ms), so the sink
+//!   resumes within about half a second of the database accepting connections (measured in
 //!   docs/BENCHMARKS.md); a database unreachable at start is such an error;
 //! - a reading written twice: the last write wins, in the table as in the engine
 //!   (`schema::INSERT_READINGS`).
 //!
 //! Layers: `config` (what it is given and shows), `schema` (the SQL), `db` (connection,
-//! transactions, errors), `tail` (the loop). The engine knows nothing of this crate.
+//! transactions, errors), `tail` (the loop), `lag` (how far behind it is, sampled apart). The engine knows nothing of this crate.
 #![deny(clippy::unwrap_used)]
 
 mod config;
 pub mod db;
+mod lag;
 pub mod schema;
 mod tail;
 
@@ -52,7 +53,7 @@ impl Sink {
     /// credentials, a missing database or missing rights are an error here, naming the URL
     /// (without its password): they would fail every retry. A database that cannot be reached
     /// now is normal at the edge: the sink starts disconnected and keeps trying (backoff to
-    /// 1 s) while ingest goes on.
+    /// 500 ms) while ingest goes on.
     pub async fn start(
         engine: Arc<Engine>,
         config: SinkConfig,
@@ -88,6 +89,12 @@ impl Sink {
         }));
         let (cursor_tx, cursor) = watch::channel(None);
         let (ended_tx, ended) = watch::channel(false);
+        tokio::spawn(lag::run(
+            Arc::clone(&engine),
+            Arc::clone(&status),
+            cursor.clone(),
+            stop.clone(),
+        ));
         let tail = tail::Tail::new(engine, config, Arc::clone(&status), cursor_tx, stop, db);
         let task = tokio::spawn(async move {
             tail::run(tail).await;

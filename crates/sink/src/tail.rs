@@ -7,9 +7,8 @@
 //! (`sink.after_commit` comes between the two), then `sink.after_hold`. A crash anywhere re-sends
 //! at most the batch whose commit it did not see, which the key makes harmless.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use roamkv_engine::{Engine, Error as EngineError, FeedBatch, FeedRecord, LogPos, ScanCursor};
@@ -20,13 +19,13 @@ use crate::db::{Db, DbError, Rows};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between reconnection attempts: the sink resumes within about this long of
-/// the database accepting connections again.
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// the database accepting connections again (plus a connection and one batch). A connection
+/// attempt to a database that is away costs a refused connect or a timeout: twice a second is
+/// cheap.
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// After an error a retry cannot cure (schema, permissions), try again this much later: an
 /// operator may have fixed it.
 const FATAL_RETRY: Duration = Duration::from_secs(30);
-/// Lag samples kept (one per loop turn at most): ten minutes at the poll interval's pace.
-const LAG_SAMPLES_MAX: usize = 12_000;
 
 pub(crate) struct Tail {
     engine: Arc<Engine>,
@@ -39,8 +38,6 @@ pub(crate) struct Tail {
     /// Where the next read starts, and the position text the cursor row holds.
     position: LogPos,
     stored: String,
-    /// (log end, when it was seen), oldest first: when the record at the cursor was written.
-    lag_samples: VecDeque<(LogPos, Instant)>,
     /// Log bytes per record, as recently read: sizes the next read.
     bytes_per_record: usize,
 }
@@ -65,7 +62,6 @@ impl Tail {
             generation: 0,
             stored: String::new(),
             position,
-            lag_samples: VecDeque::new(),
             bytes_per_record: 256,
         }
     }
@@ -320,14 +316,10 @@ impl Tail {
             let want = (self.config.batch_rows * self.bytes_per_record)
                 .clamp(64 << 10, self.config.batch_bytes.max(64 << 10));
             let from = self.position;
-            let (read, end) = self
-                .blocking(move |e| (e.feed().read(&from, want), e.feed().end()))
-                .await?;
-            self.sample_lag(end);
+            let read = self.blocking(move |e| e.feed().read(&from, want)).await?;
             match read {
                 Ok(batch) if batch.records.is_empty() => {
                     self.position = batch.next;
-                    self.refresh_lag().await?;
                     if self.pause(self.config.poll_interval).await {
                         return Ok(());
                     }
@@ -380,38 +372,6 @@ impl Tail {
             status.batches_total += 1;
         }
         self.publish();
-        self.refresh_lag().await
-    }
-
-    fn sample_lag(&mut self, end: LogPos) {
-        if self.lag_samples.back().is_none_or(|(last, _)| *last != end) {
-            self.lag_samples.push_back((end, Instant::now()));
-        }
-        while self.lag_samples.len() > LAG_SAMPLES_MAX {
-            self.lag_samples.pop_front();
-        }
-    }
-
-    /// Lag in bytes (the engine counts) and seconds (since the log's end first passed the
-    /// cursor, from the samples).
-    async fn refresh_lag(&mut self) -> Result<(), DbError> {
-        let at = self.position;
-        let lag_bytes = self.blocking(move |e| e.feed().lag_bytes(&at)).await?;
-        let ahead = |end: &LogPos| (end.seq, end.offset) > (at.seq, at.offset);
-        while self.lag_samples.len() > 1 && !ahead(&self.lag_samples[1].0) {
-            self.lag_samples.pop_front();
-        }
-        let lag_seconds = if lag_bytes == 0 {
-            0.0
-        } else {
-            self.lag_samples
-                .iter()
-                .find(|(end, _)| ahead(end))
-                .map_or(0.0, |(_, seen)| seen.elapsed().as_secs_f64())
-        };
-        let mut status = self.status.lock();
-        status.lag_bytes = lag_bytes;
-        status.lag_seconds = lag_seconds;
         Ok(())
     }
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roamkv_engine::{Durability, Engine, Options, Record};
+use roamkv_testbed::postgres::Cluster;
 
 use crate::serve::load::{
     EventSpec, HttpClient, HttpSender, PROFILE, SOURCE, Sender, device_name, edgex_json,
@@ -36,6 +37,9 @@ pub enum Target {
     Roamkv,
     /// `roamkv serve`, the same readings as native binary batches.
     RoamkvBinary,
+    /// `roamkv serve` with its cloud sink on (`--sink`, into a private PostgreSQL on this
+    /// machine), EdgeX JSON as `roamkv`: what the sink costs ingest.
+    RoamkvSink,
     /// InfluxDB 1.6, line protocol over HTTP, WAL fsync'd per write.
     Influxdb,
     /// The in-process engine writing the same batches (the ceiling).
@@ -47,11 +51,14 @@ impl Target {
         match self {
             Target::Roamkv => "roamkv",
             Target::RoamkvBinary => "roamkv-binary",
+            Target::RoamkvSink => "roamkv-sink",
             Target::Influxdb => "influxdb",
             Target::Engine => "engine",
         }
     }
 
+    /// The systems a run takes when none are named (the sink's cost is its own comparison:
+    /// `--engines roamkv,roamkv-sink`).
     pub fn all() -> [Target; 4] {
         [
             Target::Roamkv,
@@ -80,6 +87,8 @@ pub struct ServerProcess {
     target: Target,
     child: Child,
     addr: SocketAddr,
+    /// The cloud database of `RoamkvSink` (dropped after the server: stopped and removed).
+    cloud: Option<Cluster>,
     dir: tempfile::TempDir,
 }
 
@@ -90,7 +99,12 @@ pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up, Stri
         .tempdir_in(work_dir)
         .map_err(|e| format!("making a directory under {}: {e}", work_dir.display()))?;
     match target {
-        Target::Roamkv | Target::RoamkvBinary => start_roamkv(target, dir, clients),
+        Target::Roamkv | Target::RoamkvBinary => start_roamkv(target, dir, clients, None),
+        Target::RoamkvSink => {
+            let cloud = Cluster::create(dir.path(), dir.path(), "")
+                .map_err(|e| format!("starting the sink's PostgreSQL: {e}"))?;
+            start_roamkv(target, dir, clients, Some(cloud))
+        }
         Target::Influxdb => start_influxdb(dir),
         Target::Engine => {
             let engine = Engine::open(dir.path().join("data"), engine_options())
@@ -111,15 +125,25 @@ fn engine_options() -> Options {
     }
 }
 
-fn start_roamkv(target: Target, dir: tempfile::TempDir, clients: usize) -> Result<Up, String> {
+fn start_roamkv(
+    target: Target,
+    dir: tempfile::TempDir,
+    clients: usize,
+    cloud: Option<Cluster>,
+) -> Result<Up, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding the roamkv binary: {e}"))?;
     let data = dir.path().join("data");
-    let mut child = Command::new(&exe)
+    let mut command = Command::new(&exe);
+    command
         .arg("serve")
         .arg("--data")
         .arg(&data)
         .args(["--listen", "127.0.0.1:0", "--durability", "sync"])
-        .args(["--concurrent-requests-max", &(clients * 2 + 8).to_string()])
+        .args(["--concurrent-requests-max", &(clients * 2 + 8).to_string()]);
+    if let Some(cloud) = &cloud {
+        command.arg("--sink").arg(cloud.socket_url());
+    }
+    let mut child = command
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -163,6 +187,7 @@ fn start_roamkv(target: Target, dir: tempfile::TempDir, clients: usize) -> Resul
         target,
         child,
         addr,
+        cloud,
         dir,
     }))
 }
@@ -246,6 +271,7 @@ fn start_influxdb(dir: tempfile::TempDir) -> Result<Up, String> {
         target: Target::Influxdb,
         child,
         addr,
+        cloud: None,
         dir,
     };
     let mut client = HttpClient::new(addr);
@@ -331,6 +357,49 @@ impl ServerProcess {
         series[0]["values"][0][1]
             .as_u64()
             .ok_or_else(|| format!("influxd's count answer has no count: {json}"))
+    }
+}
+
+/// The sink's state as `GET /api/roamkv/v1/sink` answers it.
+pub fn sink_view(addr: SocketAddr) -> Result<serde_json::Value, String> {
+    let answer = HttpClient::new(addr).request("GET", "/api/roamkv/v1/sink", "text/plain", b"")?;
+    serde_json::from_slice(&answer.body).map_err(|e| format!("the sink's status is not JSON: {e}"))
+}
+
+impl ServerProcess {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The cloud database of a `RoamkvSink` server.
+    pub fn cloud(&mut self) -> Option<&mut Cluster> {
+        self.cloud.as_mut()
+    }
+
+    /// For a server with a sink: waits (at most 120 s) until the sink has committed everything
+    /// the log holds, then counts the cloud's readings. None without a sink.
+    pub fn cloud_rows_when_caught_up(&self) -> Result<Option<u64>, String> {
+        let Some(cloud) = &self.cloud else {
+            return Ok(None);
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let view = sink_view(self.addr)?;
+            if view["sink"]["state"] == "tailing" && view["lag_bytes"] == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the sink did not catch up within 120 s: {view}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let rows = cloud
+            .psql(&["-c", "SELECT count(*) FROM roamkv_readings"])
+            .map_err(|e| format!("counting the cloud's readings: {e}"))?;
+        rows.trim()
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("the cloud's count {rows:?}: {e}"))
     }
 }
 
@@ -455,6 +524,7 @@ impl Up {
                 count
             }
             Up::Server(mut server) => {
+                let cloud_rows = server.cloud_rows_when_caught_up()?;
                 server.stop()?;
                 let data: PathBuf = server.dir.path().join("data");
                 let engine = Engine::open(&data, engine_options())
@@ -463,7 +533,12 @@ impl Up {
                 engine
                     .close()
                     .map_err(|e| format!("closing the engine: {e}"))?;
-                count
+                match (cloud_rows, &count) {
+                    (Some(rows), Ok(count)) if rows != *count => Err(format!(
+                        "the cloud database holds {rows} readings, the edge {count}"
+                    )),
+                    _ => count,
+                }
             }
         }
     }

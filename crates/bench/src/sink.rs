@@ -1,0 +1,481 @@
+//! `roamkv bench sink`: the cloud sink of `roamkv serve`, into a private PostgreSQL on this
+//! machine (Debian's 15, default durability: fsync on, synchronous_commit on), under HTTP ingest
+//! of EdgeX events (`bench serve`'s clients and bodies). Three phases on one server:
+//!
+//! 1. **Capacity**: ingest with the database away builds a backlog; the database comes back; the
+//!    sink's commits per second while it drains the backlog (nothing else running) are its
+//!    capacity, and the time from the database's return to the first commit is its resume time.
+//! 2. **Lag at half the capacity**: open-loop ingest at half the capacity; the sink's lag in
+//!    seconds (`GET /api/roamkv/v1/sink`) sampled every 100 ms: p50, p99, max.
+//! 3. **Outage**: the same ingest, the database killed (SIGKILL of the postmaster) for a while and
+//!    restarted; resume time, and the time until the sink is back within a second of the log's
+//!    head.
+//!
+//! At the end every reading the clients had acknowledged must be in the cloud table (and in the
+//! edge): the run fails otherwise. What the sink costs ingest is `bench serve --engines
+//! roamkv,roamkv-sink` (same clients, the sink on or off).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
+
+use crate::serve::load::{Pace, drive};
+use crate::serve::targets::{self, Target, Up, sink_view};
+
+#[derive(Args, Debug)]
+pub struct SinkBenchArgs {
+    /// Output directory for results.json and report.html.
+    #[arg(long, default_value = "out/bench-sink")]
+    pub out: PathBuf,
+    /// Seconds of ingest with the database away: the backlog the sink then drains [default:
+    /// 30; quick: 5].
+    #[arg(long)]
+    pub backlog_seconds: Option<f64>,
+    /// Seconds of ingest at half the sink's capacity, its lag sampled [default: 60; quick: 10].
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Seconds the database is away during ingest [default: 60; quick: 10].
+    #[arg(long)]
+    pub outage_seconds: Option<f64>,
+    /// Readings per EdgeX event.
+    #[arg(long, default_value_t = 10)]
+    pub readings_per_event: usize,
+    /// HTTP clients (one device each).
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Seconds, not minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the server's data directory and the database are made (removed after).
+    #[arg(long, default_value = "/var/tmp")]
+    pub work_dir: PathBuf,
+}
+
+/// The figures of one run, as results.json has them.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct SinkResults {
+    pub backlog_readings: u64,
+    /// Readings committed per second while draining the backlog with no ingest.
+    pub capacity_readings_per_sec: f64,
+    /// From the database accepting connections again to the sink's first commit.
+    pub resume_after_backlog_ms: f64,
+    pub half_rate_readings_per_sec: f64,
+    pub ingested_at_half_rate: f64,
+    pub lag_p50_s: f64,
+    pub lag_p99_s: f64,
+    pub lag_max_s: f64,
+    pub outage_s: f64,
+    pub resume_after_outage_ms: f64,
+    /// From the database's return until the sink is within a second of the log's head again.
+    pub drained_after_outage_s: f64,
+    pub acked_readings: u64,
+    pub cloud_readings: u64,
+    /// (seconds since the phase began, lag seconds) of the half-rate and outage phases.
+    pub lag_series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// The phases' lengths, defaults applied.
+struct Plan {
+    backlog: Duration,
+    steady: Duration,
+    outage: Duration,
+}
+
+impl Plan {
+    fn from_args(args: &SinkBenchArgs) -> Plan {
+        let pick = |given: Option<f64>, full: f64, quick: f64| {
+            Duration::from_secs_f64(given.unwrap_or(if args.quick { quick } else { full }))
+        };
+        Plan {
+            backlog: pick(args.backlog_seconds, 30.0, 5.0),
+            steady: pick(args.seconds, 60.0, 10.0),
+            outage: pick(args.outage_seconds, 60.0, 10.0),
+        }
+    }
+}
+
+pub fn run(args: &SinkBenchArgs) -> ExitCode {
+    match bench(args) {
+        Ok(results) if results.cloud_readings == results.acked_readings => ExitCode::SUCCESS,
+        Ok(results) => {
+            eprintln!(
+                "roamkv bench sink: the cloud holds {} readings, the clients were acknowledged {}",
+                results.cloud_readings, results.acked_readings
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("roamkv bench sink: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(args: &SinkBenchArgs) -> Result<SinkResults, String> {
+    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
+    let plan = Plan::from_args(args);
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let header = MachineHeader::collect();
+    println!(
+        "roamkv bench sink: {} clients, {} readings/event, backlog {} s, half-rate {} s, outage {} s; PostgreSQL under {}",
+        args.clients,
+        args.readings_per_event,
+        plan.backlog.as_secs_f64(),
+        plan.steady.as_secs_f64(),
+        plan.outage.as_secs_f64(),
+        args.work_dir.display()
+    );
+    let mut up = targets::start(Target::RoamkvSink, &args.work_dir, args.clients)?;
+    let mut results = SinkResults::default();
+    let phases = run_phases(&mut up, args, &plan, &mut results);
+    // Whatever happened, the server stops, and the cloud is compared with the edge.
+    let rows = match &up {
+        Up::Server(server) => server.cloud_rows_when_caught_up(),
+        Up::Engine { .. } => Err("the sink runs in a server".into()),
+    };
+    let edge = up.finish(args.clients);
+    phases?;
+    results.cloud_readings = rows?.unwrap_or(0);
+    let edge = edge?;
+    if edge != results.acked_readings {
+        return Err(format!(
+            "the edge holds {edge} readings, the clients were acknowledged {}",
+            results.acked_readings
+        ));
+    }
+    report(args, &header, &results)?;
+    Ok(results)
+}
+
+fn run_phases(
+    up: &mut Up,
+    args: &SinkBenchArgs,
+    plan: &Plan,
+    results: &mut SinkResults,
+) -> Result<(), String> {
+    let (addr, _) = server_parts(up)?;
+    wait_caught_up(addr, Duration::from_secs(60))?;
+    capacity_phase(up, args, plan, results)?;
+    half_rate_phase(up, args, plan, results)?;
+    outage_phase(up, args, plan, results)
+}
+
+/// The database away, a backlog written; the database back, the backlog drained.
+fn capacity_phase(
+    up: &mut Up,
+    args: &SinkBenchArgs,
+    plan: &Plan,
+    results: &mut SinkResults,
+) -> Result<(), String> {
+    let (addr, cloud) = server_parts(up)?;
+    cloud.kill_postmaster().map_err(|e| e.to_string())?;
+    let senders = up.senders(args.clients, args.readings_per_event)?;
+    let load = drive(
+        senders,
+        args.readings_per_event,
+        Pace::ClosedLoop,
+        Duration::ZERO,
+        plan.backlog,
+        phase_base_ms(1),
+    );
+    results.backlog_readings = load.acked_readings;
+    results.acked_readings += load.acked_readings;
+    let before = rows_total(addr)?;
+    let (_, cloud) = server_parts(up)?;
+    cloud.restart().map_err(|e| e.to_string())?;
+    let back = Instant::now();
+    let resumed = wait_for_rows_above(addr, before, Duration::from_secs(60))?;
+    wait_caught_up(addr, Duration::from_secs(600))?;
+    let drained = back.elapsed();
+    results.resume_after_backlog_ms = resumed.as_secs_f64() * 1e3;
+    let draining = drained.saturating_sub(resumed).as_secs_f64().max(1e-3);
+    results.capacity_readings_per_sec = results.backlog_readings as f64 / draining;
+    println!(
+        "capacity: {} readings drained in {draining:.1} s after the database came back: {:.0} readings/s (first commit {:.0} ms after it accepted connections)",
+        results.backlog_readings,
+        results.capacity_readings_per_sec,
+        results.resume_after_backlog_ms
+    );
+    Ok(())
+}
+
+/// Open-loop ingest at half the capacity; the lag sampled.
+fn half_rate_phase(
+    up: &mut Up,
+    args: &SinkBenchArgs,
+    plan: &Plan,
+    results: &mut SinkResults,
+) -> Result<(), String> {
+    let (addr, _) = server_parts(up)?;
+    let rate = results.capacity_readings_per_sec / 2.0;
+    results.half_rate_readings_per_sec = rate;
+    let senders = up.senders(args.clients, args.readings_per_event)?;
+    let sampler = LagSampler::start(addr);
+    let load = drive(
+        senders,
+        args.readings_per_event,
+        Pace::OpenLoop {
+            readings_per_sec: rate,
+        },
+        Duration::from_secs(2),
+        plan.steady,
+        phase_base_ms(2),
+    );
+    let samples = sampler.stop();
+    results.acked_readings += load.acked_readings;
+    results.ingested_at_half_rate = load.readings_per_sec();
+    let mut lags: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    lags.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        lags.get(((lags.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+    };
+    results.lag_p50_s = at(0.5).unwrap_or(0.0);
+    results.lag_p99_s = at(0.99).unwrap_or(0.0);
+    results.lag_max_s = lags.last().copied().unwrap_or(0.0);
+    results
+        .lag_series
+        .push(("half the capacity".into(), samples));
+    println!(
+        "half the capacity: {rate:.0} readings/s asked, {:.0} ingested; sink lag p50 {:.2} s, p99 {:.2} s, max {:.2} s",
+        results.ingested_at_half_rate, results.lag_p50_s, results.lag_p99_s, results.lag_max_s
+    );
+    Ok(())
+}
+
+/// Ingest at the same rate while the database is away for `plan.outage`.
+fn outage_phase(
+    up: &mut Up,
+    args: &SinkBenchArgs,
+    plan: &Plan,
+    results: &mut SinkResults,
+) -> Result<(), String> {
+    let (addr, _) = server_parts(up)?;
+    let rate = results.half_rate_readings_per_sec;
+    let senders = up.senders(args.clients, args.readings_per_event)?;
+    let lead = Duration::from_secs(5);
+    let total = lead + plan.outage + plan.outage + Duration::from_secs(10);
+    let sampler = LagSampler::start(addr);
+    let (readings_per_event, base) = (args.readings_per_event, phase_base_ms(3));
+    let ingest = std::thread::spawn(move || {
+        drive(
+            senders,
+            readings_per_event,
+            Pace::OpenLoop {
+                readings_per_sec: rate,
+            },
+            Duration::ZERO,
+            total,
+            base,
+        )
+    });
+    std::thread::sleep(lead);
+    let (_, cloud) = server_parts(up)?;
+    cloud.kill_postmaster().map_err(|e| e.to_string())?;
+    std::thread::sleep(plan.outage);
+    let before = rows_total(addr)?;
+    let (_, cloud) = server_parts(up)?;
+    cloud.restart().map_err(|e| e.to_string())?;
+    let resumed = wait_for_rows_above(addr, before, Duration::from_secs(60))?;
+    let drained = resumed + wait_lag_below(addr, 1.0, Duration::from_secs(600))?;
+    results.outage_s = plan.outage.as_secs_f64();
+    results.resume_after_outage_ms = resumed.as_secs_f64() * 1e3;
+    results.drained_after_outage_s = drained.as_secs_f64();
+    let load = ingest
+        .join()
+        .map_err(|_| "the ingest thread panicked".to_string())?;
+    results.acked_readings += load.acked_readings;
+    let samples = sampler.stop();
+    results.lag_series.push((
+        format!("{:.0} s outage", plan.outage.as_secs_f64()),
+        samples,
+    ));
+    println!(
+        "outage of {:.0} s during ingest at {rate:.0} readings/s: first commit {:.0} ms after the database returned, within 1 s of the head {:.1} s after it",
+        results.outage_s, results.resume_after_outage_ms, results.drained_after_outage_s
+    );
+    Ok(())
+}
+
+/// The server's address and its cloud database.
+fn server_parts(
+    up: &mut Up,
+) -> Result<(SocketAddr, &mut roamkv_testbed::postgres::Cluster), String> {
+    let Up::Server(server) = up else {
+        return Err("the sink runs in a server".into());
+    };
+    let addr = server.addr();
+    let cloud = server
+        .cloud()
+        .ok_or("the server was started without a sink")?;
+    Ok((addr, cloud))
+}
+
+/// Events' origins of each phase in their own range: every reading is a new key.
+fn phase_base_ms(phase: i64) -> i64 {
+    1_700_000_000_000 + phase * 1_000_000_000
+}
+
+fn rows_total(addr: SocketAddr) -> Result<u64, String> {
+    Ok(sink_view(addr)?["sink"]["rows_total"].as_u64().unwrap_or(0))
+}
+
+/// Waits until the sink committed more than `before` rows; returns how long that took.
+fn wait_for_rows_above(
+    addr: SocketAddr,
+    before: u64,
+    within: Duration,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    while rows_total(addr)? <= before {
+        if started.elapsed() > within {
+            return Err(format!("the sink committed nothing within {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(started.elapsed())
+}
+
+/// Waits until the sink is tailing with nothing behind.
+fn wait_caught_up(addr: SocketAddr, within: Duration) -> Result<Duration, String> {
+    let started = Instant::now();
+    loop {
+        let view = sink_view(addr)?;
+        if view["sink"]["state"] == "tailing" && view["lag_bytes"] == 0 {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > within {
+            return Err(format!(
+                "the sink did not catch up within {within:?}: {view}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the sink's lag is below `seconds` (with ingest going on it never reaches 0).
+fn wait_lag_below(addr: SocketAddr, seconds: f64, within: Duration) -> Result<Duration, String> {
+    let started = Instant::now();
+    loop {
+        let view = sink_view(addr)?;
+        let tailing = view["sink"]["state"] == "tailing";
+        if tailing
+            && view["sink"]["lag_seconds"]
+                .as_f64()
+                .is_some_and(|l| l < seconds)
+        {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > within {
+            return Err(format!(
+                "the sink did not catch up within {within:?}: {view}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Samples the sink's lag in seconds every 100 ms on a thread of its own.
+struct LagSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(f64, f64)>>,
+}
+
+impl LagSampler {
+    fn start(addr: SocketAddr) -> LagSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(view) = sink_view(addr) {
+                    let lag = view["sink"]["lag_seconds"].as_f64().unwrap_or(0.0);
+                    samples.push((started.elapsed().as_secs_f64(), lag));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        });
+        LagSampler { stop, thread }
+    }
+
+    fn stop(self) -> Vec<(f64, f64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Result<(), String> {
+    let mut table = comfy_table::Table::new();
+    table.set_header(vec!["figure", "value"]);
+    let rows = [
+        (
+            "backlog drained (readings)",
+            format!("{}", r.backlog_readings),
+        ),
+        (
+            "capacity (readings/s committed)",
+            format!("{:.0}", r.capacity_readings_per_sec),
+        ),
+        (
+            "resume after the database returned (ms)",
+            format!(
+                "{:.0} / {:.0}",
+                r.resume_after_backlog_ms, r.resume_after_outage_ms
+            ),
+        ),
+        (
+            "ingest at half the capacity (readings/s)",
+            format!("{:.0}", r.ingested_at_half_rate),
+        ),
+        (
+            "lag p50 / p99 / max (s)",
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                r.lag_p50_s, r.lag_p99_s, r.lag_max_s
+            ),
+        ),
+        (
+            "outage (s), then within 1 s of the head after (s)",
+            format!("{:.0}, {:.1}", r.outage_s, r.drained_after_outage_s),
+        ),
+        (
+            "readings acknowledged / in the cloud",
+            format!("{} / {}", r.acked_readings, r.cloud_readings),
+        ),
+    ];
+    for (figure, value) in rows {
+        table.add_row(vec![figure.to_string(), value]);
+    }
+    println!("{table}");
+    let json = serde_json::json!({
+        "machine": header,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "clients": args.clients,
+        "readings_per_event": args.readings_per_event,
+        "results": r,
+    });
+    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    let mut html = Html::new("roamkv bench sink: the cloud sink into PostgreSQL", header);
+    html.preformatted(&table.to_string());
+    html.svg(&line_chart_svg(
+        "The sink's lag",
+        "seconds since the phase began",
+        "lag (s)",
+        &r.lag_series,
+    ));
+    html.write(&args.out.join("report.html"))
+        .map_err(|e| e.to_string())?;
+    println!(
+        "wrote {0}/results.json, {0}/report.html",
+        args.out.display()
+    );
+    Ok(())
+}
