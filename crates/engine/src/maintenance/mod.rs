@@ -33,7 +33,7 @@ use crate::error::Result;
 use crate::failpoints::PassStep;
 use crate::limits::{
     CONSOLIDATION_BYTES_MAX, INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT,
-    WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
+    WINDOW_RECLAIM_START_PERCENT, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
 };
 use crate::lower::CatalogOp;
 use crate::lower::Space;
@@ -194,25 +194,30 @@ fn consolidation_candidates(st: &mut State, dead_bytes_min: u64) -> BTreeMap<Dev
     space_candidates(st, dead_bytes_min)
 }
 
-/// Whether window files are over their space bound: more than
-/// `WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX` of their live bytes, with more than
-/// `dead_bytes_min` (`WINDOW_DEAD_BYTES_MIN` unless a test lowers it) dead.
-pub(crate) fn windows_over_space_bound(
+/// Whether window files are due for reclaim: past `WINDOW_RECLAIM_START_PERCENT` of their space
+/// bound (more than `WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX` of their live bytes, with more than
+/// `dead_bytes_min` dead: `WINDOW_DEAD_BYTES_MIN` unless a test lowers it), in both of its parts:
+/// windows keep dying while a consolidation runs, and reclaim that starts at the bound is over it
+/// until it ends.
+pub(crate) fn windows_due_for_reclaim(
     file_bytes: u64,
     live_bytes: u64,
     dead_bytes_min: u64,
 ) -> bool {
-    file_bytes as u128 * 100 > live_bytes as u128 * WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX as u128
-        && file_bytes.saturating_sub(live_bytes) > dead_bytes_min
+    let start = |over: u64| over * WINDOW_RECLAIM_START_PERCENT / 100;
+    let amplification_start =
+        100 + start(WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX.saturating_sub(100));
+    file_bytes as u128 * 100 > live_bytes as u128 * amplification_start as u128
+        && file_bytes.saturating_sub(live_bytes) > start(dead_bytes_min)
 }
 
-/// While window files are over their space bound: the devices still reading the windows with
+/// While window files are due for reclaim: the devices still reading the windows with
 /// the least live data per file byte, each with those windows, up to
 /// `CONSOLIDATION_BYTES_MAX` of live bytes to move (at least one window). Emptied, the windows
 /// drop whole.
 fn space_candidates(st: &State, dead_bytes_min: u64) -> BTreeMap<DeviceId, Scope> {
     let (file_bytes, live_bytes) = st.lower.window_bytes();
-    if !windows_over_space_bound(file_bytes, live_bytes, dead_bytes_min) {
+    if !windows_due_for_reclaim(file_bytes, live_bytes, dead_bytes_min) {
         return BTreeMap::new();
     }
     let mut emptiest: Vec<(u64, &crate::state::Window)> = st
