@@ -3,6 +3,7 @@
 
 mod admin;
 mod demo;
+mod handoff;
 mod json;
 /// Times in RFC 3339, relative or epoch milliseconds: the server's parser, one rule for both
 /// (compiled in from its file, as the JSON-lines fuzz target does, so `json.rs` stays free of
@@ -47,6 +48,8 @@ enum Command {
     Lab(roamkv_lab::cli::LabArgs),
     /// Run the edge server: EdgeX core-data v3 HTTP API, MQTT ingest, metrics, status page.
     Serve(Box<roamkv_server::ServeArgs>),
+    /// Hand a device from one running edge to another (or call a handoff off).
+    Handoff(handoff::HandoffArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => return roamkv_bench::cli::run(&args),
         Command::Lab(args) => return roamkv_lab::cli::run(&args),
         Command::Serve(args) => roamkv_server::run(&args),
+        Command::Handoff(args) => handoff::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

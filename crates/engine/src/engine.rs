@@ -283,6 +283,14 @@ impl Engine {
         trim::trim_before(&self.inner, device, before_ns)
     }
 
+    /// Makes every write acknowledged so far durable (an fdatasync of the log's segments written
+    /// since their last one): with `Durability::Periodic` or `None`, for a caller that must not
+    /// answer before what it wrote survives a power cut (a handoff's receiver). With `Sync`
+    /// there is nothing to do. A failed fdatasync poisons the engine, as on the write path.
+    pub fn sync(&self) -> Result<()> {
+        group_commit::sync_unsynced(&self.inner)
+    }
+
     /// Runs due maintenance now: segments whose management time ended leave the log, runs are
     /// consolidated and dropped (the background thread does this every
     /// `maintenance_interval_ms`; with `background_maintenance: false` the caller does).

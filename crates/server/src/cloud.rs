@@ -65,6 +65,23 @@ pub fn view(state: &AppState) -> CloudView {
         holds_released: feed.holds_released,
         on_depart: state.config.on_depart.name(),
         departures_waiting: state.departing.list(),
+        handoffs: handoff_figures(state),
+    }
+}
+
+fn handoff_figures(state: &AppState) -> crate::cloud_view::HandoffFigures {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (out_in_flight, in_in_flight) = state.handoffs.in_flight();
+    let c = &state.handoffs.counters;
+    crate::cloud_view::HandoffFigures {
+        out_in_flight,
+        in_in_flight,
+        done: c.done.load(Relaxed),
+        aborted: c.aborted.load(Relaxed),
+        received: c.received.load(Relaxed),
+        bytes_sent: c.bytes_sent.load(Relaxed),
+        bytes_received: c.bytes_received.load(Relaxed),
+        seconds: c.duration_ms.load(Relaxed) as f64 / 1e3,
     }
 }
 

@@ -1,6 +1,7 @@
-//! What the server shows of the cloud sink and of the departures waiting for it: the figures
-//! /api/roamkv/v1/sink answers, /metrics exports and the status page draws. Plain data, made by
-//! `cloud::view`, so that metrics and the status page need nothing of the server's state.
+//! What the server shows of where data goes beyond this edge — the cloud sink, the departures
+//! waiting for it, handoffs to and from other edges: the figures /api/roamkv/v1/sink answers,
+//! /metrics exports and the status page draws. Plain data, made by `cloud::view`, so that metrics
+//! and the status page need nothing of the server's state.
 
 use roamkv_sink::SinkStatus;
 use serde::Serialize;
@@ -22,4 +23,19 @@ pub struct CloudView {
     pub holds_released: u64,
     pub on_depart: &'static str,
     pub departures_waiting: Vec<Waiting>,
+    pub handoffs: HandoffFigures,
+}
+
+/// Handoffs, counted.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HandoffFigures {
+    pub out_in_flight: u64,
+    pub in_in_flight: u64,
+    pub done: u64,
+    pub aborted: u64,
+    pub received: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Seconds the completed handoffs took, summed.
+    pub seconds: f64,
 }

@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// PEM file of CA certificates to trust for the sink's TLS, besides the system's.
     #[arg(long, env = "ROAMKV_SINK_CA_FILE")]
     pub sink_ca_file: Option<PathBuf>,
+    /// How other edges reach this one, `http://host:port`: a receiver of a handoff from here is
+    /// told it [default: http:// and the address it listens on].
+    #[arg(long)]
+    pub advertise_url: Option<String>,
     /// What a departure does with the device's data: `drop` (at once, paper 002) or `cloud`
     /// (dropped only once the sink has it in the cloud; needs --sink) [default: drop].
     #[arg(long)]
@@ -123,6 +127,7 @@ struct FileConfig {
     sink_password_file: Option<PathBuf>,
     sink_ca_file: Option<PathBuf>,
     on_depart: Option<String>,
+    advertise_url: Option<String>,
 }
 
 /// Resolved settings, every default applied and every value checked.
@@ -151,6 +156,8 @@ pub struct Config {
     /// The cloud sink, if one is configured.
     pub sink: Option<SinkSettings>,
     pub on_depart: OnDepart,
+    /// How other edges reach this one (None: from the address it listens on).
+    pub advertise_url: Option<String>,
 }
 
 /// The cloud sink's settings (the edge id comes from the data directory, `edge.rs`).
@@ -242,6 +249,11 @@ impl Config {
             retention_interval: timeouts.retention_interval,
             sink: resolve_sink(args, &file)?,
             on_depart: resolve_on_depart(args, &file)?,
+            advertise_url: args
+                .advertise_url
+                .clone()
+                .or(file.advertise_url.clone())
+                .map(|u| u.trim_end_matches('/').to_string()),
         })
         .and_then(|config| {
             if config.on_depart == OnDepart::Cloud && config.sink.is_none() {

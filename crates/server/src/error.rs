@@ -11,6 +11,9 @@ use crate::edgex::contract::API_VERSION;
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// Sent as the `Location` header: where the client should go instead (a device that moved
+    /// to another edge).
+    pub location: Option<String>,
 }
 
 impl ApiError {
@@ -18,7 +21,13 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            location: None,
         }
+    }
+
+    pub fn with_location(mut self, location: Option<String>) -> ApiError {
+        self.location = location;
+        self
     }
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
@@ -61,7 +70,17 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(status = self.status.as_u16(), message = %self.message, "request refused");
         }
-        (self.status, Json(error_body(self.status, &self.message))).into_response()
+        let mut response =
+            (self.status, Json(error_body(self.status, &self.message))).into_response();
+        if let Some(location) = self
+            .location
+            .and_then(|l| axum::http::HeaderValue::from_str(&l).ok())
+        {
+            response
+                .headers_mut()
+                .insert(axum::http::header::LOCATION, location);
+        }
+        response
     }
 }
 

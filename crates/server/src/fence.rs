@@ -14,22 +14,46 @@ use parking_lot::{RwLock, RwLockReadGuard};
 /// number is bounded by what the departing file may hold (`departing::WAITING_MAX`).
 pub const FENCES_MAX: usize = 100_000;
 
+/// Why a device is fenced, as a refused writer is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub reason: String,
+    /// Where the device went (another edge's base URL), for the refusal's `Location`.
+    pub location: Option<String>,
+}
+
 #[derive(Default)]
 pub struct Fences {
-    fenced: RwLock<HashMap<String, String>>,
+    fenced: RwLock<HashMap<String, Fence>>,
 }
 
 impl Fences {
     /// Fences `device` with a reason a refused writer is told; returns once no write of it is
     /// in flight.
     pub fn fence(&self, device: &str, reason: &str) -> Result<(), String> {
+        self.fence_to(device, reason, None)
+    }
+
+    /// `fence`, naming where the device went.
+    pub fn fence_to(
+        &self,
+        device: &str,
+        reason: &str,
+        location: Option<String>,
+    ) -> Result<(), String> {
         let mut fenced = self.fenced.write();
         if fenced.len() >= FENCES_MAX && !fenced.contains_key(device) {
             return Err(format!(
                 "{FENCES_MAX} devices are fenced already (the limit); try again later"
             ));
         }
-        fenced.insert(device.to_string(), reason.to_string());
+        fenced.insert(
+            device.to_string(),
+            Fence {
+                reason: reason.to_string(),
+                location,
+            },
+        );
         Ok(())
     }
 
@@ -56,18 +80,18 @@ impl Fences {
 }
 
 /// The fences as one write sees them.
-pub struct FenceView<'a>(RwLockReadGuard<'a, HashMap<String, String>>);
+pub struct FenceView<'a>(RwLockReadGuard<'a, HashMap<String, Fence>>);
 
 impl FenceView<'_> {
-    /// The first of `devices` that is fenced, with the reason.
+    /// The first of `devices` that is fenced, with its fence.
     pub fn refusal<'d>(
         &self,
         mut devices: impl Iterator<Item = &'d str>,
-    ) -> Option<(String, String)> {
+    ) -> Option<(String, Fence)> {
         if self.0.is_empty() {
             return None;
         }
-        devices.find_map(|d| self.0.get(d).map(|why| (d.to_string(), why.clone())))
+        devices.find_map(|d| self.0.get(d).map(|fence| (d.to_string(), fence.clone())))
     }
 }
 
@@ -82,7 +106,13 @@ mod tests {
         fences.fence("car", "departing").expect("fence");
         assert_eq!(
             fences.read().refusal(["bus", "car"].into_iter()),
-            Some(("car".into(), "departing".into()))
+            Some((
+                "car".into(),
+                Fence {
+                    reason: "departing".into(),
+                    location: None
+                }
+            ))
         );
         fences.unfence("car");
         assert!(!fences.is_fenced("car"));

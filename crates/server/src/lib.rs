@@ -20,6 +20,7 @@ pub mod edgex;
 mod error;
 pub mod fence;
 pub mod files;
+pub mod handoff;
 pub mod metrics;
 pub mod mqtt;
 mod native;
@@ -95,6 +96,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
             "it is departing: its readings are on their way to the cloud",
         )?;
     }
+    let handoffs = handoff::book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
     let (stop, stop_rx) = watch::channel(false);
     let sink = match &config.sink {
@@ -107,6 +109,10 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let addr = listener
         .local_addr()
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    let advertise_url = config
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
     let state: Shared = Arc::new(AppState {
         engine,
         in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
@@ -119,7 +125,11 @@ pub async fn start(config: Config) -> Result<Running, String> {
         sink,
         fences,
         departing,
+        handoffs,
+        advertise_url,
     });
+    // Devices a handoff is moving (or moved) take no writes, from before the first request.
+    handoff::send::refence(&state)?;
     let task = tokio::spawn(serve(state, listener, stop_rx));
     tracing::info!(%addr, "roamkv serve listening");
     Ok(Running { addr, stop, task })
@@ -132,21 +142,7 @@ async fn serve(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let mqtt = state
-        .config
-        .mqtt
-        .clone()
-        .map(|m| mqtt::spawn(Arc::clone(&state), m, stop.clone()));
-    let sampler = tokio::spawn(sample_history(Arc::clone(&state), stop.clone()));
-    let retention = tokio::spawn(retention::run(
-        Arc::clone(&state),
-        state.config.retention_interval,
-        stop.clone(),
-    ));
-    let departing = state
-        .sink
-        .is_some()
-        .then(|| tokio::spawn(cloud::depart_after_cloud(Arc::clone(&state), stop.clone())));
+    let background = spawn_background(&state, &stop);
     let app = router::build(Arc::clone(&state));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -191,13 +187,9 @@ async fn serve(
         );
     }
     tracing::info!("requests finished");
-    if let Some(mqtt) = mqtt {
-        let _ = tokio::time::timeout(drain, mqtt).await;
-    }
-    let _ = sampler.await;
-    let _ = retention.await;
-    if let Some(departing) = departing {
-        let _ = departing.await;
+    // MQTT ingest stops (unacked messages stay with the broker), then the other tasks.
+    for task in background {
+        let _ = tokio::time::timeout(drain, task).await;
     }
     // The sink holds the engine until its task ends (it saw the stop signal).
     if let Some(sink) = &state.sink {
@@ -206,6 +198,36 @@ async fn serve(
     close_engine(state).await?;
     tracing::info!("engine closed");
     Ok(())
+}
+
+/// The tasks beside the HTTP server, each ending at the stop signal: MQTT ingest (first: it is
+/// waited for first at shutdown), the status page's sampler, retention, departures waiting for
+/// the cloud, handoffs.
+fn spawn_background(state: &Shared, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(m) = state.config.mqtt.clone() {
+        tasks.push(mqtt::spawn(Arc::clone(state), m, stop.clone()));
+    }
+    tasks.push(tokio::spawn(sample_history(
+        Arc::clone(state),
+        stop.clone(),
+    )));
+    tasks.push(tokio::spawn(retention::run(
+        Arc::clone(state),
+        state.config.retention_interval,
+        stop.clone(),
+    )));
+    if state.sink.is_some() {
+        tasks.push(tokio::spawn(cloud::depart_after_cloud(
+            Arc::clone(state),
+            stop.clone(),
+        )));
+    }
+    tasks.push(tokio::spawn(handoff::send::run(
+        Arc::clone(state),
+        stop.clone(),
+    )));
+    tasks
 }
 
 /// Closes the engine once nothing else holds it (requests cut off by the drain timeout may

@@ -76,10 +76,19 @@ struct CloudGauges {
     hold_bytes_max: Gauge,
     holds_released: Gauge,
     departures_waiting: Gauge,
+    handoffs_out_in_flight: Gauge,
+    handoffs_in_in_flight: Gauge,
+    handoffs_done: Gauge,
+    handoffs_aborted: Gauge,
+    handoffs_received: Gauge,
+    handoff_bytes_sent: Gauge,
+    handoff_bytes_received: Gauge,
+    handoff_seconds: Gauge<f64, AtomicU64>,
 }
 
 impl CloudGauges {
-    fn plain(&self) -> [(&'static str, &'static str, &Gauge); 11] {
+    // Long because: one table of every plain gauge with its name and help, read top to bottom.
+    fn plain(&self) -> [(&'static str, &'static str, &Gauge); 18] {
         [
             (
                 "sink_connected",
@@ -136,6 +145,41 @@ impl CloudGauges {
                 "Departures waiting for the cloud sink (--on-depart cloud)",
                 &self.departures_waiting,
             ),
+            (
+                "handoffs_out_in_flight",
+                "Handoffs of devices from this edge not finished",
+                &self.handoffs_out_in_flight,
+            ),
+            (
+                "handoffs_in_in_flight",
+                "Handoffs of devices to this edge not committed",
+                &self.handoffs_in_in_flight,
+            ),
+            (
+                "handoffs_done",
+                "Handoffs from this edge completed since start",
+                &self.handoffs_done,
+            ),
+            (
+                "handoffs_aborted",
+                "Handoffs from this edge called off since start",
+                &self.handoffs_aborted,
+            ),
+            (
+                "handoffs_received",
+                "Handoffs to this edge committed since start",
+                &self.handoffs_received,
+            ),
+            (
+                "handoff_bytes_sent",
+                "Bytes of chunks handed to other edges since start",
+                &self.handoff_bytes_sent,
+            ),
+            (
+                "handoff_bytes_received",
+                "Bytes of chunks received from other edges since start",
+                &self.handoff_bytes_received,
+            ),
         ]
     }
 
@@ -147,6 +191,11 @@ impl CloudGauges {
             "sink_lag_seconds",
             "Seconds since the oldest record not yet in the cloud database was written",
             self.lag_seconds.clone(),
+        );
+        r.register(
+            "handoff_seconds",
+            "Seconds the completed handoffs from this edge took, summed",
+            self.handoff_seconds.clone(),
         );
     }
 

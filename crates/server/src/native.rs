@@ -61,6 +61,7 @@ pub fn routes() -> Router<Shared> {
         )
         .route("/retention", get(list_retention))
         .merge(crate::cloud::routes())
+        .merge(crate::handoff::routes())
 }
 
 /// One line of a batch. `value` is text; `value_b64` carries binary values.

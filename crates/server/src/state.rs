@@ -37,6 +37,10 @@ pub struct AppState {
     pub fences: Fences,
     /// Departures waiting for the cloud sink (`--on-depart cloud`).
     pub departing: Departing,
+    /// Handoffs of devices to and from other edges (handoff/).
+    pub handoffs: crate::handoff::book::Handoffs,
+    /// How other edges reach this one (`--advertise-url`, or the address it listens on).
+    pub advertise_url: String,
 }
 
 /// What a departure did.
@@ -115,12 +119,17 @@ impl AppState {
         tokio::task::spawn_blocking(move || {
             // Held until the engine has the batch: a fence waits for this write (fence.rs).
             let fences = state.fences.read();
-            if let Some((device, why)) = fences.refusal(readings.iter().map(|r| r.device.as_str()))
+            if let Some((device, fence)) =
+                fences.refusal(readings.iter().map(|r| r.device.as_str()))
             {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
-                    format!("device {device:?} takes no writes here now: {why}"),
-                ));
+                    format!(
+                        "device {device:?} takes no writes here now: {}",
+                        fence.reason
+                    ),
+                )
+                .with_location(fence.location));
             }
             let records: Vec<Record<'_>> = readings
                 .iter()

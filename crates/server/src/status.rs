@@ -184,7 +184,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
 <div class="tile" id="lower">lower tier<b>{lower}</b>devices</div>
 <div class="tile">readings ingested<b>{readings}</b>since start</div>
 <div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
-{cloud_tile}</div>
+{cloud_tile}{handoff_tile}</div>
 <div class="charts">{rate_chart}{space_chart}</div>
 "#,
         version = escape(version),
@@ -196,6 +196,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
         readings = history.samples.back().map_or(0, |s| s.readings_total),
         wa = stats.write_amplification(),
         cloud_tile = cloud_tile(input.cloud),
+        handoff_tile = handoff_tile(input.cloud),
         rate_chart = line_chart("Ingest (readings/s)", "/s", &history.ingest_rates()),
         space_chart = line_chart("Data directory (MiB)", "MiB", &history.space()),
     );
@@ -221,6 +222,21 @@ fn cloud_tile(cloud: &CloudView) -> String {
             .filter(|_| sink.state != "tailing")
             .map(|e| format!("<br>{}", escape(e)))
             .unwrap_or_default(),
+    )
+}
+
+/// The handoffs' tile: in flight each way, done, bytes moved.
+fn handoff_tile(cloud: &CloudView) -> String {
+    let h = &cloud.handoffs;
+    format!(
+        r#"<div class="tile" id="handoffs">handoffs<b>{out} out · {inbound} in</b>in flight; {done} done, {received} received, {aborted} called off, {mb:.1} MB sent</div>
+"#,
+        out = h.out_in_flight,
+        inbound = h.in_in_flight,
+        done = h.done,
+        received = h.received,
+        aborted = h.aborted,
+        mb = h.bytes_sent as f64 / 1e6,
     )
 }
 
@@ -324,6 +340,7 @@ mod tests {
             hold_bytes_max: 0,
             holds_released: 0,
             on_depart: "drop",
+            handoffs: Default::default(),
             departures_waiting: vec![crate::departing::Waiting {
                 device: "bus<2>".into(),
                 how: "native".into(),

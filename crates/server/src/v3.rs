@@ -74,7 +74,7 @@ fn parse_ns(what: &str, text: &str) -> Result<i64, ApiError> {
     })
 }
 
-fn check_device(name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_device(name: &str) -> Result<(), ApiError> {
     roamkv_engine::validate_record(&roamkv_engine::Record {
         device: name,
         sensor: "s",

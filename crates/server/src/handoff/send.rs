@@ -1,0 +1,579 @@
+//! The sending side (edge A): the routes that start, show and call off a handoff, and the task
+//! that carries each handoff through its states (store.rs, `OutState`), persisting each step
+//! before the next, resuming from the record after a restart, retrying while the receiver is
+//! away (backoff to `RETRY_MAX`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use roamkv_engine::{ScanCursor, crash_point};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::book::{CHUNK_READINGS_MAX, FINISHED_KEEP_MS};
+use super::store::{OutRecord, OutState};
+use crate::batch;
+use crate::error::ApiError;
+use crate::state::{AppState, Shared, now_ms};
+
+/// The longest wait between attempts while the receiver is away or refuses.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+const RETRY_MIN: Duration = Duration::from_millis(50);
+
+/// The fence's reason while a device is being handed off, and after.
+fn fence_reason(to: &str, done: bool) -> String {
+    if done {
+        format!("it moved to another edge, {to}")
+    } else {
+        format!("it is being handed off to {to}")
+    }
+}
+
+/// `GET /edge`: this edge's id (a sender asks it to refuse a handoff to itself).
+pub async fn edge(State(state): State<Shared>) -> Response {
+    Json(json!({"edge_id": state.edge_id})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// The receiver's base URL, `http://host:port`.
+    pub to: String,
+}
+
+/// `POST /devices/{device}/handoff {"to": URL}`: fences the device, records the handoff, and
+/// answers 202; the task does the rest.
+pub async fn start(
+    State(state): State<Shared>,
+    Path(device): Path<String>,
+    Json(request): Json<StartRequest>,
+) -> Result<Response, ApiError> {
+    let to = normalize_url(&request.to)?;
+    // A handoff to itself is refused at once when the receiver answers (an unreachable one is
+    // normal: the task retries).
+    if let Ok(answer) = state
+        .handoffs
+        .client
+        .get(format!("{to}/api/roamkv/v1/edge"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        && let Ok(body) = answer.json::<serde_json::Value>().await
+        && body["edge_id"] == state.edge_id.as_str()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("{to} is this edge: a handoff to itself is refused"),
+        ));
+    }
+    let record = state.blocking(move |s| begin_here(s, &device, &to)).await?;
+    state.handoffs.work.notify_one();
+    Ok((StatusCode::ACCEPTED, Json(json!(record))).into_response())
+}
+
+/// `http://host:port` without a trailing slash; anything else is a 400.
+fn normalize_url(url: &str) -> Result<String, ApiError> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| ApiError::bad_request(format!("\"to\": {url:?} is not a URL: {e}")))?;
+    if parsed.scheme() != "http" || parsed.host_str().is_none() {
+        return Err(ApiError::bad_request(format!(
+            "\"to\": {url:?}: give the receiving edge as http://host:port"
+        )));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// The first step, blocking: checks, the fence, the record (durable before the answer).
+fn begin_here(s: &AppState, device: &str, to: &str) -> Result<OutRecord, ApiError> {
+    let newest = s
+        .engine
+        .latest(device, None)
+        .map_err(ApiError::from_engine)?;
+    if newest.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("device {device:?} is not here"),
+        ));
+    }
+    let epoch = {
+        let book = s.handoffs.book.lock();
+        if let Some(moving) = book.active_out(device) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "{device:?} is being handed off already ({}, to {})",
+                    moving.id, moving.to
+                ),
+            ));
+        }
+        if let Some(coming) = book.open_in(device) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "{device:?} is still arriving from {} ({})",
+                    coming.from, coming.id
+                ),
+            ));
+        }
+        book.epoch(device) + 1
+    };
+    s.fences
+        .fence_to(device, &fence_reason(to, false), Some(to.to_string()))
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
+    let record = OutRecord {
+        format: 1,
+        id: uuid::Uuid::new_v4().to_string(),
+        device: device.to_string(),
+        to: to.to_string(),
+        to_edge: None,
+        epoch,
+        state: OutState::Fenced,
+        after: None,
+        chunks: 0,
+        readings: 0,
+        bytes: 0,
+        started_ms: now_ms(),
+        finished_ms: None,
+        last_error: None,
+    };
+    let saved = s
+        .handoffs
+        .store
+        .save_out(&record)
+        .and_then(|()| s.handoffs.note_epoch(device, epoch));
+    if let Err(e) = saved {
+        s.fences.unfence(device);
+        return Err(ApiError::internal(e));
+    }
+    crash_point("handoff.after_record");
+    s.handoffs
+        .book
+        .lock()
+        .outs
+        .insert(record.id.clone(), record.clone());
+    Ok(record)
+}
+
+/// `GET /handoffs`: every handoff made and received that this edge keeps.
+pub async fn list(State(state): State<Shared>) -> Response {
+    let book = state.handoffs.book.lock();
+    let outs: Vec<&OutRecord> = book.outs.values().collect();
+    let ins: Vec<_> = book.ins.values().collect();
+    Json(json!({"out": outs, "in": ins})).into_response()
+}
+
+/// `GET /handoffs/{id}`: one handoff, made or received.
+pub async fn status(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let book = state.handoffs.book.lock();
+    if let Some(r) = book.outs.get(&id) {
+        return Ok(Json(json!({"direction": "out", "handoff": r})).into_response());
+    }
+    if let Some(r) = book.ins.get(&id) {
+        return Ok(Json(json!({"direction": "in", "handoff": r})).into_response());
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no handoff {id} here"),
+    ))
+}
+
+/// `DELETE /handoffs/{id}`: a handoff this edge makes is called off (before the receiver
+/// committed: the device is writable here again); one it receives is marked called off by its
+/// sender (later chunks and the commit are refused).
+pub async fn abort_or_cancel(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let receiving = state.handoffs.book.lock().ins.contains_key(&id);
+    if receiving {
+        return super::receive::cancel(&state, &id).await;
+    }
+    let record = state
+        .handoffs
+        .book
+        .lock()
+        .outs
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no handoff {id} here")))?;
+    match record.state {
+        OutState::Fenced | OutState::Sending => {}
+        OutState::Aborted => return Ok(Json(json!(record)).into_response()),
+        other => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "handoff {id} is {other:?}: the receiver has committed it (or may have), so it completes"
+                ),
+            ));
+        }
+    }
+    // Tell the receiver first (best effort): it refuses this handoff's chunks from now on.
+    let _ = state
+        .handoffs
+        .client
+        .delete(format!("{}/api/roamkv/v1/handoffs/{id}", record.to))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    let aborted = state
+        .blocking(move |s| finish(s, &id, OutState::Aborted))
+        .await?;
+    Ok(Json(json!(aborted)).into_response())
+}
+
+/// Moves a handoff to a finished state durably, unless it went on meanwhile; lifts the fence of
+/// an aborted one.
+fn finish(s: &AppState, id: &str, to: OutState) -> Result<OutRecord, ApiError> {
+    let mut record = {
+        let book = s.handoffs.book.lock();
+        book.outs
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no handoff {id}")))?
+    };
+    if to == OutState::Aborted && !matches!(record.state, OutState::Fenced | OutState::Sending) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("handoff {id} went on to {:?} meanwhile", record.state),
+        ));
+    }
+    record.state = to;
+    record.finished_ms = Some(now_ms());
+    s.handoffs
+        .store
+        .save_out(&record)
+        .map_err(ApiError::internal)?;
+    s.handoffs
+        .book
+        .lock()
+        .outs
+        .insert(id.to_string(), record.clone());
+    if to == OutState::Aborted {
+        s.fences.unfence(&record.device);
+        s.handoffs.counters.aborted.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(record)
+}
+
+/// The sending task: carries every unfinished handoff through its steps, oldest first, until
+/// shutdown; forgets finished records after `FINISHED_KEEP_MS` (and lifts their fences).
+pub async fn run(state: Shared, mut stop: watch::Receiver<bool>) {
+    let mut wait = RETRY_MIN;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let next = {
+            let book = state.handoffs.book.lock();
+            book.outs.values().find(|r| !r.state.is_finished()).cloned()
+        };
+        let pause = match next {
+            None => {
+                prune(&state).await;
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    _ = state.handoffs.work.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+                continue;
+            }
+            Some(record) => match step(&state, record).await {
+                Ok(()) => {
+                    wait = RETRY_MIN;
+                    None
+                }
+                Err(e) => {
+                    note_error(&state, &e);
+                    wait = (wait * 2).min(RETRY_MAX);
+                    Some(wait)
+                }
+            },
+        };
+        if let Some(pause) = pause {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = state.handoffs.work.notified() => {}
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+/// An error of a step: (handoff id, what went wrong). Shown on the record; the step is tried
+/// again.
+type StepError = (String, String);
+
+fn note_error(state: &Shared, (id, error): &StepError) {
+    tracing::warn!(handoff = %id, %error, "handoff step failed; retrying");
+    if let Some(r) = state.handoffs.book.lock().outs.get_mut(id) {
+        r.last_error = Some(error.clone());
+    }
+}
+
+/// One step of one handoff.
+async fn step(state: &Shared, record: OutRecord) -> Result<(), StepError> {
+    let id = record.id.clone();
+    let fail = |e: String| (id.clone(), e);
+    match record.state {
+        OutState::Fenced => begin_there(state, record).await.map_err(fail),
+        OutState::Sending => send_chunk(state, record).await.map_err(fail),
+        OutState::Committing => commit_there(state, record).await.map_err(fail),
+        OutState::Departing => depart_here(state, record).await.map_err(fail),
+        OutState::Done | OutState::Aborted => Ok(()),
+    }
+}
+
+/// Saves the record (the step is done only once this returns) and puts it in the book, unless
+/// the handoff was called off meanwhile.
+async fn advance(state: &Shared, record: OutRecord) -> Result<(), String> {
+    let s = Arc::clone(state);
+    tokio::task::spawn_blocking(move || {
+        let book = s.handoffs.book.lock();
+        if book
+            .outs
+            .get(&record.id)
+            .is_some_and(|r| r.state == OutState::Aborted)
+        {
+            return Ok(());
+        }
+        drop(book);
+        s.handoffs.store.save_out(&record)?;
+        s.handoffs
+            .book
+            .lock()
+            .outs
+            .insert(record.id.clone(), record);
+        Ok(())
+    })
+    .await
+    .map_err(|e| format!("saving a handoff record: {e}"))?
+}
+
+/// What the receiver answered, as an error when it is not `want`.
+async fn expect_status(
+    answer: Result<reqwest::Response, reqwest::Error>,
+    want: StatusCode,
+    what: &str,
+) -> Result<reqwest::Response, String> {
+    let answer = answer.map_err(|e| format!("{what}: the receiver did not answer: {e}"))?;
+    if answer.status().as_u16() == want.as_u16() {
+        return Ok(answer);
+    }
+    let status = answer.status();
+    let body = answer.text().await.unwrap_or_default();
+    Err(format!("{what}: the receiver answered {status}: {body}"))
+}
+
+async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
+    let answer = state
+        .handoffs
+        .client
+        .post(format!(
+            "{}/api/roamkv/v1/handoffs/{}/begin",
+            record.to, record.id
+        ))
+        .json(&json!({
+            "device": record.device,
+            "epoch": record.epoch,
+            "from_edge": state.edge_id,
+            "from": state.advertise_url,
+        }))
+        .send()
+        .await;
+    let answer = expect_status(answer, StatusCode::CREATED, "begin").await?;
+    let body: serde_json::Value = answer.json().await.map_err(|e| format!("begin: {e}"))?;
+    crash_point("handoff.after_begin");
+    record.to_edge = body["edge_id"].as_str().map(str::to_string);
+    record.state = OutState::Sending;
+    record.last_error = None;
+    advance(state, record).await
+}
+
+/// Reads the next chunk (blocking: engine reads) and sends it; on its acknowledgment, the
+/// record moves past it.
+async fn send_chunk(state: &Shared, mut record: OutRecord) -> Result<(), String> {
+    let mut limit = CHUNK_READINGS_MAX;
+    loop {
+        let (device, after) = (record.device.clone(), record.after.clone());
+        let engine = Arc::clone(&state.engine);
+        let page = tokio::task::spawn_blocking(move || {
+            let cursor = after.map(|(sensor, ts_ns)| ScanCursor { sensor, ts_ns });
+            engine.scan_page(&device, None, i64::MIN, i64::MAX, cursor.as_ref(), limit)
+        })
+        .await
+        .map_err(|e| format!("reading the device: {e}"))?
+        .map_err(|e| format!("reading the device: {e}"))?;
+        let Some(last) = page.readings.last() else {
+            record.state = OutState::Committing;
+            return advance(state, record).await;
+        };
+        let after = (last.sensor.clone(), last.ts_ns);
+        let mut body = Vec::new();
+        batch::encode_header(&mut body, page.readings.len() as u32);
+        for r in &page.readings {
+            batch::encode_record(&mut body, &r.device, &r.sensor, r.ts_ns, &r.value);
+        }
+        let answer = state
+            .handoffs
+            .client
+            .put(format!(
+                "{}/api/roamkv/v1/handoffs/{}/chunks/{}",
+                record.to, record.id, record.chunks
+            ))
+            .header("content-type", batch::CONTENT_TYPE)
+            .header("x-roamkv-epoch", record.epoch.to_string())
+            .body(body.clone())
+            .send()
+            .await;
+        if let Ok(a) = &answer
+            && a.status() == StatusCode::PAYLOAD_TOO_LARGE
+            && limit > 1
+        {
+            limit /= 2;
+            continue;
+        }
+        expect_status(answer, StatusCode::CREATED, "a chunk").await?;
+        crash_point("handoff.after_chunk");
+        state
+            .handoffs
+            .counters
+            .bytes_sent
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
+        record.chunks += 1;
+        record.readings += page.readings.len() as u64;
+        record.bytes += body.len() as u64;
+        record.after = Some(after);
+        record.last_error = None;
+        if page.next.is_none() {
+            record.state = OutState::Committing;
+        }
+        return advance(state, record).await;
+    }
+}
+
+async fn commit_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
+    let answer = state
+        .handoffs
+        .client
+        .post(format!(
+            "{}/api/roamkv/v1/handoffs/{}/commit",
+            record.to, record.id
+        ))
+        .json(&json!({
+            "device": record.device,
+            "epoch": record.epoch,
+            "chunks": record.chunks,
+            "readings": record.readings,
+        }))
+        .send()
+        .await;
+    expect_status(answer, StatusCode::OK, "commit").await?;
+    crash_point("handoff.after_commit");
+    record.state = OutState::Departing;
+    record.last_error = None;
+    advance(state, record).await
+}
+
+/// The receiver owns the device: it departs here (one DEPART record). The fence stays, now
+/// naming where the device went.
+async fn depart_here(state: &Shared, mut record: OutRecord) -> Result<(), String> {
+    let s = Arc::clone(state);
+    let device = record.device.clone();
+    tokio::task::spawn_blocking(move || s.engine.depart(&device))
+        .await
+        .map_err(|e| format!("departing: {e}"))?
+        .map_err(|e| format!("departing: {e}"))?;
+    crash_point("handoff.after_depart");
+    let _ = state.fences.fence_to(
+        &record.device,
+        &fence_reason(&record.to, true),
+        Some(record.to.clone()),
+    );
+    record.state = OutState::Done;
+    record.finished_ms = Some(now_ms());
+    let took = now_ms().saturating_sub(record.started_ms);
+    let c = &state.handoffs.counters;
+    c.done.fetch_add(1, Ordering::Relaxed);
+    c.duration_ms.fetch_add(took, Ordering::Relaxed);
+    state
+        .history
+        .lock()
+        .push_departure(crate::status::Departure {
+            at_ms: now_ms(),
+            device: record.device.clone(),
+            how: "handed off",
+        });
+    advance(state, record).await
+}
+
+/// Forgets finished records older than `FINISHED_KEEP_MS`, lifting the fences of done ones.
+async fn prune(state: &Shared) {
+    let old: Vec<OutRecord> = {
+        let book = state.handoffs.book.lock();
+        book.outs
+            .values()
+            .filter(|r| {
+                r.finished_ms
+                    .is_some_and(|f| now_ms().saturating_sub(f) > FINISHED_KEEP_MS)
+            })
+            .cloned()
+            .collect()
+    };
+    for r in old {
+        let s = Arc::clone(state);
+        let removed = tokio::task::spawn_blocking(move || {
+            s.handoffs.store.remove("out", &r.id)?;
+            let mut book = s.handoffs.book.lock();
+            book.outs.remove(&r.id);
+            if r.state == OutState::Done
+                && book.active_out(&r.device).is_none()
+                && book.epoch(&r.device) == r.epoch
+            {
+                s.fences.unfence(&r.device);
+            }
+            Ok::<(), String>(())
+        })
+        .await;
+        match removed {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "forgetting a finished handoff failed"),
+            Err(e) => tracing::warn!(error = %e, "forgetting a finished handoff failed"),
+        }
+    }
+    let s = Arc::clone(state);
+    let _ = tokio::task::spawn_blocking(move || super::receive::prune(&s)).await;
+}
+
+/// At start, before the server serves: every device a handoff is moving (or moved, recently)
+/// is fenced again.
+pub fn refence(state: &AppState) -> Result<(), String> {
+    let book = state.handoffs.book.lock();
+    for r in book.outs.values() {
+        match r.state {
+            OutState::Aborted => {}
+            // Handed back here since (a newer epoch came): not fenced.
+            OutState::Done if book.epoch(&r.device) > r.epoch => {}
+            OutState::Done => {
+                state
+                    .fences
+                    .fence_to(&r.device, &fence_reason(&r.to, true), Some(r.to.clone()))?
+            }
+            _ => {
+                state
+                    .fences
+                    .fence_to(&r.device, &fence_reason(&r.to, false), Some(r.to.clone()))?
+            }
+        }
+    }
+    Ok(())
+}
