@@ -1,5 +1,5 @@
 //! `roamkv bench ...`: the subcommands and their dispatch; each command lives in its module
-//! (`mobility`, `steady`, `serve`, `sink`, `faults`).
+//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `faults`).
 
 use std::process::ExitCode;
 
@@ -32,6 +32,9 @@ pub enum BenchCommand {
     /// The cloud sink of `roamkv serve` into a private PostgreSQL: its capacity, its lag at
     /// half of it, a database outage drained, resume times.
     Sink(crate::sink::SinkBenchArgs),
+    /// Devices handed between two `roamkv serve`s on loopback: time per handoff, bulk rate,
+    /// what the sender writes meanwhile.
+    Handoff(crate::handoff::HandoffBenchArgs),
     /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
     #[command(hide = true)]
     PowercutGuest(crate::faults::powercut::GuestArgs),
@@ -55,6 +58,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Powercut(p) => return crate::faults::powercut::run(p),
         BenchCommand::Serve(s) => return crate::serve::run(s),
         BenchCommand::Sink(s) => return crate::sink::run(s),
+        BenchCommand::Handoff(h) => return crate::handoff::run(h),
         BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
     };
     match outcome {

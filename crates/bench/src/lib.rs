@@ -2,10 +2,12 @@
 //! LevelDB lower tiers), plain RocksDB, plain LevelDB and SQLite at equal durability and memory
 //! budget, with write amplification measured at the block device (`mobility`, and its long run
 //! `steady`); `serve` loads the HTTP server against InfluxDB 1.6 and the in-process engine;
-//! `sink` measures the server's cloud sink into PostgreSQL;
+//! `sink` measures the server's cloud sink into PostgreSQL; `handoff` devices handed between
+//! two servers;
 //! `faults` are the kill -9 and power-cut soaks. One folder per command; `cli` dispatches.
 pub mod cli;
 pub mod faults;
+pub mod handoff;
 pub mod mobility;
 pub mod serve;
 pub mod sink;

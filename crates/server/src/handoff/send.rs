@@ -399,30 +399,34 @@ async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String
     advance(state, record).await
 }
 
-/// Reads the next chunk (blocking: engine reads) and sends it; on its acknowledgment, the
-/// record moves past it.
+/// Bytes of chunks sent between two saves of the record: a crash resends at most this much
+/// (chunks are idempotent), and the sender writes its record about once per this many bytes
+/// moved, not once per chunk.
+const SAVE_EVERY_BYTES: u64 = 8 << 20;
+/// ...or this often, whichever comes first.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Sends chunks (read blocking: engine reads) until `SAVE_EVERY_BYTES` or `SAVE_EVERY`, then
+/// saves how far it got; the record moves to `committing` after the last one.
 async fn send_chunk(state: &Shared, mut record: OutRecord) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let mut sent = 0u64;
     let mut limit = CHUNK_READINGS_MAX;
     loop {
-        let (device, after) = (record.device.clone(), record.after.clone());
-        let engine = Arc::clone(&state.engine);
-        let page = tokio::task::spawn_blocking(move || {
-            let cursor = after.map(|(sensor, ts_ns)| ScanCursor { sensor, ts_ns });
-            engine.scan_page(&device, None, i64::MIN, i64::MAX, cursor.as_ref(), limit)
-        })
-        .await
-        .map_err(|e| format!("reading the device: {e}"))?
-        .map_err(|e| format!("reading the device: {e}"))?;
-        let Some(last) = page.readings.last() else {
+        let called_off = state
+            .handoffs
+            .book
+            .lock()
+            .outs
+            .get(&record.id)
+            .is_some_and(|r| r.state == OutState::Aborted);
+        if called_off {
+            return Ok(());
+        }
+        let Some((page_len, next, body)) = read_chunk(state, &record, limit).await? else {
             record.state = OutState::Committing;
             return advance(state, record).await;
         };
-        let after = (last.sensor.clone(), last.ts_ns);
-        let mut body = Vec::new();
-        batch::encode_header(&mut body, page.readings.len() as u32);
-        for r in &page.readings {
-            batch::encode_record(&mut body, &r.device, &r.sensor, r.ts_ns, &r.value);
-        }
         let answer = state
             .handoffs
             .client
@@ -442,7 +446,13 @@ async fn send_chunk(state: &Shared, mut record: OutRecord) -> Result<(), String>
             limit /= 2;
             continue;
         }
-        expect_status(answer, StatusCode::CREATED, "a chunk").await?;
+        if let Err(e) = expect_status(answer, StatusCode::CREATED, "a chunk").await {
+            // What was acknowledged so far is kept (a crash would resend it, harmlessly).
+            if sent > 0 {
+                advance(state, record).await?;
+            }
+            return Err(e);
+        }
         crash_point("handoff.after_chunk");
         state
             .handoffs
@@ -450,15 +460,51 @@ async fn send_chunk(state: &Shared, mut record: OutRecord) -> Result<(), String>
             .bytes_sent
             .fetch_add(body.len() as u64, Ordering::Relaxed);
         record.chunks += 1;
-        record.readings += page.readings.len() as u64;
+        record.readings += page_len;
         record.bytes += body.len() as u64;
-        record.after = Some(after);
+        record.after = Some(next.0);
         record.last_error = None;
-        if page.next.is_none() {
+        sent += body.len() as u64;
+        if !next.1 {
             record.state = OutState::Committing;
+            return advance(state, record).await;
         }
-        return advance(state, record).await;
+        if sent >= SAVE_EVERY_BYTES || started.elapsed() >= SAVE_EVERY {
+            return advance(state, record).await;
+        }
     }
+}
+
+/// The next chunk of the device after the record's cursor: (readings, (its last (sensor, ts),
+/// whether more follow), the encoded batch); None when there is nothing left.
+async fn read_chunk(
+    state: &Shared,
+    record: &OutRecord,
+    limit: usize,
+) -> Result<Option<(u64, ((String, i64), bool), Vec<u8>)>, String> {
+    let (device, after) = (record.device.clone(), record.after.clone());
+    let engine = Arc::clone(&state.engine);
+    let page = tokio::task::spawn_blocking(move || {
+        let cursor = after.map(|(sensor, ts_ns)| ScanCursor { sensor, ts_ns });
+        engine.scan_page(&device, None, i64::MIN, i64::MAX, cursor.as_ref(), limit)
+    })
+    .await
+    .map_err(|e| format!("reading the device: {e}"))?
+    .map_err(|e| format!("reading the device: {e}"))?;
+    let Some(last) = page.readings.last() else {
+        return Ok(None);
+    };
+    let last = (last.sensor.clone(), last.ts_ns);
+    let mut body = Vec::new();
+    batch::encode_header(&mut body, page.readings.len() as u32);
+    for r in &page.readings {
+        batch::encode_record(&mut body, &r.device, &r.sensor, r.ts_ns, &r.value);
+    }
+    Ok(Some((
+        page.readings.len() as u64,
+        (last, page.next.is_some()),
+        body,
+    )))
 }
 
 async fn commit_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
