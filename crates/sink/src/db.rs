@@ -39,8 +39,31 @@ impl std::fmt::Display for DbError {
     }
 }
 
+/// Whether the error is TLS refusing the server (a certificate not trusted, a name that does
+/// not match): every retry would meet the same certificate.
+fn is_tls_refusal(error: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map_or(e, |inner| inner as &(dyn std::error::Error + 'static));
+        if inner.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 fn classify(context: &str, error: &tokio_postgres::Error) -> DbError {
     let message = format!("{context}: {error}");
+    if is_tls_refusal(error) {
+        let why = std::error::Error::source(error)
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        return DbError::Fatal(format!("{message}: {why}"));
+    }
     let Some(code) = error.code() else {
         // No SQLSTATE: the connection itself (closed, refused, timed out).
         return DbError::Retryable(message);

@@ -306,3 +306,81 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A CA, and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`:
+/// (ca.crt, server.crt, server.key).
+fn certificates(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    let key = KeyPair::generate().expect("server key");
+    let params = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+    let server = params
+        .signed_by(&key, &ca, &ca_key)
+        .expect("server certificate");
+    let paths = (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&paths.0, ca.pem()).expect("write");
+    std::fs::write(&paths.1, server.pem()).expect("write");
+    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
+    (paths.0, paths.1, paths.2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslmode_require_speaks_tls_and_refuses_a_server_it_cannot_verify() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, cert, key) = certificates(dir.path());
+    let placement = roamkv_testbed::postgres::Placement {
+        listen: Some([127, 0, 0, 1].into()),
+        tls: Some((cert, key)),
+        ..Default::default()
+    };
+    let pg = match Cluster::create_placed(dir.path(), dir.path(), "fsync = off\n", placement) {
+        Ok(c) => c,
+        Err(e) => {
+            prerequisite::unmet("sink_tls", &format!("a private PostgreSQL with TLS: {e}"));
+            return;
+        }
+    };
+    let url = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=require",
+        pg.port()
+    );
+    let engine = Arc::new(Engine::open(dir.path().join("edge"), options()).expect("open"));
+    write(&engine, "car-1", 0, 500);
+    let (stop_tx, stop) = watch::channel(false);
+    // The system's roots do not know this CA: refused at start, every retry would be too.
+    let error = Sink::start(
+        Arc::clone(&engine),
+        SinkConfig::new(&url, "edge-a"),
+        stop.clone(),
+    )
+    .await
+    .err()
+    .expect("an unverified server is refused");
+    assert!(error.contains("cannot use"), "{error}");
+    // With the CA it trusts the server; the connection is encrypted.
+    let config = SinkConfig {
+        ca_file: Some(ca),
+        ..SinkConfig::new(&url, "edge-a")
+    };
+    let sink = Sink::start(Arc::clone(&engine), config, stop.clone())
+        .await
+        .expect("sink starts over TLS");
+    wait_for(&pg, &sink, "", 500).await;
+    let ssl = pg
+        .psql(&[
+            "-c",
+            "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'roamkv-sink'",
+        ])
+        .expect("psql");
+    assert_eq!(ssl.trim(), "t", "the sink's connection is TLS");
+    let _ = stop_tx.send(true);
+    sink.join().await;
+}

@@ -90,6 +90,9 @@ pub struct Placement {
     pub listen: Option<std::net::IpAddr>,
     /// Run the server inside this network namespace (`ip netns add NAME`; /run/netns/NAME).
     pub netns: Option<String>,
+    /// Serve TLS (`ssl = on`) with this certificate chain and key (PEM files, copied into the
+    /// data directory for the server's user): clients on `listen` may then ask for it.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Cluster {
@@ -142,7 +145,8 @@ impl Cluster {
                 "--locale=C",
             ],
         )?;
-        let conf = format!("{}{settings}", cluster.connection_config());
+        let tls = cluster.install_tls()?;
+        let conf = format!("{}{tls}{settings}", cluster.connection_config());
         let conf_path = cluster.data_dir.join("postgresql.auto.conf");
         std::fs::write(&conf_path, conf).map_err(|e| Error::io(&conf_path, e))?;
         chown(&conf_path, uid, gid)?;
@@ -154,6 +158,30 @@ impl Cluster {
         }
         cluster.start()?;
         Ok(cluster)
+    }
+
+    /// Copies the placement's certificate and key into the data directory (owned by the server's
+    /// user, the key readable by it alone, as PostgreSQL demands); the settings that use them.
+    fn install_tls(&self) -> Result<String, Error> {
+        use std::os::unix::fs::PermissionsExt;
+        let Some((cert, key)) = &self.placement.tls else {
+            return Ok(String::new());
+        };
+        let mut settings = String::from("ssl = on\n");
+        for (from, name, mode) in [(cert, "server.crt", 0o644), (key, "server.key", 0o600)] {
+            let to = self.data_dir.join(name);
+            std::fs::copy(from, &to).map_err(|e| Error::io(from, e))?;
+            chown(&to, self.uid, self.gid)?;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io(&to, e))?;
+            let setting = if name == "server.crt" {
+                "ssl_cert_file"
+            } else {
+                "ssl_key_file"
+            };
+            settings.push_str(&format!("{setting} = '{}'\n", to.display()));
+        }
+        Ok(settings)
     }
 
     /// Reachable only through the private socket directory, on a port no one else uses.
