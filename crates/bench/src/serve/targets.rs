@@ -88,7 +88,7 @@ pub struct ServerProcess {
     child: Child,
     addr: SocketAddr,
     /// The cloud database of `RoamkvSink` (dropped after the server: stopped and removed).
-    cloud: Option<Cluster>,
+    cloud: Option<Box<Cluster>>,
     dir: tempfile::TempDir,
 }
 
@@ -103,7 +103,7 @@ pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up, Stri
         Target::RoamkvSink => {
             let cloud = Cluster::create(dir.path(), dir.path(), "")
                 .map_err(|e| format!("starting the sink's PostgreSQL: {e}"))?;
-            start_roamkv(target, dir, clients, Some(cloud))
+            start_roamkv(target, dir, clients, Some(Box::new(cloud)))
         }
         Target::Influxdb => start_influxdb(dir),
         Target::Engine => {
@@ -129,7 +129,7 @@ fn start_roamkv(
     target: Target,
     dir: tempfile::TempDir,
     clients: usize,
-    cloud: Option<Cluster>,
+    cloud: Option<Box<Cluster>>,
 ) -> Result<Up, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding the roamkv binary: {e}"))?;
     let data = dir.path().join("data");
@@ -373,7 +373,7 @@ impl ServerProcess {
 
     /// The cloud database of a `RoamkvSink` server.
     pub fn cloud(&mut self) -> Option<&mut Cluster> {
-        self.cloud.as_mut()
+        self.cloud.as_deref_mut()
     }
 
     /// For a server with a sink: waits (at most 120 s) until the sink has committed everything
