@@ -123,6 +123,14 @@ fn begin_here(s: &AppState, device: &str, to: &str) -> Result<OutRecord, ApiErro
         }
         book.epoch(device) + 1
     };
+    if s.fences.is_fenced(device) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{device:?} takes no writes here now (departing, or moved): it cannot be handed off"
+            ),
+        ));
+    }
     s.fences
         .fence_to(device, &fence_reason(to, false), Some(to.to_string()))
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e))?;
