@@ -6,6 +6,7 @@
 //! thread unwind through here). Debian's postgresql package (15 or newer) provides the programs.
 use crate::command::run_command;
 use crate::error::Error;
+use crate::fixture::cleanup;
 use crate::prerequisite::require_tool;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -80,6 +81,9 @@ pub struct Cluster {
     gid: u32,
     running: bool,
     placement: Placement,
+    /// Its entry in the interrupt registry: a Ctrl-C that finds the main thread still busy stops
+    /// the server before it unmounts the file system under it.
+    undo_owner: u64,
 }
 
 /// Where a cluster listens beyond its private socket, and in which network namespace it runs.
@@ -123,7 +127,12 @@ impl Cluster {
             gid,
             running: false,
             placement,
+            undo_owner: cleanup::new_owner_id(),
         };
+        cleanup::register_undo(
+            cluster.undo_owner,
+            cleanup::Undo::StopPostmaster(cluster.data_dir.clone()),
+        );
         // From here on, an error drops `cluster`, which removes what was made.
         for dir in [&cluster.data_dir, &cluster.wal_dir, &cluster.socket_dir] {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -381,6 +390,8 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
+        // The server is stopped: its registry entry finds no pid and goes.
+        cleanup::undo_owner(self.undo_owner);
         for dir in [&self.data_dir, &self.wal_dir, &self.socket_dir] {
             if dir.exists()
                 && let Err(e) = std::fs::remove_dir_all(dir)
