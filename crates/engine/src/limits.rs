@@ -95,8 +95,9 @@ pub const WINDOW_DEAD_BYTES_MIN: u64 = 64 * 1024 * 1024;
 /// Reclaim starts at this share of the space bound (of the amplification over 100 %, and of
 /// the dead bytes' floor): windows keep dying while a consolidation runs, so reclaim that starts
 /// at the bound is over it until it ends (at ~130 K ops/s, 6 s over it in 1800 s when it started
-/// there; docs/BENCHMARKS.md).
-pub const WINDOW_RECLAIM_START_PERCENT: u64 = 75;
+/// there, 3 s at 75 %: at that rate windows die by tens of MB a second, and 75 % leaves 16 MiB
+/// of headroom; docs/BENCHMARKS.md).
+pub const WINDOW_RECLAIM_START_PERCENT: u64 = 50;
 /// Readings one consolidation pass moves out of windows, bounding its memory as
 /// `RUN_BYTES_MAX` bounds a pass's.
 pub const CONSOLIDATION_BYTES_MAX: u64 = RUN_BYTES_MAX;

@@ -54,16 +54,18 @@ enum Work {
 /// One round of maintenance: segments that are due leave the log, then consolidations, each
 /// followed by retirement and window drops, until nothing is due.
 ///
-/// **Reclaim keeps pace with ingest.** While window files are over their space bound, every
-/// pass that moves readings out of the log (and so makes windows) is followed by a
-/// consolidation that empties the windows with the least live data, before the next pass: at
-/// any ingest rate the lower tier reclaims as fast as it grows. Without the turn, passes at a
-/// high ingest rate are always due and consolidation, which ran only when nothing was due,
-/// never ran (issue 29).
+/// **Reclaim keeps pace with ingest.** While window files are due for reclaim, a round starts
+/// with a consolidation that empties the windows with the least live data, and every pass
+/// that moves readings out of the log (and so makes windows) is followed by another, before
+/// the next pass: at any ingest rate the lower tier reclaims as fast as it grows. Without the
+/// turn, passes at a high ingest rate are always due and consolidation, which ran only when
+/// nothing was due, never ran (issue 29).
 pub(crate) fn maintain(inner: &Inner) -> Result<()> {
     let _one_at_a_time = inner.maintenance.lock();
     let mut outcome = Ok(());
-    let mut reclaim_turn = false;
+    // Reclaim first: windows that became due while the last round ran (devices keep leaving)
+    // do not wait behind the passes that are due now.
+    let mut reclaim_turn = true;
     loop {
         // Shutdown does not wait for every due segment: they stay in the log and leave it
         // after the next open.
@@ -75,7 +77,7 @@ pub(crate) fn maintain(inner: &Inner) -> Result<()> {
             break;
         }
         let work = next_work(inner, false, reclaim_turn);
-        reclaim_turn = matches!(work, Work::AgeOut { .. });
+        reclaim_turn = !matches!(work, Work::Consolidate(_));
         let done = match work {
             Work::AgeOut { seq, reason } => age_out::pass(inner, seq, reason).map(|()| true),
             Work::Consolidate(devices) => consolidate::pass(inner, &devices),
