@@ -44,6 +44,12 @@ pub(crate) struct Window {
     /// its window bound has its windows of the lowest level merged first (size-tiered), so a
     /// reading is rewritten about once per level, not once per merge.
     pub level: u8,
+    /// The newest log position of a record that released readings here (a DEPART's; a
+    /// consolidation's release is durable with its catalog batch: position 0; None: none yet). The window's death
+    /// is durable only once every release is: the catalog names each member until its DEPART's
+    /// pass, so dropping the file when only the last release is durable would, after a power
+    /// cut that lost an earlier DEPART, leave the catalog naming a window that is gone.
+    pub released_at: Option<LogPosition>,
 }
 
 /// The lower tier's bookkeeping: ids given out, windows and what is live in them.
@@ -73,13 +79,16 @@ pub(crate) struct LowerBook {
 
 impl LowerBook {
     /// A device's readings left `windows`: what it had there is dead now; windows with nothing
-    /// live left are queued for dropping (after `killed_at` is durable).
+    /// live left are queued for dropping (after `killed_at` and every earlier release of theirs
+    /// are durable).
     pub fn release(&mut self, windows: &[(u64, u64)], killed_at: LogPosition) {
         for (win, bytes) in windows {
             if let Some(window) = self.windows.get_mut(win) {
                 window.live_bytes = window.live_bytes.saturating_sub(*bytes);
+                let durable_at = window.released_at.map_or(killed_at, |at| at.max(killed_at));
+                window.released_at = Some(durable_at);
                 if window.live_bytes == 0 && !self.dead.iter().any(|(w, _)| w == win) {
-                    self.dead.push((*win, killed_at));
+                    self.dead.push((*win, durable_at));
                 }
             }
         }
@@ -231,7 +240,9 @@ impl State {
                 self.index_bytes -= entry.index.index_bytes();
                 self.index_changed((entry.index.records, entry.index.record_bytes), (0, 0));
                 if let Some(lower) = entry.lower {
-                    self.lower.release(&lower.windows, position);
+                    // The death is durable once the whole record is: its end, not its start.
+                    let end = LogPosition::at(seq, position.offset + u64::from(len));
+                    self.lower.release(&lower.windows, end);
                     self.log.add_event(
                         seq,
                         SegmentEvent::Depart {

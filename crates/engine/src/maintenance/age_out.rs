@@ -614,6 +614,7 @@ fn add_window(inner: &Inner, st: &mut State, run: &WindowRun, file_bytes: u64) {
             file_bytes,
             members,
             level: 0,
+            released_at: None,
         },
     );
     if live_bytes == 0 {
