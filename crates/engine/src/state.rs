@@ -44,11 +44,11 @@ pub(crate) struct Window {
     /// its window bound has its windows of the lowest level merged first (size-tiered), so a
     /// reading is rewritten about once per level, not once per merge.
     pub level: u8,
-    /// The newest log position of a record that released readings here (a DEPART's; a
-    /// consolidation's release is durable with its catalog batch: position 0; None: none yet). The window's death
-    /// is durable only once every release is: the catalog names each member until its DEPART's
-    /// pass, so dropping the file when only the last release is durable would, after a power
-    /// cut that lost an earlier DEPART, leave the catalog naming a window that is gone.
+    /// Where the newest record that released readings here ends (a DEPART's; a consolidation's
+    /// release is durable with its catalog batch: position 0; None: none yet). The window's
+    /// death is durable only once every release is: the catalog names each member until its
+    /// DEPART's pass, so dropping the file when only the last release is durable would, after a
+    /// power cut that lost an earlier DEPART, leave the catalog naming a window that is gone.
     pub released_at: Option<LogPosition>,
 }
 
