@@ -20,13 +20,14 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// shows as at least an hour).
 const SAMPLES_MAX: usize = 36_000;
 
-/// Runs until `stop`: samples the log's end, sets `status.lag_bytes` and `status.lag_seconds`
+/// Runs until `stop`, or until the tail task ended (`tail_ended`): samples the log's end, sets `status.lag_bytes` and `status.lag_seconds`
 /// from the committed cursor.
 pub(crate) async fn run(
     engine: Arc<Engine>,
     status: Arc<Mutex<SinkStatus>>,
     cursor: watch::Receiver<Option<LogPos>>,
     mut stop: watch::Receiver<bool>,
+    mut tail_ended: watch::Receiver<bool>,
 ) {
     let mut samples: VecDeque<(LogPos, Instant)> = VecDeque::new();
     let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
@@ -34,9 +35,10 @@ pub(crate) async fn run(
     loop {
         tokio::select! {
             _ = stop.changed() => return,
+            _ = tail_ended.changed() => return,
             _ = tick.tick() => {}
         }
-        if *stop.borrow() {
+        if *stop.borrow() || *tail_ended.borrow() {
             return;
         }
         let at = *cursor.borrow();

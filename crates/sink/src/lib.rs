@@ -46,6 +46,8 @@ pub struct Sink {
     /// True once the task has ended (it holds the engine until then).
     ended: watch::Receiver<bool>,
     task: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    /// The lag sampler (lag.rs), which ends with the task.
+    lag: parking_lot::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Sink {
@@ -89,11 +91,12 @@ impl Sink {
         }));
         let (cursor_tx, cursor) = watch::channel(None);
         let (ended_tx, ended) = watch::channel(false);
-        tokio::spawn(lag::run(
+        let lag = tokio::spawn(lag::run(
             Arc::clone(&engine),
             Arc::clone(&status),
             cursor.clone(),
             stop.clone(),
+            ended.clone(),
         ));
         let tail = tail::Tail::new(engine, config, Arc::clone(&status), cursor_tx, stop, db);
         let task = tokio::spawn(async move {
@@ -105,6 +108,7 @@ impl Sink {
             cursor,
             ended,
             task: parking_lot::Mutex::new(Some(task)),
+            lag: parking_lot::Mutex::new(Some(lag)),
         })
     }
 
@@ -152,6 +156,12 @@ impl Sink {
                 let mut ended = self.ended.clone();
                 let _ = ended.wait_for(|e| *e).await;
             }
+        }
+        // The lag sampler ends with the tail; it holds the engine too, which a caller may
+        // close once this returns.
+        let lag = self.lag.lock().take();
+        if let Some(lag) = lag {
+            let _ = lag.await;
         }
     }
 }
