@@ -11,7 +11,6 @@ use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
-use crate::lower::LowerTierKind;
 
 pub const IDENTITY_FILE: &str = "ROAMKV";
 pub const LOCK_FILE: &str = "LOCK";
@@ -23,6 +22,30 @@ pub const LOWER_DIR: &str = "lower";
 /// millisecond keys under another layout).
 pub const FORMAT_VERSION: u32 = 2;
 const IDENTITY_FIRST_LINE: &str = "roamkv data directory";
+
+/// Which LSM engine holds the lower tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LowerTierKind {
+    #[default]
+    RocksDb,
+    LevelDb,
+}
+
+impl LowerTierKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LowerTierKind::RocksDb => "rocksdb",
+            LowerTierKind::LevelDb => "leveldb",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<LowerTierKind> {
+        match name {
+            "rocksdb" => Some(LowerTierKind::RocksDb),
+            "leveldb" => Some(LowerTierKind::LevelDb),
+            _ => None,
+        }
+    }
+}
 
 /// An open data directory. The flock is released when this is dropped (or the process dies).
 #[derive(Debug)]

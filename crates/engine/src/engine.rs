@@ -9,16 +9,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
-use crate::commit_log::group_commit::{self, Stall};
+use crate::commit_log::record;
 use crate::error::{Error, Result};
 use crate::feed::{self, Feed};
+use crate::group_commit::{self, Stall};
+use crate::ids::DeviceId;
 use crate::limits::{self, SEGMENT_HEADER_BYTES};
 use crate::maintenance;
-use crate::mapping::DeviceId;
 use crate::options::{Durability, Options};
 use crate::query::{self, DeviceInfo, ScanCursor, ScanPage};
 use crate::reading::{Reading, Record, user_bytes, validate_device, validate_record};
-use crate::record;
 use crate::recovery;
 use crate::state::{Inner, State};
 use crate::stats::{Counters, Stats};
@@ -40,7 +40,7 @@ struct EncodedBatch {
 }
 
 impl Engine {
-    /// Opens (or creates) the data directory and recovers from its log. See recovery.rs.
+    /// Opens (or creates) the data directory and recovers from its log. See recovery/.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Engine> {
         let inner = Arc::new(recovery::open(dir.as_ref(), options)?);
         let mut threads = Vec::new();

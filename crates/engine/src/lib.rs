@@ -36,6 +36,9 @@ mod engine;
 mod error;
 mod failpoints;
 pub mod feed;
+mod group_commit;
+mod hold;
+mod ids;
 pub mod limits;
 mod lower;
 mod maintenance;
@@ -43,23 +46,22 @@ mod mapping;
 mod options;
 mod query;
 mod reading;
-pub mod record;
 mod recovery;
-pub mod segment;
-mod spares;
 mod state;
 mod stats;
-pub mod storage;
 mod timed_mutex;
 mod trim;
 mod upper;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+/// The commit log's record codec, segment files and storage seam, public for the fuzzers and
+/// the format tests (they live in `commit_log/`).
+pub use commit_log::{record, segment, storage};
+pub use dir::LowerTierKind;
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use failpoints::{CRASH_POINTS_ENV, FailPoints, PassStep, crash_point};
 pub use feed::{Feed, FeedBatch, FeedRecord, FeedStatus, LogPos, SlotStatus};
-pub use lower::LowerTierKind;
 pub use lower::keys;
 pub use options::{Durability, MoveRule, Options};
 pub use query::{DeviceInfo, DeviceTier, SCAN_PAGE_READINGS_MAX, ScanCursor, ScanPage};

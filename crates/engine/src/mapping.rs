@@ -9,11 +9,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::ids::DeviceId;
 use crate::lower::keys::WindowTrim;
 use crate::upper::DeviceIndex;
-
-/// An incarnation of a device, in memory (never on disk).
-pub type DeviceId = u64;
 
 /// A device's readings in the lower tier, and what hides some of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

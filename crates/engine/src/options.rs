@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
+use crate::commit_log::storage::{PlainFiles, Storage};
+use crate::dir::LowerTierKind;
 use crate::error::{Error, Result};
 use crate::failpoints::FailPoints;
 use crate::limits;
-use crate::lower::LowerTierKind;
-use crate::storage::{PlainFiles, Storage};
 
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

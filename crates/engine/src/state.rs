@@ -16,18 +16,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::commit_log::log_state::{LogState, SegmentEvent};
+use crate::commit_log::position::LogPosition;
+use crate::commit_log::record::Body;
+use crate::commit_log::slots::Slots;
+use crate::commit_log::spares::Spares;
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
-use crate::feed::slots::Slots;
+use crate::ids::DeviceId;
 use crate::lower::LowerTier;
 use crate::lower::keys::{WindowTrim, merge_trims};
-use crate::mapping::{DeviceId, MappingTable};
+use crate::mapping::MappingTable;
 use crate::options::Options;
-use crate::record::Body;
-use crate::spares::Spares;
 use crate::stats::Counters;
 use crate::timed_mutex::TimedMutex;
-use crate::upper::{IndexEntry, LogPosition};
+use crate::upper::IndexEntry;
 
 /// One window of the lower tier, as the engine keeps count of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -114,7 +116,7 @@ pub(crate) struct State {
     pub log_reading_bytes: u64,
     pub lower: LowerBook,
     pub last_maintenance_error: Option<String>,
-    /// The change feed's slots and the log's identity (feed/slots.rs): they set
+    /// The change feed's slots and the log's identity (commit_log/slots.rs): they set
     /// `log.hold_from`.
     pub feed: Slots,
 }

@@ -12,11 +12,11 @@
 //!
 //! Applying a TRIM record is `State::apply` (state.rs), the same live and in recovery.
 
-use crate::commit_log::group_commit::{self, Stall};
+use crate::commit_log::record;
 use crate::error::Result;
+use crate::group_commit::{self, Stall};
 use crate::query;
 use crate::reading::validate_device;
-use crate::record;
 use crate::state::Inner;
 use crate::stats::Counters;
 

@@ -10,21 +10,8 @@
 use std::collections::VecDeque;
 use std::mem::size_of;
 
-/// Where a record sits in the log. Ordered as the log is: by segment, then offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LogPosition {
-    pub segment_seq: u64,
-    pub offset: u64,
-}
-
-impl LogPosition {
-    pub fn at(segment_seq: u64, offset: u64) -> LogPosition {
-        LogPosition {
-            segment_seq,
-            offset,
-        }
-    }
-}
+use crate::commit_log::position::LogPosition;
+use crate::commit_log::record::{self, Body, Decode};
 
 /// One indexed reading: 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +28,42 @@ impl IndexEntry {
             segment_seq: self.segment_seq,
             offset: self.offset as u64,
         }
+    }
+}
+
+/// What the log holds where an index entry points.
+pub(crate) enum AtIndex<'a> {
+    /// The indexed reading (same timestamp): its device, sensor and value.
+    Put {
+        device: &'a str,
+        sensor: &'a str,
+        value: &'a [u8],
+    },
+    /// Not the indexed reading: the segment was retired and reused meanwhile (why, in words).
+    Elsewhere(String),
+    /// Bytes of this segment that fail their checksum: damage on disk. (A reused segment fails
+    /// the sequence check instead, which reads as `Elsewhere`.)
+    Corrupt(String),
+}
+
+/// Decodes the record at an index entry (`bytes` = the entry's `len` bytes at its offset).
+pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) -> AtIndex<'a> {
+    match record::decode(bytes, seq_low) {
+        Decode::Record(d) => match d.body {
+            Body::Put {
+                device,
+                sensor,
+                ts_ns,
+                value,
+            } if ts_ns == entry.ts_ns => AtIndex::Put {
+                device,
+                sensor,
+                value,
+            },
+            _ => AtIndex::Elsewhere("the index points at another record".into()),
+        },
+        Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
+        Decode::Corrupt(reason) => AtIndex::Corrupt(reason),
     }
 }
 

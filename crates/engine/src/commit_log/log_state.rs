@@ -10,13 +10,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+use crate::commit_log::position::LogPosition;
+use crate::commit_log::record;
+use crate::commit_log::segment::Segment;
 use crate::error::Result;
+use crate::ids::DeviceId;
 use crate::limits::SEGMENT_HEADER_BYTES;
-use crate::mapping::DeviceId;
-use crate::record;
-use crate::segment::Segment;
 use crate::stats::Counters;
-use crate::upper::{IndexEntry, LogPosition};
 
 /// What a record of a segment asks of the catalog when the segment leaves the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ pub(crate) struct LogState {
     /// The active segment has its SEGMENT_END: nothing more goes into it.
     pub sealed: bool,
     /// Segments from this one on are kept however old (a feed slot still needs them; set by
-    /// feed/slots.rs, the only writer).
+    /// commit_log/slots.rs, the only writer).
     pub hold_from: Option<u64>,
     /// When the active segment got its first record (engine clock): it is sealed at the latest
     /// half a management time later (`group_commit::seal_if_old`).
@@ -170,10 +170,10 @@ impl LogState {
 
     /// The live segment an index entry points into (indexed records never outlive their
     /// segment: a segment retires only after its readings left the log and the index).
-    pub fn segment_of(&self, entry: &IndexEntry) -> &Arc<Segment> {
+    pub fn segment_of(&self, segment_seq: u64) -> &Arc<Segment> {
         &self
             .segments
-            .get(&entry.segment_seq)
+            .get(&segment_seq)
             .expect("indexed records live in live segments")
             .segment
     }
@@ -407,7 +407,7 @@ impl LogState {
     }
 
     /// The oldest segments that are done with, holds aside: aged, older than the active one
-    /// and applied whole (feed/slots.rs measures what a hold keeps of them).
+    /// and applied whole (hold.rs measures what a hold keeps of them).
     pub fn complete_prefix(&self) -> impl Iterator<Item = (u64, &LiveSegment)> {
         self.segments
             .iter()

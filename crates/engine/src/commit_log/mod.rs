@@ -1,18 +1,25 @@
 //! The commit log: the one journal of both tiers (docs/PROPERTIES.md, property 3), readable alone. Each
 //! group of writes is one pwrite per segment touched and, under `Durability::Sync`, one
 //! fdatasync per segment (papers 003/004: group commit, fdatasync, no journaling of the
-//! journal).
+//! journal). What knows the state (the group commit's hand-off, `group_commit.rs`) sits above it.
 //!
-//! - `group_commit`: the hand-off. A writer makes room for its records (moving to a ready
-//!   segment, or stalling while the log is at its budget), places and queues them, and waits;
-//!   the first waiter without a leader leads the group: takes the queue, writes it without the
-//!   lock, applies it and wakes the others. Also the syncs of the `Periodic` and `None` modes.
+//! - `record`: the record format: header, kinds, flags, checksums (docs/FORMAT.md).
+//! - `segment`: one segment file: its header, appends, reads, the scan that recovery and
+//!   `check` use.
+//! - `storage`: the seam under every file the log opens (and the fault-injecting one of tests).
+//! - `spares`: ready (preallocated) segments and the log's byte budget.
+//! - `position`: places in the log: `LogPosition` (segment, offset) and `LogPos`, the same with
+//!   the log's identity, as a reader outside the engine holds it.
+//! - `slots`: the feed's named, durable positions, each a *hold* on the segments its reader
+//!   still needs.
 //! - `log_state`: the bookkeeping under the state lock (live segments and their holds, the
 //!   queue and tickets, the segment switch with its SEGMENT_END record, what may retire) and
 //!   `Group::write`, the group's I/O.
-//!
-//! The segment files themselves are `segment.rs`; ready segments and the log's budget are
-//! `spares.rs`.
 
-pub(crate) mod group_commit;
 pub(crate) mod log_state;
+pub(crate) mod position;
+pub mod record;
+pub mod segment;
+pub(crate) mod slots;
+pub(crate) mod spares;
+pub mod storage;

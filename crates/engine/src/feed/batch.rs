@@ -1,7 +1,7 @@
 //! What a feed read returns: the log's records as readers see them, in whole engine batches.
 
-use crate::feed::position::LogPos;
-use crate::record::Body;
+use crate::commit_log::position::LogPos;
+use crate::commit_log::record::Body;
 
 /// One record of the log, as a feed reader sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

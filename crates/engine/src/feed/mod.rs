@@ -2,37 +2,37 @@
 //! complete, ordered journal of every PUT, REGISTER, DEPART and TRIM, so a reader outside the
 //! engine (the cloud sink) reads it instead of a second queue.
 //!
-//! - `position`: `LogPos`, a place in the log that names its log and the record before it, so
-//!   that a replaced or restored data directory is detected, not misread.
 //! - `reader`: whole batches from a position, across segment switches, never past what is
 //!   applied.
 //! - `batch`: what a read returns.
-//! - `hold`: the cap on what the slots hold.
-//! - `slots`: named, durable positions (`feed/NAME.slot`), each a *hold* that keeps the
-//!   segments its reader still needs from retiring — aged or not — within a byte cap, past
-//!   which the engine releases it rather than make a writer wait.
+//!
+//! What it stands on lives with the log and the state: `LogPos` (commit_log/position.rs), a
+//! place in the log that names its log and the record before it, so that a replaced or
+//! restored data directory is detected, not misread; the slots (commit_log/slots.rs), named,
+//! durable positions (`feed/NAME.slot`), each a *hold* that keeps the segments its reader still
+//! needs from retiring — aged or not — within a byte cap (hold.rs), past which the engine
+//! releases it rather than make a writer wait.
 //!
 //! A held segment may still be aged (its readings moved to the lower tier): the hold only keeps
 //! the file. Recovery keeps such segments too (`split_held`), without replaying them.
 
 pub(crate) mod batch;
-pub(crate) mod hold;
-pub(crate) mod position;
 pub(crate) mod reader;
-pub(crate) mod slots;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
+pub use crate::commit_log::slots::SLOT_NAME_BYTES_MAX;
 pub use batch::{FeedBatch, FeedRecord};
-pub use position::{LOG_POS_BYTES, LogPos};
-pub use slots::SLOT_NAME_BYTES_MAX;
 
 use crate::commit_log::log_state::{LiveSegment, LogState};
+use crate::commit_log::record;
+use crate::commit_log::segment::Segment;
+use crate::commit_log::slots;
 use crate::error::{Error, Result};
+use crate::hold;
 use crate::limits::SEGMENT_HEADER_BYTES;
-use crate::record;
-use crate::segment::Segment;
 use crate::state::{Inner, State};
 
 /// One slot, as `Feed::status` shows it.

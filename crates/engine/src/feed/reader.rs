@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
+use crate::commit_log::position::LogPos;
+use crate::commit_log::record::{self, Body, Decode};
+use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::feed::batch::{FeedBatch, FeedRecord};
-use crate::feed::position::LogPos;
 use crate::limits::SEGMENT_HEADER_BYTES;
-use crate::record::{self, Body, Decode};
-use crate::segment::Segment;
 use crate::state::{Inner, State};
 
 /// The first read of a call: at least this much, so that small budgets still make progress.

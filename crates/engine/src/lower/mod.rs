@@ -14,37 +14,16 @@
 //! Nothing on the write path touches the lower tier: every reading is written once to the
 //! commit log; the lower tier gets bulk runs and per-pass batches from maintenance only.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stats::LowerDiagnostics;
 
 pub mod keys;
 #[cfg(feature = "leveldb")]
 pub mod level;
+pub(crate) mod open;
 pub mod rocks;
 
-/// Which LSM engine holds the lower tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LowerTierKind {
-    #[default]
-    RocksDb,
-    LevelDb,
-}
-
-impl LowerTierKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            LowerTierKind::RocksDb => "rocksdb",
-            LowerTierKind::LevelDb => "leveldb",
-        }
-    }
-    pub fn from_name(name: &str) -> Option<LowerTierKind> {
-        match name {
-            "rocksdb" => Some(LowerTierKind::RocksDb),
-            "leveldb" => Some(LowerTierKind::LevelDb),
-            _ => None,
-        }
-    }
-}
+use keys::Place;
 
 /// The lower tier's key spaces (keys.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,4 +113,40 @@ pub trait LowerTier: Send + Sync {
     fn verify(&self) -> Result<u64>;
     /// What the tier did by itself (flushes, compactions, stalls, ingest levels).
     fn diagnostics(&self) -> LowerDiagnostics;
+}
+
+pub(crate) fn space_of(place: Place) -> Space {
+    match place {
+        Place::Window(_) => Space::Runs,
+        Place::Settled => Space::Settled,
+    }
+}
+
+pub(crate) fn malformed(k: &[u8]) -> Error {
+    Error::Lower(format!("malformed key {k:?} in the lower tier"))
+}
+
+/// The first key of each sensor of a device in one place: (sensor, its oldest timestamp). One
+/// seek per sensor: from a sensor's first key, `sensor 0x01` is the smallest key above all of
+/// its keys (ids hold no NUL) and at or below every later sensor's.
+pub(crate) fn oldest_per_sensor(
+    lower: &dyn LowerTier,
+    place: Place,
+    lower_id: u64,
+) -> Result<Vec<(String, i64)>> {
+    let (mut at, end) = place.range(lower_id, None);
+    let mut sensors = Vec::new();
+    loop {
+        let mut first = None;
+        lower.scan(space_of(place), &at, &end, &mut |k, _| {
+            first = Some(k.to_vec());
+            false
+        })?;
+        let Some(k) = first else {
+            return Ok(sensors);
+        };
+        let (_, sensor, ts_ns) = place.parse(&k).ok_or_else(|| malformed(&k))?;
+        at = keys::after_sensor(place, lower_id, sensor);
+        sensors.push((sensor.to_string(), ts_ns));
+    }
 }

@@ -22,19 +22,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::commit_log::group_commit;
 use crate::commit_log::log_state::SegmentEvent;
+use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::failpoints::PassStep;
+use crate::group_commit;
+use crate::ids::DeviceId;
 use crate::limits::{MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, RUN_BYTES_MAX};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord, Place};
 use crate::lower::{CatalogOp, PreparedRun, Space};
-use crate::mapping::{DeviceEntry, DeviceId, LowerPlace, MappingTable};
-use crate::query::{AtIndex, at_index};
-use crate::segment::Segment;
+use crate::mapping::{DeviceEntry, LowerPlace, MappingTable};
 use crate::state::{Inner, LowerBook, State, Window};
 use crate::stats::Counters;
 use crate::upper::IndexEntry;
+use crate::upper::{AtIndex, at_index};
 
 /// Why a segment leaves the log now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,7 +383,8 @@ fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun>
 fn settled_trim_deletes(inner: &Inner, trims: &[(DeviceId, u64, i64)]) -> Result<Vec<CatalogOp>> {
     let mut ops = Vec::new();
     for &(_, lower_id, before_ns) in trims {
-        for (sensor, oldest_ns) in crate::query::oldest_per_sensor(inner, Place::Settled, lower_id)?
+        for (sensor, oldest_ns) in
+            crate::lower::oldest_per_sensor(inner.lower.as_ref(), Place::Settled, lower_id)?
         {
             if oldest_ns < before_ns {
                 ops.push(CatalogOp::DeleteRange(

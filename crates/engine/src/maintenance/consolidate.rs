@@ -24,15 +24,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use crate::commit_log::position::LogPosition;
 use crate::error::{Error, Result};
 use crate::failpoints::PassStep;
+use crate::ids::DeviceId;
 use crate::limits::{CONSOLIDATION_BYTES_MAX, SETTLE_AGE_MANAGEMENT_TIMES};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord, Place, WindowTrim, trimmed};
 use crate::lower::{CatalogOp, PreparedRun, Space};
-use crate::mapping::{DeviceEntry, DeviceId, LowerPlace};
+use crate::mapping::{DeviceEntry, LowerPlace};
 use crate::state::{Inner, LowerBook, State, Window};
 use crate::stats::Counters;
-use crate::upper::LogPosition;
 
 /// What of a device a consolidation is asked to rewrite.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,9 +28,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::commit_log::group_commit;
+use crate::commit_log::spares::Retired;
 use crate::error::Result;
 use crate::failpoints::PassStep;
+use crate::group_commit;
+use crate::ids::DeviceId;
 use crate::limits::{
     CONSOLIDATION_BYTES_MAX, INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT,
     WINDOW_RECLAIM_START_PERCENT, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
@@ -38,9 +40,7 @@ use crate::limits::{
 use crate::lower::CatalogOp;
 use crate::lower::Space;
 use crate::lower::keys::{self, Place};
-use crate::mapping::DeviceId;
 use crate::options::MoveRule;
-use crate::spares::Retired;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
 
@@ -291,7 +291,7 @@ fn index_over_low_water(inner: &Inner) -> bool {
 /// cancels them.
 fn retire_segments(inner: &Inner) -> Result<()> {
     let mut st = inner.state.lock();
-    crate::feed::hold::enforce_cap(inner, &mut st);
+    crate::hold::enforce_cap(inner, &mut st);
     let seqs = st.log.retirable();
     if seqs.is_empty() {
         return Ok(());

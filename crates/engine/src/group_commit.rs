@@ -18,10 +18,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::commit_log::log_state::{self, Group};
+use crate::commit_log::record::{self, Decode};
+use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::options::Durability;
-use crate::record::{self, Decode};
-use crate::segment::Segment;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
 use crate::timed_mutex::TimedGuard;
@@ -67,7 +67,7 @@ pub(crate) fn make_room(
     }
     // A hold past its cap (or any hold, near the budget) goes now, before a writer could wait
     // for the segments it keeps; maintenance retires them.
-    if crate::feed::hold::enforce_cap(inner, st) {
+    if crate::hold::enforce_cap(inner, st) {
         inner.wake_maintenance();
     }
     let live_bytes = inner.spares.live_bytes.load(Ordering::Relaxed);

@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::commit_log::record::{self, Decode, Decoded};
+use crate::commit_log::storage::{self, Storage, StorageFile};
 use crate::error::{Error, IoContext, Result};
 use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
-use crate::record::{self, Decode, Decoded};
-use crate::storage::{self, Storage, StorageFile};
 
 pub const MAGIC: &[u8; 8] = b"RKVLOG01";
 /// 2: timestamps in nanoseconds, SEGMENT_END carries the sealing time (docs/FORMAT.md).
@@ -514,7 +514,7 @@ mod tests {
     #[test]
     fn create_open_recycle() -> Result<()> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let storage = crate::storage::PlainFiles::shared();
+        let storage = crate::commit_log::storage::PlainFiles::shared();
         let (seg, written) = Segment::create(&storage, dir.path(), 1, 1 << 20, true)?;
         assert_eq!(written, 1 << 20);
         let (sparse, reserved_only) = Segment::create(&storage, dir.path(), 2, 1 << 20, false)?;

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::commit_log::segment::Segment;
+use crate::commit_log::storage::{Storage, StorageFile};
 use crate::error::{Error, Result};
 use crate::limits::{SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
-use crate::segment::Segment;
 use crate::stats::Counters;
-use crate::storage::{Storage, StorageFile};
 
 /// Segments kept ready ahead of the active one.
 const READY_SEGMENTS_TARGET: usize = 1;

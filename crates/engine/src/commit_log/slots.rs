@@ -14,8 +14,8 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
 use crate::error::{Error, IoContext, Result};
-use crate::feed::position::{LOG_POS_BYTES, LogPos};
 
 /// The feed's directory inside the data directory.
 pub const FEED_DIR: &str = "feed";

@@ -1,5 +1,8 @@
-//! `LogPos`: a place in the commit log that says which log and which history it belongs to
-//! (docs/FORMAT.md, "Feed positions").
+//! Places in the commit log.
+//!
+//! - `LogPosition`: (segment, offset), the engine's own: where a record sits, ordered as the log.
+//! - `LogPos`: the same place as a reader outside the engine holds it, with the log and the
+//!   history it belongs to (docs/FORMAT.md, "Feed positions").
 //!
 //! A bare (segment, offset) is not enough for a reader outside the engine: a data directory that
 //! was replaced (a new one made at the same path) or restored from a backup has segments with
@@ -10,6 +13,22 @@
 
 use std::fmt;
 use std::str::FromStr;
+
+/// Where a record sits in the log. Ordered as the log is: by segment, then offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogPosition {
+    pub segment_seq: u64,
+    pub offset: u64,
+}
+
+impl LogPosition {
+    pub fn at(segment_seq: u64, offset: u64) -> LogPosition {
+        LogPosition {
+            segment_seq,
+            offset,
+        }
+    }
+}
 
 /// A place in the commit log, between two engine batches.
 ///

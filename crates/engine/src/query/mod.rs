@@ -10,15 +10,19 @@
 //! a later window over an earlier one, windows over the settled space. Readings a trim hides
 //! are skipped. Nothing here writes.
 
+mod log;
+mod lower;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use self::log::{ReadError, read_log};
+use self::lower::{LowerView, get_lower, latest_lower, page_lower};
+use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
-use crate::lower::Space;
-use crate::lower::keys::{self, Place, WindowTrim, trimmed};
+use crate::lower::keys::Place;
+use crate::lower::oldest_per_sensor;
 use crate::reading::{Reading, validate_device, validate_sensor};
-use crate::record::{self, Body, Decode};
-use crate::segment::Segment;
 use crate::state::Inner;
 use crate::upper::{DeviceIndex, IndexEntry};
 
@@ -80,25 +84,6 @@ fn validate_optional_sensor(sensor: Option<&str>) -> Result<()> {
     sensor.map_or(Ok(()), validate_sensor)
 }
 
-/// A device's readings in the lower tier, as a read needs them.
-struct LowerView {
-    lower_id: u64,
-    /// Newest first: the order in which places win.
-    places: Vec<Place>,
-    trims: Vec<WindowTrim>,
-    /// Settled readings older than this are deleted (a pending trim).
-    settled_hidden_before: Option<i64>,
-}
-
-impl LowerView {
-    fn hides(&self, place: Place, ts_ns: i64) -> bool {
-        match place {
-            Place::Window(win) => trimmed(&self.trims, win, ts_ns),
-            Place::Settled => self.settled_hidden_before.is_some_and(|b| ts_ns < b),
-        }
-    }
-}
-
 /// A device's place in the mapping table, looked up under the state lock.
 enum Located {
     Absent,
@@ -122,7 +107,7 @@ fn locate(
     let log = choose(&entry.index)
         .into_iter()
         .map(|(sensor, e)| {
-            let segment = st.log.segment_of(&e);
+            let segment = st.log.segment_of(e.segment_seq);
             (sensor.to_owned(), e, Arc::clone(segment))
         })
         .collect();
@@ -362,201 +347,6 @@ fn retry_moved<T>(
     Err(last_error.unwrap_or_else(|| Error::Lower("read retries exhausted".into())))
 }
 
-pub(crate) enum ReadError {
-    /// The record was not where the index said: its segment left the log meanwhile.
-    Moved(Error),
-    Fatal(Error),
-}
-
-impl From<Error> for ReadError {
-    fn from(e: Error) -> Self {
-        ReadError::Fatal(e)
-    }
-}
-
-fn malformed(k: &[u8]) -> Error {
-    Error::Lower(format!("malformed key {k:?} in the lower tier"))
-}
-
-/// The reading at (sensor, ts) in the newest place holding it.
-fn get_lower(
-    inner: &Inner,
-    device: &str,
-    lower: &LowerView,
-    sensor: &str,
-    ts_ns: i64,
-) -> Result<Option<Reading>> {
-    for &place in &lower.places {
-        let space = space_of(place);
-        if let Some(value) = inner
-            .lower
-            .get(space, &place.key(lower.lower_id, sensor, ts_ns))?
-        {
-            if lower.hides(place, ts_ns) {
-                return Ok(None); // deleted: older places hold only older writes of it
-            }
-            return Ok(Some(Reading {
-                device: device.into(),
-                sensor: sensor.into(),
-                ts_ns,
-                value,
-            }));
-        }
-    }
-    Ok(None)
-}
-
-fn space_of(place: Place) -> Space {
-    match place {
-        Place::Window(_) => Space::Runs,
-        Place::Settled => Space::Settled,
-    }
-}
-
-/// Up to `limit` readings of the device's lower-tier places in the window, after the cursor,
-/// merged (newest place wins), trims applied, in (sensor, ts) order.
-#[allow(clippy::too_many_arguments)] // the scan's window, cursor and bound, as the caller gave them
-fn page_lower(
-    inner: &Inner,
-    device: &str,
-    lower: &LowerView,
-    sensor: Option<&str>,
-    from_ns: i64,
-    to_ns: i64,
-    after: Option<(&str, i64)>,
-    limit: usize,
-) -> Result<Vec<Reading>> {
-    // (sensor, ts) -> (the winning place's rank, value). A reading a trim hides in one place
-    // is hidden (or absent) in every older place too: trims cover every window older than
-    // their own, and consolidation drops what they hide. So hidden readings are just skipped.
-    let mut merged: BTreeMap<(String, i64), (usize, Vec<u8>)> = BTreeMap::new();
-    for (rank, &place) in lower.places.iter().enumerate() {
-        let (mut start, end) = place.range(lower.lower_id, sensor.map(|s| (s, from_ns, to_ns)));
-        if let Some((after_sensor, after_ts)) = after {
-            // The smallest key above the cursor's key: the cursor's key with a 0 byte appended.
-            let mut resume = place.key(lower.lower_id, after_sensor, after_ts);
-            resume.push(0);
-            start = start.max(resume);
-        }
-        if start >= end {
-            continue;
-        }
-        let mut taken = 0;
-        let mut bad_key = None;
-        inner
-            .lower
-            .scan(space_of(place), &start, &end, &mut |k, v| {
-                match place.parse(k) {
-                    Some((_, s, ts_ns))
-                        if (from_ns..to_ns).contains(&ts_ns) && !lower.hides(place, ts_ns) =>
-                    {
-                        taken += 1;
-                        merged
-                            .entry((s.to_string(), ts_ns))
-                            .and_modify(|held| {
-                                if rank < held.0 {
-                                    *held = (rank, v.to_vec());
-                                }
-                            })
-                            .or_insert_with(|| (rank, v.to_vec()));
-                    }
-                    Some(_) => {}
-                    None => bad_key = Some(k.to_vec()),
-                }
-                bad_key.is_none() && taken < limit
-            })?;
-        if let Some(k) = bad_key {
-            return Err(malformed(&k));
-        }
-    }
-    Ok(merged
-        .into_iter()
-        .map(|((sensor, ts_ns), (_, value))| Reading {
-            device: device.into(),
-            sensor,
-            ts_ns,
-            value,
-        })
-        .take(limit)
-        .collect())
-}
-
-/// The newest reading of each sensor (of one sensor, if given) over the device's lower-tier
-/// places: per place, one reverse seek per sensor from the last sensor back.
-fn latest_lower(
-    inner: &Inner,
-    device: &str,
-    lower: &LowerView,
-    sensor: Option<&str>,
-) -> Result<Vec<Reading>> {
-    let mut newest: BTreeMap<String, (i64, usize, Vec<u8>)> = BTreeMap::new();
-    for (rank, &place) in lower.places.iter().enumerate() {
-        let (start, mut end) = place.range(lower.lower_id, None);
-        if let Some(sensor) = sensor {
-            end = keys::after_sensor(place, lower.lower_id, sensor);
-        }
-        let start = match sensor {
-            Some(sensor) => place.key(lower.lower_id, sensor, i64::MIN),
-            None => start,
-        };
-        while let Some((k, v)) = inner.lower.last_in(space_of(place), &start, &end)? {
-            let (_, found, ts_ns) = place.parse(&k).ok_or_else(|| malformed(&k))?;
-            let found = found.to_string();
-            // A hidden newest reading may hide an older visible one: walk back within it.
-            let mut hidden_end = None;
-            if lower.hides(place, ts_ns) {
-                hidden_end = Some(place.key(lower.lower_id, &found, ts_ns));
-            } else {
-                let better = newest
-                    .get(&found)
-                    .is_none_or(|(t, r, _)| *t < ts_ns || (*t == ts_ns && rank < *r));
-                if better {
-                    newest.insert(found.clone(), (ts_ns, rank, v));
-                }
-            }
-            end = match hidden_end {
-                Some(key) => key,
-                None if sensor.is_some() => break,
-                None => place.key(lower.lower_id, &found, i64::MIN),
-            };
-        }
-    }
-    Ok(newest
-        .into_iter()
-        .map(|(sensor, (ts_ns, _, value))| Reading {
-            device: device.into(),
-            sensor,
-            ts_ns,
-            value,
-        })
-        .collect())
-}
-
-/// The first key of each sensor of a device in one place: (sensor, its oldest timestamp). One
-/// seek per sensor: from a sensor's first key, `sensor 0x01` is the smallest key above all of
-/// its keys (ids hold no NUL) and at or below every later sensor's.
-pub(crate) fn oldest_per_sensor(
-    inner: &Inner,
-    place: Place,
-    lower_id: u64,
-) -> Result<Vec<(String, i64)>> {
-    let (mut at, end) = place.range(lower_id, None);
-    let mut sensors = Vec::new();
-    loop {
-        let mut first = None;
-        inner.lower.scan(space_of(place), &at, &end, &mut |k, _| {
-            first = Some(k.to_vec());
-            false
-        })?;
-        let Some(k) = first else {
-            return Ok(sensors);
-        };
-        let (_, sensor, ts_ns) = place.parse(&k).ok_or_else(|| malformed(&k))?;
-        at = keys::after_sensor(place, lower_id, sensor);
-        sensors.push((sensor.to_string(), ts_ns));
-    }
-}
-
 /// Whether any reading of the device in the lower tier is older than `before_ns` and visible.
 pub(crate) fn lower_has_before(inner: &Inner, device: &str, before_ns: i64) -> Result<bool> {
     let _windows_stay = inner.window_gate.read();
@@ -567,83 +357,11 @@ pub(crate) fn lower_has_before(inner: &Inner, device: &str, before_ns: i64) -> R
         return Ok(false);
     };
     for &place in &lower.places {
-        for (_, oldest_ns) in oldest_per_sensor(inner, place, lower.lower_id)? {
+        for (_, oldest_ns) in oldest_per_sensor(inner.lower.as_ref(), place, lower.lower_id)? {
             if oldest_ns < before_ns && !lower.hides(place, oldest_ns) {
                 return Ok(true);
             }
         }
     }
     Ok(false)
-}
-
-/// Reads the chosen log records (outside the state lock).
-fn read_log(
-    device: &str,
-    chosen: Vec<(String, IndexEntry, Arc<Segment>)>,
-) -> Result<Vec<Reading>, ReadError> {
-    let mut readings = Vec::with_capacity(chosen.len());
-    for (sensor, entry, segment) in chosen {
-        let bytes = segment.read_record(entry.offset as u64, entry.len)?;
-        let error = |reason: String| Error::Corrupt {
-            file: segment.path.clone(),
-            offset: entry.offset as u64,
-            reason,
-        };
-        match at_index(&bytes, segment.seq_low(), &entry) {
-            AtIndex::Put {
-                device: d,
-                sensor: s,
-                value,
-            } if d == device && s == sensor => readings.push(Reading {
-                device: device.into(),
-                sensor,
-                ts_ns: entry.ts_ns,
-                value: value.to_vec(),
-            }),
-            AtIndex::Put { .. } => {
-                return Err(ReadError::Moved(error(
-                    "the index points at another device's record".into(),
-                )));
-            }
-            AtIndex::Elsewhere(reason) => return Err(ReadError::Moved(error(reason))),
-            AtIndex::Corrupt(reason) => return Err(ReadError::Fatal(error(reason))),
-        }
-    }
-    Ok(readings)
-}
-
-/// What the log holds where an index entry points.
-pub(crate) enum AtIndex<'a> {
-    /// The indexed reading (same timestamp): its device, sensor and value.
-    Put {
-        device: &'a str,
-        sensor: &'a str,
-        value: &'a [u8],
-    },
-    /// Not the indexed reading: the segment was retired and reused meanwhile (why, in words).
-    Elsewhere(String),
-    /// Bytes of this segment that fail their checksum: damage on disk. (A reused segment fails
-    /// the sequence check instead, which reads as `Elsewhere`.)
-    Corrupt(String),
-}
-
-/// Decodes the record at an index entry (`bytes` = the entry's `len` bytes at its offset).
-pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) -> AtIndex<'a> {
-    match record::decode(bytes, seq_low) {
-        Decode::Record(d) => match d.body {
-            Body::Put {
-                device,
-                sensor,
-                ts_ns,
-                value,
-            } if ts_ns == entry.ts_ns => AtIndex::Put {
-                device,
-                sensor,
-                value,
-            },
-            _ => AtIndex::Elsewhere("the index points at another record".into()),
-        },
-        Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
-        Decode::Corrupt(reason) => AtIndex::Corrupt(reason),
-    }
 }
