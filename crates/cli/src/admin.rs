@@ -334,7 +334,7 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
         "index_bytes": s.index_bytes,
         "index_bytes_max": s.index_bytes_max,
         "segments_aged": s.segments_aged,
-        "moved_records": s.moved_records,
+        "aged_records": s.aged_records,
         "moved_bytes": s.moved_bytes,
         "windows": s.windows,
         "window_file_bytes": s.window_file_bytes,
@@ -354,8 +354,8 @@ pub fn stats_json(s: &Stats) -> serde_json::Value {
             "index_bytes": s.index_bytes, "index_bytes_max": s.index_bytes_max,
             "devices": s.devices, "devices_max": s.devices_max,
             "pending_bytes": s.pending_bytes, "pending_bytes_max": s.pending_bytes_max,
-            "run_bytes_max": s.run_bytes_max,
-            "runs_per_device_max": s.runs_per_device_max,
+            "window_bytes_max": s.window_bytes_max,
+            "windows_per_device_max": s.windows_per_device_max,
             "window_space_amplification_percent": s.window_space_amplification_percent,
             "window_space_amplification_percent_max": s.window_space_amplification_percent_max,
             "log_dirty_bytes_max": s.log_dirty_bytes_max,
@@ -475,7 +475,7 @@ fn activity_lines(s: &Stats) -> String {
         s.write_amplification(),
         without_preparation,
         mib(s.reclaimed_bytes_without_write),
-        s.moved_records,
+        s.aged_records,
         s.departures
     ));
     out.push_str(&format!(

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch. Must not go backwards by much: management time is
-/// measured with it (a clock that jumps back only delays migrations).
+/// measured with it (a clock that jumps back only delays aging out).
 pub trait Clock: Send + Sync {
     fn now_ms(&self) -> u64;
 }

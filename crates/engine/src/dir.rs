@@ -16,12 +16,10 @@ pub const IDENTITY_FILE: &str = "ROAMKV";
 pub const LOCK_FILE: &str = "LOCK";
 pub const LOG_DIR: &str = "log";
 pub const LOWER_DIR: &str = "lower";
-/// The data directory's format. 2: timestamps in nanoseconds; the lower tier as windows, a
-/// settled space and a catalog (docs/FORMAT.md). A directory of another format is refused with
-/// both versions named; format 1 directories are not upgraded in place (their lower tier holds
-/// millisecond keys under another layout).
-pub const FORMAT_VERSION: u32 = 2;
-const IDENTITY_FIRST_LINE: &str = "roamkv data directory";
+/// The data directory's format and identity line (format.rs).
+pub use crate::format::{
+    DIR_FORMAT_VERSION as FORMAT_VERSION, DIR_IDENTITY_FIRST_LINE as IDENTITY_FIRST_LINE,
+};
 
 /// Which LSM engine holds the lower tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -161,7 +161,7 @@ impl Engine {
         let ticket = st
             .log
             .enqueue(segment, offset + register_bytes as u64, batch.bytes, placed);
-        let over_index_cap = st.index_bytes > inner.options.index_bytes_max;
+        let over_index_cap = st.index_account.bytes > inner.options.index_bytes_max;
         group_commit::wait_for(inner, st, ticket)?;
 
         Counters::add(&inner.counters.user_bytes, batch.user_bytes);
@@ -461,7 +461,7 @@ fn stats(inner: &Inner) -> Stats {
         let placed = st.map.placed();
         let (window_file_bytes, window_live_bytes) = st.lower.window_bytes();
         let mut stats = Stats {
-            index_bytes: st.index_bytes,
+            index_bytes: st.index_account.bytes,
             live_segments: st.log.segments.len() as u64,
             pending_bytes: st.log.queued_bytes as u64,
             devices: st.map.len() as u64,
@@ -473,8 +473,8 @@ fn stats(inner: &Inner) -> Stats {
             ..Stats::default()
         };
         stats.upper.devices = st.map.len() as u64 - placed;
-        stats.upper.records = st.log_readings;
-        stats.upper.bytes = st.log_reading_bytes;
+        stats.upper.records = st.index_account.readings;
+        stats.upper.bytes = st.index_account.reading_bytes;
         stats.lower.devices = placed;
         (stats.overdue_segments, stats.overdue_bytes) =
             overdue(&st, now_ms, inner.options.management_time_ms);
@@ -490,17 +490,17 @@ fn stats(inner: &Inner) -> Stats {
     stats.reclaimed_bytes_without_write = Counters::get(&c.reclaimed_bytes_without_write);
     stats.lower.records = lower_records;
     stats.lower.bytes = lower_bytes;
-    stats.runs_per_device_max = inner.options.runs_per_device_max as u64;
+    stats.windows_per_device_max = inner.options.windows_per_device_max as u64;
     stats.window_space_amplification_percent = (stats.window_file_bytes * 100)
         .checked_div(stats.window_live_bytes)
         .unwrap_or(100);
     stats.window_space_amplification_percent_max = limits::WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX;
     stats.index_bytes_max = inner.options.index_bytes_max;
     stats.segments_aged = Counters::get(&c.segments_aged);
-    stats.early_passes = Counters::get(&c.early_migrations);
-    stats.moved_records = Counters::get(&c.migrated_records);
+    stats.early_passes = Counters::get(&c.early_passes);
+    stats.aged_records = Counters::get(&c.aged_records);
     stats.moved_bytes = Counters::get(&c.moved_bytes);
-    stats.pass_failures = Counters::get(&c.migration_failures);
+    stats.pass_failures = Counters::get(&c.pass_failures);
     lower_space(inner, &mut stats);
     stats.departures = Counters::get(&c.departures);
     stats.trims = Counters::get(&c.trims);
@@ -513,7 +513,7 @@ fn stats(inner: &Inner) -> Stats {
     stats.segments_retired = Counters::get(&c.segments_retired);
     stats.pending_bytes_max = limits::PENDING_BYTES_MAX as u64;
     stats.devices_max = inner.options.devices_max;
-    stats.run_bytes_max = limits::RUN_BYTES_MAX;
+    stats.window_bytes_max = limits::WINDOW_BYTES_MAX;
     stats.log_dirty_bytes_max = 2 * inner.options.log_writeback_bytes;
     stats.write_stalls = Counters::get(&c.write_stalls);
     stats.write_stall_ms = Counters::get(&c.write_stall_ms);

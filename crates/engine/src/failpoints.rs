@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 #[repr(u32)]
 pub enum PassStep {
     /// The readings to move were read from the log (nothing written yet).
-    ReadLog = 1,
+    Read = 1,
     /// The run's file is written (not yet part of the lower tier).
     RunWritten = 2,
     /// The run is ingested into the lower tier (the catalog does not name it yet).

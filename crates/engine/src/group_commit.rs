@@ -21,6 +21,7 @@ use crate::commit_log::log_state::{self, Group};
 use crate::commit_log::record::{self, Decode};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
+use crate::limits::{WRITE_STALL_POLL_MS, WRITER_YIELD_US};
 use crate::options::Durability;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
@@ -123,7 +124,7 @@ fn stall_for_room(
         }));
     }
     inner.wake_maintenance();
-    let timeout = (bound - waited).min(Duration::from_millis(50));
+    let timeout = (bound - waited).min(Duration::from_millis(WRITE_STALL_POLL_MS));
     st.wait_for(&inner.space_freed, timeout);
     Ok(false)
 }
@@ -183,7 +184,7 @@ pub(crate) fn seal_if_old(inner: &Inner, force: bool) -> Result<()> {
 }
 
 /// Waits until `ticket` is committed, writing or syncing groups while the roles are free.
-/// With nothing to do, a writer first yields its CPU for up to `YIELD_WAIT` (RocksDB's write
+/// With nothing to do, a writer first yields its CPU for up to `WRITER_YIELD_US` (RocksDB's write
 /// thread does the same) and only then parks: a group commits in tens of microseconds, and
 /// parking and waking every waiter of every group cost a third of the write path's CPU on 2
 /// cores (docs/BENCHMARKS.md, "Diagnosis").
@@ -227,14 +228,13 @@ pub(crate) fn wait_for<'a>(
     }
 }
 
-/// How long a waiting writer yields before it parks.
-const YIELD_WAIT: Duration = Duration::from_micros(100);
-
 /// Yields the CPU until the group commit's state changes (`group_epoch` moves on) or
-/// `YIELD_WAIT` passes.
+/// `WRITER_YIELD_US` passes.
 fn yield_while_unchanged(inner: &Inner, epoch: u64) {
     let started = Instant::now();
-    while inner.group_epoch.load(Ordering::Acquire) == epoch && started.elapsed() < YIELD_WAIT {
+    while inner.group_epoch.load(Ordering::Acquire) == epoch
+        && started.elapsed() < Duration::from_micros(WRITER_YIELD_US)
+    {
         std::thread::yield_now();
     }
 }

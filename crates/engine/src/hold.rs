@@ -2,15 +2,15 @@
 //! when they pass the cap or the log is under pressure, so a hold never makes a writer wait.
 //! (Apart from `slots`, which `State` holds: these need the state, the slots do not.)
 
-use crate::limits::LOG_PRESSURE_PERCENT;
+use crate::limits::{FEED_HOLD_BUDGET_PERCENT, LOG_PRESSURE_PERCENT};
 use crate::state::{Inner, State};
 
-/// The cap in force: the option, or a quarter of the log budget.
+/// The cap in force: the option, or `FEED_HOLD_BUDGET_PERCENT` of the log budget.
 pub(crate) fn hold_bytes_max(inner: &Inner) -> u64 {
     inner
         .options
         .feed_hold_bytes_max
-        .unwrap_or(inner.spares.budget_bytes / 4)
+        .unwrap_or(inner.spares.budget_bytes / 100 * FEED_HOLD_BUDGET_PERCENT)
 }
 
 /// Bytes of segments that only the hold keeps: the retirable prefix from the held segment on.

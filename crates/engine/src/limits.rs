@@ -42,21 +42,40 @@ pub fn id_problem(id: &str, max: usize) -> Option<String> {
 /// record can always be placed, and bounds the memory a single read allocates.
 pub const VALUE_BYTES_MAX: usize = 256 * 1024;
 /// A batch is written as one contiguous run in one segment (atomic on recovery), so it must fit
-/// in a segment: see the assertion below.
+/// in a segment.
 pub const BATCH_RECORDS_MAX: usize = 65_536;
-/// Encoded bytes of one batch (records + their headers).
+/// Encoded bytes of one batch (records + their headers). It fits in a segment of the default
+/// size (asserted below), not in every allowed size: with a smaller `Options::segment_bytes`
+/// the bound in force is the segment's capacity, which `Engine::put_batch` enforces
+/// (`encode_batch` refuses a batch over `min(BATCH_BYTES_MAX, segment capacity)` with
+/// `Error::BatchTooLarge`, changing nothing). What every allowed size holds is the largest
+/// single record (asserted below), so a batch can always be split to fit.
 pub const BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Writers wait (back-pressure) while more than this many encoded bytes are queued for the
 /// next group commit, so a slow disk cannot make the queue grow without bound.
 pub const PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
 
-/// Segment files: fixed size, preallocated. The smallest allowed size still holds the largest batch.
+/// Segment files: fixed size, preallocated. The smallest allowed size still holds the largest
+/// record (not the largest batch: see `BATCH_BYTES_MAX`).
 pub const SEGMENT_BYTES_MIN: u64 = 1024 * 1024;
 /// Offsets inside a segment are stored as u32 in the index.
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 31;
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 /// The segment header occupies the first page so that records start page-aligned.
 pub const SEGMENT_HEADER_BYTES: u64 = 4096;
+
+/// Segments the preparer keeps ready ahead of the active one: one is enough for a writer never
+/// to wait on a segment's creation while the budget has room (docs/BENCHMARKS.md, segment
+/// preparation); more would hold budget idle.
+pub const READY_SEGMENTS_TARGET: usize = 1;
+/// A writer stalled for log space re-checks at least this often (it is also woken when
+/// maintenance frees a segment): bounds how late it sees its own `write_stall_ms_max` pass.
+pub const WRITE_STALL_POLL_MS: u64 = 50;
+/// A writer waiting for its group yields its CPU for up to this long before it parks: a group
+/// commits in tens of microseconds, and parking and waking every waiter of every group cost a
+/// third of the write path's CPU on 2 cores (RocksDB's write thread does the same;
+/// docs/BENCHMARKS.md, "Diagnosis").
+pub const WRITER_YIELD_US: u64 = 100;
 
 /// Default cap on the log's in-memory index; beyond it the oldest segments leave the log early.
 pub const INDEX_BYTES_MAX_DEFAULT: u64 = 256 * 1024 * 1024;
@@ -76,7 +95,7 @@ pub const SPARE_SEGMENTS_MAX: usize = 16;
 /// holds in memory while it sorts: a segment whose live readings are more is split into
 /// several windows. Large enough to amortise an SST ingestion, small next to the memory
 /// budgets an edge gateway gives the engine (the bench's cgroups are 256-512 MiB).
-pub const RUN_BYTES_MAX: u64 = 32 * 1024 * 1024;
+pub const WINDOW_BYTES_MAX: u64 = 32 * 1024 * 1024;
 /// A pass reads the readings it moves in one sweep over their segment, skipping gaps between
 /// them longer than this (a gap shorter than about one disk latency's worth of bandwidth,
 /// ~150 us x 400 MB/s, is cheaper to read through than to seek over).
@@ -86,7 +105,7 @@ pub const MOVE_READ_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 /// Windows (runs) a device's readings may lie in before its windowed readings are consolidated
 /// into the settled store: a read of one device touches at most this many runs, plus the log
 /// and the settled store.
-pub const RUNS_PER_DEVICE_MAX: usize = 16;
+pub const WINDOWS_PER_DEVICE_MAX: usize = 16;
 /// Bytes of window files may be at most this percentage of their live bytes (space
 /// amplification 1.5): past it, the windows with the least live data are consolidated away.
 pub const WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX: u64 = 150;
@@ -99,8 +118,8 @@ pub const WINDOW_DEAD_BYTES_MIN: u64 = 64 * 1024 * 1024;
 /// of headroom; docs/BENCHMARKS.md).
 pub const WINDOW_RECLAIM_START_PERCENT: u64 = 50;
 /// Readings one consolidation pass moves out of windows, bounding its memory as
-/// `RUN_BYTES_MAX` bounds a pass's.
-pub const CONSOLIDATION_BYTES_MAX: u64 = RUN_BYTES_MAX;
+/// `WINDOW_BYTES_MAX` bounds a pass's.
+pub const CONSOLIDATION_BYTES_MAX: u64 = WINDOW_BYTES_MAX;
 /// A device is consolidated into the settled space only once it has been here this many
 /// management times; a younger device's windowed readings are consolidated into a new window,
 /// which drops whole when its devices leave. The settled space is an LSM range whose dead
@@ -132,12 +151,36 @@ pub const WRITE_STALL_MS_MAX_DEFAULT: u64 = 10_000;
 /// the previous one: dirty log pages stay below about two windows, so a memory cgroup never
 /// fills with them.
 pub const LOG_WRITEBACK_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
+/// Largest page one `scan_page` call returns: bounds the memory of a single read.
+pub const SCAN_PAGE_READINGS_MAX: usize = 100_000;
+/// A read may race with a pass that moves its readings out of the log and recycles their
+/// segment: the record then carries another segment's sequence. Retrying finds them in the
+/// lower tier; each retry follows a pass that moved them, so a few always suffice.
+pub const READ_ATTEMPTS_MAX: usize = 4;
+/// Trims a device's readings in windows may be under before maintenance consolidates the device
+/// (see `keys::merge_trims`): a read checks each of them per reading.
+pub const TRIMS_PER_DEVICE_MAX: usize = 8;
+
+/// Longest feed slot name (names are file names: ASCII letters, digits, `-` and `_`).
+pub const SLOT_NAME_BYTES_MAX: usize = 64;
+/// A slot's file is rewritten at most this often while its reader advances: a crash loses at
+/// most this much progress of the *hold* (the reader's own cursor is elsewhere), which only
+/// keeps a little more log. Close writes the latest.
+pub const SLOT_PERSIST_INTERVAL_MS: u64 = 1_000;
+/// The first read of a feed call: at least this much, so that small budgets still make progress.
+pub const FEED_READ_BYTES_MIN: usize = 64 * 1024;
+/// Default cap on what the feed's holds keep (`Options::feed_hold_bytes_max` = None), as a share
+/// of the log budget: a reader away for long keeps at most a quarter of the log from retiring,
+/// well below `LOG_PRESSURE_PERCENT`, where holds are released anyway.
+pub const FEED_HOLD_BUDGET_PERCENT: u64 = 25;
+
 /// Devices the mapping table may hold (upper and settled). About 200 bytes each: 16 M devices
 /// bound the table near 3 GiB; registering one more fails with `Error::TooManyDevices`.
 pub const DEVICES_MAX_DEFAULT: u64 = 16_000_000;
 
-// A batch of the largest size must fit in the smallest segment (after the header); a single
-// record of the largest size too.
+// A batch of the largest size fits in a segment of the default size (after the header); a
+// single record of the largest size fits in the smallest segment. (Smaller segments cap a batch
+// at run time: see `BATCH_BYTES_MAX`.)
 const _: () = assert!(BATCH_BYTES_MAX as u64 + SEGMENT_HEADER_BYTES <= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(
     (VALUE_BYTES_MAX + DEVICE_ID_BYTES_MAX + SENSOR_ID_BYTES_MAX + 64) as u64
@@ -149,7 +192,11 @@ const _: () =
     assert!(DEVICE_ID_BYTES_MAX <= u16::MAX as usize && SENSOR_ID_BYTES_MAX <= u16::MAX as usize);
 const _: () = assert!(SEGMENT_BYTES_MAX <= u32::MAX as u64 + 1);
 // One record always fits in a run, and a read chunk holds the largest record.
-const _: () = assert!(VALUE_BYTES_MAX as u64 * 2 <= RUN_BYTES_MAX);
+const _: () = assert!(VALUE_BYTES_MAX as u64 * 2 <= WINDOW_BYTES_MAX);
 const _: () = assert!(VALUE_BYTES_MAX * 2 <= MOVE_READ_CHUNK_BYTES);
 const _: () = assert!(WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX > 100);
 const _: () = assert!(WINDOW_RECLAIM_START_PERCENT > 0 && WINDOW_RECLAIM_START_PERCENT < 100);
+// Holds are released under log pressure: their default cap sits below it.
+const _: () = assert!(FEED_HOLD_BUDGET_PERCENT < LOG_PRESSURE_PERCENT);
+const _: () =
+    assert!(READY_SEGMENTS_TARGET >= 1 && READY_SEGMENTS_TARGET < LOG_SEGMENTS_MIN as usize);

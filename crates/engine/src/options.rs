@@ -99,9 +99,9 @@ pub struct Options {
     /// Memtable + block-cache budget of the lower tier (LevelDB: also bounds its runs' batches).
     pub lower_memory_bytes: u64,
     /// Windows a device may have readings in before it is consolidated (at most
-    /// `limits::RUNS_PER_DEVICE_MAX`, the default; tests lower it to exercise consolidation).
+    /// `limits::WINDOWS_PER_DEVICE_MAX`, the default; tests lower it to exercise consolidation).
     #[doc(hidden)]
-    pub runs_per_device_max: usize,
+    pub windows_per_device_max: usize,
     /// Dead bytes window files may hold before their space bound applies (at most
     /// `limits::WINDOW_DEAD_BYTES_MIN`, the default; tests lower it so that small stores are
     /// held to the bound).
@@ -138,7 +138,7 @@ impl Default for Options {
             write_stall_ms_max: limits::WRITE_STALL_MS_MAX_DEFAULT,
             log_writeback_bytes: limits::LOG_WRITEBACK_BYTES_DEFAULT,
             devices_max: limits::DEVICES_MAX_DEFAULT,
-            runs_per_device_max: limits::RUNS_PER_DEVICE_MAX,
+            windows_per_device_max: limits::WINDOWS_PER_DEVICE_MAX,
             window_dead_bytes_min: limits::WINDOW_DEAD_BYTES_MIN,
             lower_tier: LowerTierKind::RocksDb,
             lower_memory_bytes: 64 << 20,
@@ -215,11 +215,11 @@ impl Options {
                 limits::WINDOW_DEAD_BYTES_MIN
             )));
         }
-        if !(1..=limits::RUNS_PER_DEVICE_MAX).contains(&self.runs_per_device_max) {
+        if !(1..=limits::WINDOWS_PER_DEVICE_MAX).contains(&self.windows_per_device_max) {
             return bad(format!(
-                "runs_per_device_max {} is outside 1..={}",
-                self.runs_per_device_max,
-                limits::RUNS_PER_DEVICE_MAX
+                "windows_per_device_max {} is outside 1..={}",
+                self.windows_per_device_max,
+                limits::WINDOWS_PER_DEVICE_MAX
             ));
         }
         if self.maintenance_interval_ms == 0 {

@@ -29,7 +29,7 @@ use crate::mapping::MappingTable;
 use crate::options::Options;
 use crate::stats::Counters;
 use crate::timed_mutex::TimedMutex;
-use crate::upper::IndexEntry;
+use crate::upper::{DeviceIndex, IndexEntry};
 
 /// One window of the lower tier, as the engine keeps count of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,16 +104,47 @@ impl LowerBook {
     }
 }
 
+/// The sums over every device's index, kept as the indexes change so that neither the index
+/// cap nor stats scan the mapping table. Only `change` and `forget` move them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexAccount {
+    /// Memory the indexes hold (`DeviceIndex::index_bytes`): what `index_bytes_max` caps.
+    pub bytes: u64,
+    /// Readings in the log's index, and their record bytes.
+    pub readings: u64,
+    pub reading_bytes: u64,
+}
+
+impl IndexAccount {
+    /// Runs `change` on one device's index and keeps the sums as it changed them.
+    pub fn change<R>(
+        &mut self,
+        index: &mut DeviceIndex,
+        change: impl FnOnce(&mut DeviceIndex) -> R,
+    ) -> R {
+        let before = (index.index_bytes(), index.records, index.record_bytes);
+        let result = change(index);
+        self.bytes = self.bytes + index.index_bytes() - before.0;
+        self.readings = self.readings + index.records - before.1;
+        self.reading_bytes = self.reading_bytes + index.record_bytes - before.2;
+        result
+    }
+
+    /// A device's index is gone (it departed): all it held leaves the sums.
+    pub fn forget(&mut self, index: &DeviceIndex) {
+        self.bytes -= index.index_bytes();
+        self.readings -= index.records;
+        self.reading_bytes -= index.record_bytes;
+    }
+}
+
 pub(crate) struct State {
     pub map: MappingTable,
     pub log: LogState,
     /// Set once by `Inner::poison`: every later write fails with it.
     poisoned: Option<String>,
-    pub index_bytes: u64,
-    /// Readings in the log's index, and their record bytes (kept as they change: stats never
-    /// scan the mapping table).
-    pub log_readings: u64,
-    pub log_reading_bytes: u64,
+    /// What the devices' indexes hold, summed (`IndexAccount::change` keeps it).
+    pub index_account: IndexAccount,
     pub lower: LowerBook,
     pub last_maintenance_error: Option<String>,
     /// The change feed's slots and the log's identity (commit_log/slots.rs): they set
@@ -127,9 +158,7 @@ impl State {
             map,
             log,
             poisoned: None,
-            index_bytes: 0,
-            log_readings: 0,
-            log_reading_bytes: 0,
+            index_account: IndexAccount::default(),
             lower,
             last_maintenance_error: None,
             feed: Slots::default(),
@@ -204,13 +233,6 @@ impl Inner {
 }
 
 impl State {
-    /// Keeps `log_readings` and `log_reading_bytes` as an index went from `before` to `after`
-    /// (records, record bytes).
-    pub fn index_changed(&mut self, before: (u64, u64), after: (u64, u64)) {
-        self.log_readings = self.log_readings + after.0 - before.0;
-        self.log_reading_bytes = self.log_reading_bytes + after.1 - before.1;
-    }
-
     /// Applies one logged record to the in-memory state (live path and recovery alike). Nothing
     /// here touches a file: a reading, of any device, is indexed; a departure or a trim of
     /// readings already in the lower tier is bookkeeping, noted for the pass that takes the
@@ -239,8 +261,7 @@ impl State {
                     &counters.reclaimed_bytes_without_write,
                     entry.index.record_bytes,
                 );
-                self.index_bytes -= entry.index.index_bytes();
-                self.index_changed((entry.index.records, entry.index.record_bytes), (0, 0));
+                self.index_account.forget(&entry.index);
                 if let Some(lower) = entry.lower {
                     // The death is durable once the whole record is: its end, not its start.
                     let end = LogPosition::at(seq, position.offset + u64::from(len));
@@ -264,25 +285,19 @@ impl State {
         let Some(entry) = self.map.entry_mut(id) else {
             return; // departed while its batch was queued
         };
-        let before = (entry.index.records, entry.index.record_bytes);
-        let index_before = entry.index.index_bytes();
-        entry.index.insert(
-            sensor,
-            IndexEntry {
-                ts_ns,
-                segment_seq: at.segment_seq,
-                offset: u32::try_from(at.offset).expect("segment offsets fit in u32"),
-                len,
-            },
-        );
-        let after = (entry.index.records, entry.index.record_bytes);
-        self.index_bytes = self.index_bytes + entry.index.index_bytes() - index_before;
+        let indexed = IndexEntry {
+            ts_ns,
+            segment_seq: at.segment_seq,
+            offset: u32::try_from(at.offset).expect("segment offsets fit in u32"),
+            len,
+        };
+        self.index_account
+            .change(&mut entry.index, |index| index.insert(sensor, indexed));
         let new_holder = entry.holder_of_seq != at.segment_seq;
         entry.holder_of_seq = at.segment_seq;
         if new_holder {
             self.log.add_holder(at.segment_seq, id);
         }
-        self.index_changed(before, after);
     }
 
     /// A TRIM: the index drops the older readings at once (memory returns); readings already in
@@ -293,11 +308,8 @@ impl State {
         let Some(entry) = self.map.entry_mut(id) else {
             return;
         };
-        let counts_before = (entry.index.records, entry.index.record_bytes);
-        let before = entry.index.index_bytes();
-        entry.index.trim_before(before_ns);
-        self.index_bytes -= before - entry.index.index_bytes();
-        let counts_after = (entry.index.records, entry.index.record_bytes);
+        self.index_account
+            .change(&mut entry.index, |index| index.trim_before(before_ns));
         // Every window given out so far may hold readings of the device from before the TRIM
         // (a pass in flight included); none given out later does.
         if let Some(upto_win) = newest_win {
@@ -316,7 +328,6 @@ impl State {
                     .map_or(before_ns, |p| p.max(before_ns)),
             );
         }
-        self.index_changed(counts_before, counts_after);
         self.log.add_event(
             seq,
             SegmentEvent::Trim {

@@ -42,7 +42,7 @@ pub struct Stats {
     pub window_live_bytes: u64,
     /// The bound consolidation keeps the windows of any one device under (a device's
     /// `DeviceInfo::lower_runs` is its count now).
-    pub runs_per_device_max: u64,
+    pub windows_per_device_max: u64,
     /// Window file bytes per live byte, in percent, and the bound (limits.rs).
     pub window_space_amplification_percent: u64,
     pub window_space_amplification_percent_max: u64,
@@ -54,7 +54,7 @@ pub struct Stats {
     pub segments_aged: u64,
     pub early_passes: u64,
     /// Readings moved out of the log, and the bytes of the runs they made (keys + values).
-    pub moved_records: u64,
+    pub aged_records: u64,
     pub moved_bytes: u64,
     /// Passes that failed and were rolled back (their segment stays in the log and is taken
     /// again).
@@ -112,7 +112,7 @@ pub struct Stats {
     /// it, so its cost does not grow with the devices present.
     pub mapping_table_scans: u64,
     /// Values one run (one pass's window, one consolidation) holds in memory.
-    pub run_bytes_max: u64,
+    pub window_bytes_max: u64,
     /// Bound on the log's dirty page cache in `none`/`periodic` mode (two write-back windows).
     pub log_dirty_bytes_max: u64,
     pub recovery_ms: u64,
@@ -190,9 +190,9 @@ pub(crate) struct Counters {
     pub log_preallocated_bytes: AtomicU64,
     pub reclaimed_bytes_without_write: AtomicU64,
     pub segments_aged: AtomicU64,
-    pub early_migrations: AtomicU64,
-    pub migration_failures: AtomicU64,
-    pub migrated_records: AtomicU64,
+    pub early_passes: AtomicU64,
+    pub pass_failures: AtomicU64,
+    pub aged_records: AtomicU64,
     pub moved_bytes: AtomicU64,
     pub consolidations: AtomicU64,
     pub consolidated_bytes: AtomicU64,

@@ -1,5 +1,5 @@
 //! Long-lived devices do not fragment the lower tier: a read of one device touches at most
-//! `RUNS_PER_DEVICE_MAX` windows, and window files stay within
+//! `WINDOWS_PER_DEVICE_MAX` windows, and window files stay within
 //! `WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX` of their live bytes (past `WINDOW_DEAD_BYTES_MIN`
 //! of dead bytes), however long the stream runs. Both limits are checked after every
 //! management time, with every reading read back.
@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use roamkv_engine::limits::{
-    RUNS_PER_DEVICE_MAX, WINDOW_DEAD_BYTES_MIN, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
+    WINDOW_DEAD_BYTES_MIN, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX, WINDOWS_PER_DEVICE_MAX,
 };
 use roamkv_engine::{Durability, Engine, Options, Record};
 
@@ -33,7 +33,7 @@ fn a_device_that_stays_for_months_is_read_from_a_bounded_number_of_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = clock();
     let engine = open(dir.path(), &clock);
-    let periods = 3 * RUNS_PER_DEVICE_MAX as i64;
+    let periods = 3 * WINDOWS_PER_DEVICE_MAX as i64;
     for period in 0..periods {
         for ts in period * 10..period * 10 + 10 {
             engine
@@ -43,18 +43,18 @@ fn a_device_that_stays_for_months_is_read_from_a_bounded_number_of_runs() {
         settle(&engine, &clock);
         let runs = lower_runs(&engine, "truck");
         assert!(
-            runs <= RUNS_PER_DEVICE_MAX + 1,
+            runs <= WINDOWS_PER_DEVICE_MAX + 1,
             "period {period}: truck reads {runs} runs (windows + the settled store)"
         );
         assert_eq!(count(&engine, "truck"), (period as usize + 1) * 10);
     }
     let s = engine.stats();
     assert!(s.consolidations >= 2, "{s:?}");
-    assert_eq!(s.runs_per_device_max, RUNS_PER_DEVICE_MAX as u64);
+    assert_eq!(s.windows_per_device_max, WINDOWS_PER_DEVICE_MAX as u64);
     drop(engine);
     let engine = open(dir.path(), &clock);
     assert_eq!(count(&engine, "truck"), periods as usize * 10);
-    assert!(lower_runs(&engine, "truck") <= RUNS_PER_DEVICE_MAX + 1);
+    assert!(lower_runs(&engine, "truck") <= WINDOWS_PER_DEVICE_MAX + 1);
 }
 
 /// Window files past the space bound (and the dead floor) are emptied of the few devices that

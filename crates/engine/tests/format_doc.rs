@@ -345,8 +345,11 @@ fn the_limits_table_names_the_values_of_limits_rs() {
         ("SEGMENT_BYTES_MAX", limits::SEGMENT_BYTES_MAX),
         ("SEGMENT_BYTES_DEFAULT", limits::SEGMENT_BYTES_DEFAULT),
         ("SEGMENT_HEADER_BYTES", limits::SEGMENT_HEADER_BYTES),
-        ("RUN_BYTES_MAX", limits::RUN_BYTES_MAX),
-        ("RUNS_PER_DEVICE_MAX", limits::RUNS_PER_DEVICE_MAX as u64),
+        ("WINDOW_BYTES_MAX", limits::WINDOW_BYTES_MAX),
+        (
+            "WINDOWS_PER_DEVICE_MAX",
+            limits::WINDOWS_PER_DEVICE_MAX as u64,
+        ),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))

@@ -34,7 +34,7 @@ fn departure_before_management_time_reclaims_without_writing() {
 
     let after = engine.stats();
     assert_eq!((after.upper.devices, after.lower.devices), (0, 0));
-    assert_eq!(after.moved_records, 0);
+    assert_eq!(after.aged_records, 0);
     assert_eq!(after.windows, 0);
     assert_eq!(after.reclaimed_bytes_without_write, before.upper.bytes);
     // Only the DEPART record (and the SEGMENT_END of the sealed segment) were written: no
@@ -73,7 +73,7 @@ fn a_device_still_here_leaves_the_log_sorted_and_stays_readable() {
         clock.advance_ms(MANAGEMENT_MS - 1);
         engine.maintain().expect("maintain");
         assert_eq!(
-            engine.stats().moved_records,
+            engine.stats().aged_records,
             0,
             "left the log before its management time ended"
         );
@@ -82,7 +82,7 @@ fn a_device_still_here_leaves_the_log_sorted_and_stays_readable() {
         engine.maintain().expect("maintain");
         let s = engine.stats();
         assert_eq!(
-            (s.moved_records, s.upper.devices, s.lower.devices, s.windows),
+            (s.aged_records, s.upper.devices, s.lower.devices, s.windows),
             (100, 0, 1, 1),
             "{lower:?}"
         );
@@ -224,14 +224,14 @@ fn a_device_that_returns_after_departing_starts_afresh() {
     // Its management time counts from the return, not from its first visit.
     clock.advance_ms(MANAGEMENT_MS / 2 + 1);
     engine.maintain().expect("maintain");
-    assert_eq!(engine.stats().moved_records, 0);
+    assert_eq!(engine.stats().aged_records, 0);
     assert_eq!(all(&engine, "phone-9").len(), 1);
     drop(engine);
     let engine = open(dir.path(), &clock);
     assert_eq!(all(&engine, "phone-9").len(), 1);
     settle(&engine, &clock);
     let s = engine.stats();
-    assert_eq!((s.lower.devices, s.moved_records), (1, 1));
+    assert_eq!((s.lower.devices, s.aged_records), (1, 1));
     assert_eq!(engine.devices()[0].tier, DeviceTier::Lower);
     assert_eq!(all(&engine, "phone-9").len(), 1);
 }

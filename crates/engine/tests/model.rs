@@ -38,7 +38,7 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
     let options = roamkv_engine::Options {
         lower_tier: lower,
         // Few windows per device: consolidation into the settled space runs in the model too.
-        runs_per_device_max: 3,
+        windows_per_device_max: 3,
         ..options(&clock)
     };
     let reopen = || roamkv_engine::Engine::open(dir.path(), options.clone()).expect("open");
@@ -118,7 +118,7 @@ fn run(seed: u64, lower: LowerTierKind, operations: usize) {
             90..96 => e.maintain().expect("maintain"),
             _ => {
                 let s = e.stats();
-                moved += s.moved_records;
+                moved += s.aged_records;
                 consolidations += s.consolidations;
                 drop(engine.take());
                 engine = Some(reopen());

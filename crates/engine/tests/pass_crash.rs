@@ -9,7 +9,7 @@ use common::*;
 use roamkv_engine::{Durability, Engine, Options, PassStep};
 
 const STEPS: [PassStep; 7] = [
-    PassStep::ReadLog,
+    PassStep::Read,
     PassStep::RunWritten,
     PassStep::Ingested,
     PassStep::Cataloged,

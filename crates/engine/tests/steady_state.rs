@@ -80,7 +80,7 @@ fn departed_devices_give_their_space_back_under_continuous_ingest() {
     // Four devices' worth (about 800 KB) is live at any time: the departed ones' segments are
     // retired within one segment of their departure.
     assert!(max_live_segments <= 3, "{max_live_segments} live segments");
-    assert_eq!(stats.moved_records, 0, "nothing needed moving: {stats:?}");
+    assert_eq!(stats.aged_records, 0, "nothing needed moving: {stats:?}");
     assert!(stats.segments_retired >= 55, "{stats:?}");
     assert_eq!(stats.write_stalls, 0);
     for round in 297..300 {
@@ -202,7 +202,7 @@ fn writers_stall_while_background_maintenance_makes_room() {
 fn a_pass_that_fails_at_any_step_loses_nothing_and_is_retried() {
     // `None`: the catalog batch itself fails (the other steps' failures come after them).
     for step in [
-        Some(PassStep::ReadLog),
+        Some(PassStep::Read),
         Some(PassStep::RunWritten),
         Some(PassStep::Ingested),
         None,
@@ -221,7 +221,7 @@ fn a_pass_that_fails_at_any_step_loses_nothing_and_is_retried() {
         }
         assert!(engine.maintain().is_err(), "{step:?}: the failure surfaces");
         let stats = engine.stats();
-        assert_eq!(stats.moved_records, 0, "{step:?}: rolled back: {stats:?}");
+        assert_eq!(stats.aged_records, 0, "{step:?}: rolled back: {stats:?}");
         assert_eq!(stats.windows, 0, "{step:?}");
         assert_eq!(stats.pass_failures, u64::from(step.is_none()), "{step:?}");
         assert_eq!(readings(&engine, "car-1"), 300, "{step:?}");
@@ -230,11 +230,7 @@ fn a_pass_that_fails_at_any_step_loses_nothing_and_is_retried() {
         engine.maintain().expect("the retry succeeds");
         let stats = engine.stats();
         assert_eq!(
-            (
-                stats.upper.devices,
-                stats.lower.devices,
-                stats.moved_records
-            ),
+            (stats.upper.devices, stats.lower.devices, stats.aged_records),
             (0, 1, 300),
             "{step:?}"
         );

@@ -197,7 +197,7 @@ fn a_trim_while_a_pass_is_rolled_back_stays_applied() {
     let (go, wait_for_go) = mpsc::channel::<()>();
     options
         .fail_points
-        .run_at_next_pass_step(PassStep::ReadLog, move || {
+        .run_at_next_pass_step(PassStep::Read, move || {
             at_ingest.send(()).expect("signal");
             wait_for_go.recv().expect("go");
         });

@@ -472,7 +472,7 @@ impl EngineGauges {
         set(&self.lower_bytes_written, stats.lower_bytes_written);
         set(&self.user_bytes, stats.user_bytes);
         self.write_amplification.set(stats.write_amplification());
-        set(&self.moved_readings, stats.moved_records);
+        set(&self.moved_readings, stats.aged_records);
         set(&self.departures, stats.departures);
         set(&self.trims, stats.trims);
         set(&self.overdue_segments, stats.overdue_segments);

@@ -54,6 +54,12 @@ pub struct ServeBenchArgs {
     /// Leave out the open-loop runs at half the peak rate.
     #[arg(long)]
     pub skip_half_peak: bool,
+    /// Readings per second of every open-loop run, the same for every system (default: half of
+    /// each system's own median peak). One offered load for all: what a feature costs below
+    /// saturation (`--engines roamkv,roamkv-sink`), where half of each one's own peak would
+    /// compare two different loads.
+    #[arg(long)]
+    pub open_loop_rate: Option<f64>,
 }
 
 /// The settings of one invocation, defaults applied.
@@ -275,7 +281,7 @@ fn half_peak_runs(
                     .map(|r| r.readings_per_sec)
                     .collect();
                 // NaN (no peak run) or no rate: nothing to pace at half of.
-                let half = median(&mut rates) / 2.0;
+                let half = args.open_loop_rate.unwrap_or(median(&mut rates) / 2.0);
                 if half.is_nan() || half <= 0.0 {
                     continue;
                 }

@@ -14,6 +14,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::format::{u32_at, u64_at};
+
 /// Where a record sits in the log. Ordered as the log is: by segment, then offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LogPosition {
@@ -48,8 +50,14 @@ pub struct LogPos {
     pub prev_len: u32,
 }
 
-/// Bytes of a position in its binary form (slot files, docs/FORMAT.md).
-pub const LOG_POS_BYTES: usize = 32;
+// The binary form (slot files, docs/FORMAT.md "Feed positions"): little-endian fields.
+const LOG_ID_OFFSET: usize = 0;
+const SEQ_OFFSET: usize = LOG_ID_OFFSET + 8;
+const OFFSET_OFFSET: usize = SEQ_OFFSET + 8;
+const PREV_CRC_OFFSET: usize = OFFSET_OFFSET + 8;
+const PREV_LEN_OFFSET: usize = PREV_CRC_OFFSET + 4;
+/// Bytes of a position in its binary form.
+pub const LOG_POS_BYTES: usize = PREV_LEN_OFFSET + 4;
 
 impl LogPos {
     /// True if this position is at or after `other` in the same log (false across logs).
@@ -60,27 +68,25 @@ impl LogPos {
     /// The binary form: log_id u64, seq u64, offset u64, prev_crc u32, prev_len u32 (LE).
     pub fn encode(&self) -> [u8; LOG_POS_BYTES] {
         let mut out = [0u8; LOG_POS_BYTES];
-        out[0..8].copy_from_slice(&self.log_id.to_le_bytes());
-        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        out[16..24].copy_from_slice(&self.offset.to_le_bytes());
-        out[24..28].copy_from_slice(&self.prev_crc.to_le_bytes());
-        out[28..32].copy_from_slice(&self.prev_len.to_le_bytes());
+        out[LOG_ID_OFFSET..SEQ_OFFSET].copy_from_slice(&self.log_id.to_le_bytes());
+        out[SEQ_OFFSET..OFFSET_OFFSET].copy_from_slice(&self.seq.to_le_bytes());
+        out[OFFSET_OFFSET..PREV_CRC_OFFSET].copy_from_slice(&self.offset.to_le_bytes());
+        out[PREV_CRC_OFFSET..PREV_LEN_OFFSET].copy_from_slice(&self.prev_crc.to_le_bytes());
+        out[PREV_LEN_OFFSET..LOG_POS_BYTES].copy_from_slice(&self.prev_len.to_le_bytes());
         out
     }
 
     /// Reads the binary form (`bytes` must be `LOG_POS_BYTES` long).
     pub fn decode(bytes: &[u8]) -> Option<LogPos> {
-        let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
-        let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
         if bytes.len() != LOG_POS_BYTES {
             return None;
         }
         Some(LogPos {
-            log_id: u64_at(0)?,
-            seq: u64_at(8)?,
-            offset: u64_at(16)?,
-            prev_crc: u32_at(24)?,
-            prev_len: u32_at(28)?,
+            log_id: u64_at(bytes, LOG_ID_OFFSET)?,
+            seq: u64_at(bytes, SEQ_OFFSET)?,
+            offset: u64_at(bytes, OFFSET_OFFSET)?,
+            prev_crc: u32_at(bytes, PREV_CRC_OFFSET)?,
+            prev_len: u32_at(bytes, PREV_LEN_OFFSET)?,
         })
     }
 }

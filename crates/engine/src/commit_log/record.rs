@@ -16,6 +16,7 @@
 //! previous life carries an older sequence and reads as "end of data". The decoder never panics
 //! on any input (see the fuzz target in fuzz/).
 
+use crate::format::{self, u32_at, u64_at};
 use crate::limits::{self, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
 
 const CRC_OFFSET: usize = 0;
@@ -252,13 +253,7 @@ pub fn seal(record: &mut [u8], seq_low: u32, batch_end: bool, payload_crc: u32) 
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<usize> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?) as usize)
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    format::u16_at(b, at).map(usize::from)
 }
 /// An id field: UTF-8, 1..=`max` bytes, no NUL (docs/FORMAT.md; the same rule `put` enforces).
 fn id_at<'a>(

@@ -24,12 +24,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::commit_log::record::{self, Decode, Decoded};
 use crate::commit_log::storage::{self, Storage, StorageFile};
 use crate::error::{Error, IoContext, Result};
+use crate::format::{u32_at, u64_at};
 use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 
-pub const MAGIC: &[u8; 8] = b"RKVLOG01";
-/// 2: timestamps in nanoseconds, SEGMENT_END carries the sealing time (docs/FORMAT.md).
-pub const FORMAT_VERSION: u32 = 2;
-const HEADER_FIELDS_BYTES: usize = 32;
+/// The segment's magic and format (format.rs), under the names the format tests use.
+pub use crate::format::{SEGMENT_FORMAT_VERSION as FORMAT_VERSION, SEGMENT_MAGIC as MAGIC};
+
+// The segment header (docs/FORMAT.md, "Segment"): magic, version, 4 reserved bytes, the
+// sequence number, the file's size, then the crc32c of the fields before it.
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
+const RESERVED_OFFSET: usize = VERSION_OFFSET + 4;
+const SEQ_OFFSET: usize = RESERVED_OFFSET + 4;
+const SIZE_OFFSET: usize = SEQ_OFFSET + 8;
+/// The header's fields, all covered by its checksum.
+const HEADER_FIELDS_BYTES: usize = SIZE_OFFSET + 8;
+const HEADER_CRC_OFFSET: usize = HEADER_FIELDS_BYTES;
+/// The header with its checksum (the rest of the first page is zero).
+const HEADER_USED_BYTES: usize = HEADER_CRC_OFFSET + 4;
+const _: () = assert!(HEADER_USED_BYTES as u64 <= SEGMENT_HEADER_BYTES);
 /// A new segment is zero-filled in writes of this size; paced, each is written back before the
 /// next (`Segment::create_paced`). A commit's fdatasync queued behind one waits about a
 /// millisecond: with 1 MiB chunks p99 at half of bench serve's peak was 17-35 ms, with 256 KiB
@@ -56,12 +69,12 @@ pub fn is_incomplete_segment_name(name: &str) -> bool {
 
 fn encode_header(seq: u64, segment_bytes: u64) -> Vec<u8> {
     let mut header = vec![0u8; SEGMENT_HEADER_BYTES as usize];
-    header[0..8].copy_from_slice(MAGIC);
-    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header[16..24].copy_from_slice(&seq.to_le_bytes());
-    header[24..32].copy_from_slice(&segment_bytes.to_le_bytes());
+    header[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(MAGIC);
+    header[VERSION_OFFSET..RESERVED_OFFSET].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[SEQ_OFFSET..SIZE_OFFSET].copy_from_slice(&seq.to_le_bytes());
+    header[SIZE_OFFSET..HEADER_FIELDS_BYTES].copy_from_slice(&segment_bytes.to_le_bytes());
     let crc = crc32c::crc32c(&header[..HEADER_FIELDS_BYTES]);
-    header[32..36].copy_from_slice(&crc.to_le_bytes());
+    header[HEADER_CRC_OFFSET..HEADER_USED_BYTES].copy_from_slice(&crc.to_le_bytes());
     header
 }
 
@@ -267,7 +280,7 @@ impl Segment {
             offset,
             reason,
         };
-        let mut header = [0u8; 36];
+        let mut header = [0u8; HEADER_USED_BYTES];
         if len < SEGMENT_HEADER_BYTES {
             return Err(corrupt(
                 0,
@@ -276,37 +289,39 @@ impl Segment {
         }
         storage::read_exact_at(&*file, &mut header, 0)
             .context(|| format!("reading {}", path.display()))?;
-        if &header[0..8] != MAGIC {
+        if &header[MAGIC_OFFSET..VERSION_OFFSET] != MAGIC {
             return Err(corrupt(0, "bad magic: not a roamkv log segment".into()));
         }
-        let stored_crc = u32::from_le_bytes([header[32], header[33], header[34], header[35]]);
+        let u32_field = |at| u32_at(&header, at).expect("inside the fixed-size header");
+        let u64_field = |at| u64_at(&header, at).expect("inside the fixed-size header");
+        let stored_crc = u32_field(HEADER_CRC_OFFSET);
         let computed_crc = crc32c::crc32c(&header[..HEADER_FIELDS_BYTES]);
         if stored_crc != computed_crc {
             return Err(corrupt(
-                32,
+                HEADER_CRC_OFFSET as u64,
                 format!(
                     "header checksum mismatch (stored {stored_crc:#010x}, computed {computed_crc:#010x})"
                 ),
             ));
         }
-        let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        let version = u32_field(VERSION_OFFSET);
         if version != FORMAT_VERSION {
             return Err(corrupt(
-                8,
+                VERSION_OFFSET as u64,
                 format!("segment format version {version}, this build reads {FORMAT_VERSION}"),
             ));
         }
-        let seq = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
-        let bytes = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
+        let seq = u64_field(SEQ_OFFSET);
+        let bytes = u64_field(SIZE_OFFSET);
         if seq != expected_seq {
             return Err(corrupt(
-                16,
+                SEQ_OFFSET as u64,
                 format!("header says segment {seq}, file name says {expected_seq}"),
             ));
         }
         if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&bytes) || bytes % 4096 != 0 {
             return Err(corrupt(
-                24,
+                SIZE_OFFSET as u64,
                 format!(
                     "header says {bytes} bytes; a segment is {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX} bytes, a multiple of 4096"
                 ),
@@ -314,7 +329,7 @@ impl Segment {
         }
         if bytes != len {
             return Err(corrupt(
-                24,
+                SIZE_OFFSET as u64,
                 format!("header says {bytes} bytes, file has {len}"),
             ));
         }

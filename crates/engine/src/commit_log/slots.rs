@@ -16,23 +16,25 @@ use std::time::{Duration, Instant};
 
 use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
 use crate::error::{Error, IoContext, Result};
+use crate::format::{LOG_ID_MAGIC, SLOT_MAGIC, u32_at, u64_at};
+use crate::limits::{SLOT_NAME_BYTES_MAX, SLOT_PERSIST_INTERVAL_MS};
 
 /// The feed's directory inside the data directory.
 pub const FEED_DIR: &str = "feed";
 pub const LOG_ID_FILE: &str = "LOG_ID";
 pub const SLOT_EXTENSION: &str = "slot";
-const LOG_ID_MAGIC: &[u8; 8] = b"RKVLGID1";
-const SLOT_MAGIC: &[u8; 8] = b"RKVSLOT1";
-/// LOG_ID: magic, log_id u64, created_ms u64, crc32c of the 24 bytes before it.
-const LOG_ID_BYTES: usize = 8 + 8 + 8 + 4;
-/// A slot file: magic, the position (LOG_POS_BYTES), crc32c of the bytes before it.
-const SLOT_FILE_BYTES: usize = 8 + LOG_POS_BYTES + 4;
-/// Longest slot name (names are file names: ASCII letters, digits, `-` and `_`).
-pub const SLOT_NAME_BYTES_MAX: usize = 64;
-/// A slot's file is rewritten at most this often while its reader advances: a crash loses at
-/// most this much progress of the *hold* (the reader's own cursor is elsewhere), which only
-/// keeps a little more log. Close writes the latest.
-const SLOT_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
+// LOG_ID (docs/FORMAT.md, "Feed"): magic, log_id u64, created_ms u64, crc32c of the bytes
+// before it.
+const LOG_ID_MAGIC_OFFSET: usize = 0;
+const LOG_ID_ID_OFFSET: usize = LOG_ID_MAGIC_OFFSET + 8;
+const LOG_ID_CREATED_OFFSET: usize = LOG_ID_ID_OFFSET + 8;
+const LOG_ID_CRC_OFFSET: usize = LOG_ID_CREATED_OFFSET + 8;
+const LOG_ID_BYTES: usize = LOG_ID_CRC_OFFSET + 4;
+// A slot file: magic, the position (LOG_POS_BYTES), crc32c of the bytes before it.
+const SLOT_MAGIC_OFFSET: usize = 0;
+const SLOT_POS_OFFSET: usize = SLOT_MAGIC_OFFSET + 8;
+const SLOT_CRC_OFFSET: usize = SLOT_POS_OFFSET + LOG_POS_BYTES;
+const SLOT_FILE_BYTES: usize = SLOT_CRC_OFFSET + 4;
 
 /// One slot as the engine keeps it.
 #[derive(Debug, Clone)]
@@ -177,13 +179,11 @@ fn read_log_id(path: &Path) -> Result<Option<u64>> {
             format!("{} bytes, a LOG_ID file has {LOG_ID_BYTES}", bytes.len()),
         ));
     }
-    if &bytes[0..8] != LOG_ID_MAGIC {
+    if &bytes[LOG_ID_MAGIC_OFFSET..LOG_ID_ID_OFFSET] != LOG_ID_MAGIC {
         return Err(corrupt(path, 0, "bad magic: not a roamkv LOG_ID file"));
     }
     check_crc(path, &bytes)?;
-    Ok(Some(u64::from_le_bytes(
-        bytes[8..16].try_into().expect("8 bytes"),
-    )))
+    Ok(u64_at(&bytes, LOG_ID_ID_OFFSET))
 }
 
 fn read_slot(path: &Path) -> Result<LogPos> {
@@ -195,17 +195,18 @@ fn read_slot(path: &Path) -> Result<LogPos> {
             format!("{} bytes, a slot file has {SLOT_FILE_BYTES}", bytes.len()),
         ));
     }
-    if &bytes[0..8] != SLOT_MAGIC {
+    if &bytes[SLOT_MAGIC_OFFSET..SLOT_POS_OFFSET] != SLOT_MAGIC {
         return Err(corrupt(path, 0, "bad magic: not a roamkv slot file"));
     }
     check_crc(path, &bytes)?;
-    LogPos::decode(&bytes[8..8 + LOG_POS_BYTES]).ok_or_else(|| corrupt(path, 8, "short position"))
+    LogPos::decode(&bytes[SLOT_POS_OFFSET..SLOT_CRC_OFFSET])
+        .ok_or_else(|| corrupt(path, SLOT_POS_OFFSET as u64, "short position"))
 }
 
 /// The last 4 bytes are the crc32c of the bytes before them.
 fn check_crc(path: &Path, bytes: &[u8]) -> Result<()> {
     let at = bytes.len() - 4;
-    let stored = u32::from_le_bytes(bytes[at..].try_into().expect("4 bytes"));
+    let stored = u32_at(bytes, at).unwrap_or_default();
     let computed = crc32c::crc32c(&bytes[..at]);
     if stored != computed {
         return Err(corrupt(
@@ -237,6 +238,11 @@ fn make_log_id(dir: &Path) -> Result<u64> {
     let mut bytes = LOG_ID_MAGIC.to_vec();
     bytes.extend_from_slice(&log_id.to_le_bytes());
     bytes.extend_from_slice(&created_ms.to_le_bytes());
+    assert_eq!(
+        bytes.len(),
+        LOG_ID_CRC_OFFSET,
+        "LOG_ID's fields as read_log_id reads them"
+    );
     write_durably(&dir.join(LOG_ID_FILE), &with_crc(bytes))?;
     Ok(log_id)
 }
@@ -251,6 +257,11 @@ pub(crate) fn slot_path(data_dir: &Path, name: &str) -> PathBuf {
 pub(crate) fn write_slot(data_dir: &Path, name: &str, pos: &LogPos) -> Result<()> {
     let mut bytes = SLOT_MAGIC.to_vec();
     bytes.extend_from_slice(&pos.encode());
+    assert_eq!(
+        bytes.len(),
+        SLOT_CRC_OFFSET,
+        "a slot's fields as read_slot reads them"
+    );
     write_durably(&slot_path(data_dir, name), &with_crc(bytes))
 }
 
@@ -286,7 +297,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 pub(crate) fn due_for_persist(slot: &mut Slot, force: bool) -> bool {
     let due = match slot.persisted {
         Some((pos, _)) if pos == slot.pos => false,
-        Some((_, at)) => force || at.elapsed() >= SLOT_PERSIST_INTERVAL,
+        Some((_, at)) => force || at.elapsed() >= Duration::from_millis(SLOT_PERSIST_INTERVAL_MS),
         None => true,
     };
     if due {

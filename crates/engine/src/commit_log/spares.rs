@@ -16,11 +16,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::commit_log::segment::Segment;
 use crate::commit_log::storage::{Storage, StorageFile};
 use crate::error::{Error, Result};
-use crate::limits::{SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
+use crate::limits::{READY_SEGMENTS_TARGET, SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
 use crate::stats::Counters;
-
-/// Segments kept ready ahead of the active one.
-const READY_SEGMENTS_TARGET: usize = 1;
 
 pub(crate) struct Retired {
     pub file: Arc<dyn StorageFile>,

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
-pub use crate::commit_log::slots::SLOT_NAME_BYTES_MAX;
+pub use crate::limits::SLOT_NAME_BYTES_MAX;
 pub use batch::{FeedBatch, FeedRecord};
 
 use crate::commit_log::log_state::{LiveSegment, LogState};

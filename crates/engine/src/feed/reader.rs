@@ -13,11 +13,8 @@ use crate::commit_log::record::{self, Body, Decode};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::feed::batch::{FeedBatch, FeedRecord};
-use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::limits::{FEED_READ_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::state::{Inner, State};
-
-/// The first read of a call: at least this much, so that small budgets still make progress.
-const READ_BYTES_MIN: usize = 64 * 1024;
 
 /// Where a segment may be read, seen under the lock.
 struct View {
@@ -293,7 +290,7 @@ pub(crate) fn read(inner: &Inner, from: &LogPos, max_bytes: usize) -> Result<Fee
 /// Returns true when it consumed the segment's SEGMENT_END (the caller goes on to the next).
 fn read_segment(view: &View, out: &mut FeedBatch, budget: usize) -> Result<bool> {
     let available = (view.readable_end - out.next.offset) as usize;
-    let mut want = budget.max(READ_BYTES_MIN).min(available);
+    let mut want = budget.max(FEED_READ_BYTES_MIN).min(available);
     loop {
         let buf = view.segment.read_at(out.next.offset, want)?;
         let before = out.log_bytes;

@@ -20,6 +20,7 @@
 //! Within a device, byte order is logical order: sensors by name (no NUL in ids, so 0x00 ends
 //! a name and a shorter name sorts first), then timestamps.
 
+use crate::format::{CATALOG_META_FORMAT, u32_at, u64_at};
 use crate::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, id_problem};
 
 /// Timestamps are i64; flipping the sign bit makes big-endian byte order match numeric order.
@@ -207,13 +208,17 @@ pub struct CatalogMeta {
     pub last_aged_seq: u64,
 }
 
-const META_FORMAT: u32 = 1;
-const META_BYTES: usize = 4 + 8 + 8 + 8;
+// The meta record (docs/FORMAT.md, "Catalog"): its format, then three u64 counters.
+const META_FORMAT_OFFSET: usize = 0;
+const META_NEXT_WIN_OFFSET: usize = META_FORMAT_OFFSET + 4;
+const META_NEXT_LOWER_ID_OFFSET: usize = META_NEXT_WIN_OFFSET + 8;
+const META_LAST_AGED_SEQ_OFFSET: usize = META_NEXT_LOWER_ID_OFFSET + 8;
+const META_BYTES: usize = META_LAST_AGED_SEQ_OFFSET + 8;
 
 impl CatalogMeta {
     pub fn encode(&self) -> Vec<u8> {
         let mut value = Vec::with_capacity(META_BYTES);
-        value.extend_from_slice(&META_FORMAT.to_le_bytes());
+        value.extend_from_slice(&CATALOG_META_FORMAT.to_le_bytes());
         value.extend_from_slice(&self.next_win.to_le_bytes());
         value.extend_from_slice(&self.next_lower_id.to_le_bytes());
         value.extend_from_slice(&self.last_aged_seq.to_le_bytes());
@@ -221,14 +226,13 @@ impl CatalogMeta {
     }
 
     pub fn decode(value: &[u8]) -> Option<CatalogMeta> {
-        if value.len() != META_BYTES || value[..4] != META_FORMAT.to_le_bytes() {
+        if value.len() != META_BYTES || u32_at(value, META_FORMAT_OFFSET)? != CATALOG_META_FORMAT {
             return None;
         }
-        let u64_at = |at: usize| Some(u64::from_le_bytes(value.get(at..at + 8)?.try_into().ok()?));
         Some(CatalogMeta {
-            next_win: u64_at(4)?,
-            next_lower_id: u64_at(12)?,
-            last_aged_seq: u64_at(20)?,
+            next_win: u64_at(value, META_NEXT_WIN_OFFSET)?,
+            next_lower_id: u64_at(value, META_NEXT_LOWER_ID_OFFSET)?,
+            last_aged_seq: u64_at(value, META_LAST_AGED_SEQ_OFFSET)?,
         })
     }
 }
@@ -253,9 +257,6 @@ pub struct DeviceRecord {
 }
 
 const DEVICE_FLAG_SETTLED: u8 = 1;
-/// Trims a device's readings in windows may be under before maintenance consolidates the device
-/// (see `merge_trims`): a read checks each of them per reading.
-pub const TRIMS_PER_DEVICE_MAX: usize = 8;
 
 impl DeviceRecord {
     pub fn encode(&self) -> Vec<u8> {

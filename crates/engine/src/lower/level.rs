@@ -77,8 +77,8 @@ impl LevelLower {
     fn locate(&self, space: Space, key: &[u8]) -> (&Db, Vec<u8>) {
         match space {
             Space::Catalog => (&self.catalog, key.to_vec()),
-            Space::Settled | Space::Runs => {
-                let tag = if space == Space::Runs {
+            Space::Settled | Space::Windows => {
+                let tag = if space == Space::Windows {
                     RUNS_TAG
                 } else {
                     SETTLED_TAG
@@ -130,6 +130,11 @@ impl LevelLower {
 
 impl LowerTier for LevelLower {
     fn prepare_run(&self, space: Space, run: Vec<(Vec<u8>, Vec<u8>)>) -> Result<PreparedRun> {
+        if !super::strictly_sorted(&run) {
+            return Err(Error::Lower(
+                "leveldb: a run whose keys do not strictly ascend".into(),
+            ));
+        }
         let entry_bytes = run.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
         Ok(PreparedRun {
             space,
@@ -172,15 +177,15 @@ impl LowerTier for LevelLower {
         // applies again.
         for op in ops {
             match op {
-                CatalogOp::DeleteRange(space @ (Space::Settled | Space::Runs), start, end) => {
+                CatalogOp::DeleteRange(space @ (Space::Settled | Space::Windows), start, end) => {
                     self.delete_range(*space, start, end, true)?
                 }
-                CatalogOp::Put(space @ (Space::Settled | Space::Runs), k, v) => {
+                CatalogOp::Put(space @ (Space::Settled | Space::Windows), k, v) => {
                     let (db, k) = self.locate(*space, k);
                     self.count(&k, v);
                     db.put(&k, v, true).map_err(lower_err)?
                 }
-                CatalogOp::Delete(space @ (Space::Settled | Space::Runs), k) => {
+                CatalogOp::Delete(space @ (Space::Settled | Space::Windows), k) => {
                     let (db, k) = self.locate(*space, k);
                     db.delete(&k, true).map_err(lower_err)?
                 }
@@ -216,15 +221,15 @@ impl LowerTier for LevelLower {
         };
         for &win in wins {
             self.delete_range(
-                Space::Runs,
+                Space::Windows,
                 &win.to_be_bytes(),
                 &(win + 1).to_be_bytes(),
                 false,
             )?;
         }
         // Compaction of the dropped range reads its tables and writes nothing back.
-        let (_, start) = self.locate(Space::Runs, &first.to_be_bytes());
-        let (_, end) = self.locate(Space::Runs, &(last + 1).to_be_bytes());
+        let (_, start) = self.locate(Space::Windows, &first.to_be_bytes());
+        let (_, end) = self.locate(Space::Windows, &(last + 1).to_be_bytes());
         self.data.compact_range(Some(&start), Some(&end));
         Ok(())
     }
@@ -264,7 +269,7 @@ impl LowerTier for LevelLower {
                 bytes: 0,
                 level: None,
             });
-            let (_, next) = self.locate(Space::Runs, &(win + 1).to_be_bytes());
+            let (_, next) = self.locate(Space::Windows, &(win + 1).to_be_bytes());
             it.seek(&next);
         }
         it.status().map_err(lower_err)?;
@@ -372,7 +377,7 @@ mod tests {
                     )
                 })
                 .collect();
-            let prepared = lower.prepare_run(Space::Runs, run)?;
+            let prepared = lower.prepare_run(Space::Windows, run)?;
             lower.ingest(prepared)?;
         }
         lower.write_catalog(&[CatalogOp::Put(Space::Catalog, b"k".to_vec(), b"v".to_vec())])?;
@@ -382,7 +387,7 @@ mod tests {
         let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win).collect();
         assert_eq!(wins, vec![3, 9]);
         let (start, end) = super::super::keys::Place::Window(9).range(1, None);
-        let last = lower.last_in(Space::Runs, &start, &end)?;
+        let last = lower.last_in(Space::Windows, &start, &end)?;
         assert_eq!(
             last.map(|(k, _)| k),
             Some(super::super::keys::run_key(9, 1, "s", 9))

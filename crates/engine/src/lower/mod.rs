@@ -25,10 +25,16 @@ pub mod rocks;
 
 use keys::Place;
 
+/// Whether a run's keys strictly ascend: what a window run must be (docs/ENGINE.md,
+/// "Invariants"). RocksDB's SST writer refuses anything else; the LevelDB tier checks with this.
+pub(crate) fn strictly_sorted(run: &[(Vec<u8>, Vec<u8>)]) -> bool {
+    run.windows(2).all(|pair| pair[0].0 < pair[1].0)
+}
+
 /// The lower tier's key spaces (keys.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Space {
-    Runs,
+    Windows,
     Settled,
     Catalog,
 }
@@ -40,6 +46,19 @@ pub enum CatalogOp {
     Delete(Space, Vec<u8>),
     /// Every key in [start, end).
     DeleteRange(Space, Vec<u8>, Vec<u8>),
+}
+
+impl CatalogOp {
+    /// What forgets a departed device in the lower tier: its catalog entries and its settled
+    /// range (its windows drop whole when no live device reads them).
+    pub fn forget_device(lower_id: u64) -> [CatalogOp; 2] {
+        let (start, end) = keys::device_catalog_range(lower_id);
+        let (s_start, s_end) = Place::Settled.range(lower_id, None);
+        [
+            CatalogOp::DeleteRange(Space::Catalog, start, end),
+            CatalogOp::DeleteRange(Space::Settled, s_start, s_end),
+        ]
+    }
 }
 
 /// A sorted run written to a file of the lower tier's format but not yet part of it
@@ -117,7 +136,7 @@ pub trait LowerTier: Send + Sync {
 
 pub(crate) fn space_of(place: Place) -> Space {
     match place {
-        Place::Window(_) => Space::Runs,
+        Place::Window(_) => Space::Windows,
         Place::Settled => Space::Settled,
     }
 }

@@ -114,7 +114,7 @@ impl RocksLower {
 
     fn family(&self, space: Space) -> Result<&ColumnFamily> {
         let name = match space {
-            Space::Runs => RUNS_CF,
+            Space::Windows => RUNS_CF,
             Space::Settled => SETTLED_CF,
             Space::Catalog => CATALOG_CF,
         };
@@ -137,7 +137,7 @@ impl RocksLower {
             let options = librocksdb_sys::rocksdb_ingestexternalfileoptions_create();
             // Move (hard-link) the file instead of copying it: each run is written once.
             librocksdb_sys::rocksdb_ingestexternalfileoptions_set_move_files(options, 1);
-            if space == Space::Runs {
+            if space == Space::Windows {
                 librocksdb_sys::rocksdb_ingestexternalfileoptions_set_fail_if_not_bottommost_level(
                     options, 1,
                 );
@@ -196,7 +196,7 @@ impl LowerTier for RocksLower {
         let n = self.ingest_seq.fetch_add(1, Ordering::Relaxed);
         let path = self.ingest_dir.join(format!("run-{n}.sst"));
         let options = match space {
-            Space::Runs => &self.runs_options,
+            Space::Windows => &self.runs_options,
             _ => &self.options,
         };
         let mut writer = SstFileWriter::create(options);
@@ -228,7 +228,7 @@ impl LowerTier for RocksLower {
         outcome?;
         self.ingested_bytes
             .fetch_add(run.file_bytes, Ordering::Relaxed);
-        if let (Space::Runs, Some(first)) = (run.space, &run.first_key) {
+        if let (Space::Windows, Some(first)) = (run.space, &run.first_key) {
             self.count_ingest_level(first);
         }
         Ok(())
@@ -259,7 +259,7 @@ impl LowerTier for RocksLower {
     }
 
     fn drop_windows(&self, wins: &[u64]) -> Result<()> {
-        let family = self.family(Space::Runs)?;
+        let family = self.family(Space::Windows)?;
         for &win in wins {
             let start = win.to_be_bytes();
             let end = (win + 1).to_be_bytes();
@@ -380,7 +380,7 @@ impl LowerTier for RocksLower {
     fn estimate(&self) -> (u64, u64) {
         let mut keys = 0;
         let mut bytes = 0;
-        for space in [Space::Runs, Space::Settled] {
+        for space in [Space::Windows, Space::Settled] {
             if let Ok(family) = self.family(space) {
                 let prop = |name: &str| {
                     self.db
@@ -398,7 +398,7 @@ impl LowerTier for RocksLower {
 
     fn verify(&self) -> Result<u64> {
         let mut keys = 0;
-        for space in [Space::Runs, Space::Settled, Space::Catalog] {
+        for space in [Space::Windows, Space::Settled, Space::Catalog] {
             let mut read = ReadOptions::default();
             read.set_verify_checksums(true);
             read.fill_cache(false);

@@ -7,7 +7,7 @@
 //! 2. **Read** (no lock): one sweep over the segment in log order, through one reused buffer,
 //!    skipping gaps over `MOVE_READ_GAP_BYTES`; every record's checksum and identity checked;
 //!    the swept range leaves the page cache. Each byte of the log is read once.
-//! 3. **Write**: sorted by (device, sensor, ts), cut into windows of at most `RUN_BYTES_MAX`,
+//! 3. **Write**: sorted by (device, sensor, ts), cut into windows of at most `WINDOW_BYTES_MAX`,
 //!    each written as one file and ingested into the lower tier's last level.
 //! 4. **Catalog**: one synced batch: new devices, window memberships, departures and trims
 //!    (with their deletes in the settled space), and the meta (last segment taken, ids given).
@@ -28,7 +28,9 @@ use crate::error::{Error, Result};
 use crate::failpoints::PassStep;
 use crate::group_commit;
 use crate::ids::DeviceId;
-use crate::limits::{MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, RUN_BYTES_MAX};
+use crate::limits::{
+    MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, TRIMS_PER_DEVICE_MAX, WINDOW_BYTES_MAX,
+};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord, Place};
 use crate::lower::{CatalogOp, PreparedRun, Space};
 use crate::mapping::{DeviceEntry, LowerPlace, MappingTable};
@@ -51,7 +53,7 @@ pub(crate) enum Reason {
 /// Notes that a device now holds readings in more windows (or trims) than reads should
 /// check: maintenance consolidates it next.
 fn note_windows(inner: &Inner, st: &mut State, id: DeviceId, windows: usize, trims: usize) {
-    if windows > inner.options.runs_per_device_max || trims > keys::TRIMS_PER_DEVICE_MAX {
+    if windows > inner.options.windows_per_device_max || trims > TRIMS_PER_DEVICE_MAX {
         st.lower.consolidation_wanted.push(id);
     }
 }
@@ -107,7 +109,7 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
     let mut step = Counters::add_us_since(&c.pass_snapshot_us, started);
     let mut runs = read_runs(inner, &snapshot)?;
     let settled_deletes = settled_trim_deletes(inner, &snapshot.settled_trims)?;
-    inner.options.fail_points.check(PassStep::ReadLog)?;
+    inner.options.fail_points.check(PassStep::Read)?;
     step = Counters::add_us_since(&c.pass_read_us, step);
 
     let file_bytes = write_runs(inner, &mut runs)?;
@@ -123,7 +125,7 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
         // (recovery would, as orphans, if this fails too).
         let wins: Vec<u64> = runs.iter().map(|r| r.win).collect();
         let _ = inner.lower.drop_windows(&wins);
-        Counters::add(&c.migration_failures, 1);
+        Counters::add(&c.pass_failures, 1);
         return Err(e);
     }
     step = Counters::add_us_since(&c.pass_catalog_us, step);
@@ -191,7 +193,7 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
         settled_trims,
     } = events(map, lower, &live.events);
     let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
-    let windows = move_bytes.div_ceil(RUN_BYTES_MAX).max(1);
+    let windows = move_bytes.div_ceil(WINDOW_BYTES_MAX).max(1);
     let first_win = lower.next_win;
     lower.next_win += windows;
     let meta = CatalogMeta {
@@ -344,7 +346,7 @@ fn checked_value(segment: &Segment, m: &Moving, bytes: &[u8]) -> Result<Vec<u8>>
 }
 
 /// Sorts the readings by (lower id, sensor, ts) and cuts them into the pass's windows, each at
-/// most `RUN_BYTES_MAX` of values (the last one takes the rest).
+/// most `WINDOW_BYTES_MAX` of values (the last one takes the rest).
 fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun> {
     let mut sorted: Vec<(usize, Vec<u8>)> = values.into_iter().enumerate().collect();
     sorted.sort_unstable_by(|(a, _), (b, _)| {
@@ -355,7 +357,7 @@ fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun>
     let mut run_bytes = 0u64;
     for (i, value) in sorted {
         let last_window = snapshot.first_win + snapshot.windows - 1;
-        let full = run_bytes >= RUN_BYTES_MAX;
+        let full = run_bytes >= WINDOW_BYTES_MAX;
         let need_new = runs.last().is_none_or(|r| full && r.win < last_window);
         if need_new {
             let win = runs.last().map_or(snapshot.first_win, |r| r.win + 1);
@@ -374,6 +376,21 @@ fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun>
         let member = run.members.entry(m.device).or_insert((m.lower_id, 0));
         member.1 += bytes;
         run.entries.push((key, value));
+    }
+    // ENGINE.md, "Invariants": each run strictly sorted, in a new window above every existing
+    // one (`first_win` is the catalog's next window id), windows ascending.
+    for (i, run) in runs.iter().enumerate() {
+        assert!(
+            run.win >= snapshot.first_win && (i == 0 || run.win > runs[i - 1].win),
+            "window {} out of order (first new window {})",
+            run.win,
+            snapshot.first_win
+        );
+        assert!(
+            crate::lower::strictly_sorted(&run.entries),
+            "window {}'s run is not strictly sorted",
+            run.win
+        );
     }
     runs
 }
@@ -410,7 +427,7 @@ fn write_runs(inner: &Inner, runs: &mut [WindowRun]) -> Result<Vec<u64>> {
     for run in runs.iter_mut().filter(|r| !r.entries.is_empty()) {
         match inner
             .lower
-            .prepare_run(Space::Runs, std::mem::take(&mut run.entries))
+            .prepare_run(Space::Windows, std::mem::take(&mut run.entries))
         {
             Ok(p) => prepared.push(p),
             Err(e) => {
@@ -469,10 +486,7 @@ fn catalog_ops(
 ) -> Vec<CatalogOp> {
     let mut ops = Vec::new();
     for (lower_id, _) in &snapshot.departed {
-        let (start, end) = keys::device_catalog_range(*lower_id);
-        ops.push(CatalogOp::DeleteRange(Space::Catalog, start, end));
-        let (start, end) = Place::Settled.range(*lower_id, None);
-        ops.push(CatalogOp::DeleteRange(Space::Settled, start, end));
+        ops.extend(CatalogOp::forget_device(*lower_id));
     }
     for (_, lower_id, record) in &snapshot.new_devices {
         ops.push(CatalogOp::Put(
@@ -523,7 +537,7 @@ fn commit(
         .retain(|id| !snapshot.departed.iter().any(|(d, _)| d == id));
     place_new_devices(&mut st, snapshot);
     let mut visits = 0;
-    let moved_records = remove_moved_entries(&mut st, snapshot, &mut visits);
+    let aged_records = remove_moved_entries(&mut st, snapshot, &mut visits);
     for (run, bytes) in runs.iter().zip(file_bytes) {
         add_window(inner, &mut st, run, *bytes);
     }
@@ -541,11 +555,11 @@ fn commit(
         live.events = Vec::new();
     }
     drop(st);
-    Counters::add(&c.migrated_records, moved_records);
+    Counters::add(&c.aged_records, aged_records);
     Counters::add(&c.pass_devices_visited, visits);
     Counters::add(&c.segments_aged, 1);
     if reason == Reason::Early {
-        Counters::add(&c.early_migrations, 1);
+        Counters::add(&c.early_passes, 1);
     }
 }
 
@@ -575,20 +589,19 @@ fn remove_moved_entries(st: &mut State, snapshot: &Snapshot, visits: &mut u64) -
     let mut moved_devices: Vec<DeviceId> = snapshot.moving.iter().map(|m| m.device).collect();
     moved_devices.dedup();
     *visits += (moved_devices.len() + snapshot.new_devices.len()) as u64;
-    let mut moved_records = 0;
+    let mut aged_records = 0;
     for id in moved_devices {
         let State {
-            map, index_bytes, ..
+            map, index_account, ..
         } = &mut *st;
         if let Some(entry) = map.entry_mut(id) {
-            let before = entry.index.index_bytes();
-            let (records, bytes) = entry.index.remove_oldest_segment(snapshot.seq);
-            moved_records += records;
-            *index_bytes -= before - entry.index.index_bytes();
-            st.index_changed((records, bytes), (0, 0));
+            let (records, _) = index_account.change(&mut entry.index, |index| {
+                index.remove_oldest_segment(snapshot.seq)
+            });
+            aged_records += records;
         }
     }
-    moved_records
+    aged_records
 }
 
 /// A window joins the bookkeeping: its devices (still here) read it; a window nobody reads is

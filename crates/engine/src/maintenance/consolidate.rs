@@ -1,6 +1,6 @@
 //! Consolidation: some of a device's windowed readings are rewritten into fewer places, so that
 //! a read touches few runs and window files stay within their space bound. Two reasons
-//! (maintenance/mod.rs): a device with more than `runs_per_device_max` windows or too many
+//! (maintenance/mod.rs): a device with more than `windows_per_device_max` windows or too many
 //! trims, and window files over their space bound (the windows with the least live data are
 //! emptied of the devices still reading them, and drop whole).
 //!
@@ -112,7 +112,7 @@ pub(crate) fn pass(inner: &Inner, wanted: &BTreeMap<DeviceId, Scope>) -> Result<
         settled,
         window_bytes,
     } = read(inner, &snapshot)?;
-    inner.options.fail_points.check(PassStep::ReadLog)?;
+    inner.options.fail_points.check(PassStep::Read)?;
     let entry_bytes =
         |run: &[(Vec<u8>, Vec<u8>)]| run.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
     let (window_run_bytes, settled_run_bytes): (u64, u64) =
@@ -379,17 +379,19 @@ fn read_device(inner: &Inner, d: &Draining) -> Result<DeviceReadings> {
         let place = Place::Window(*win);
         let (start, end) = place.range(d.lower_id, None);
         let mut bad = None;
-        inner.lower.scan(Space::Runs, &start, &end, &mut |k, v| {
-            match place.parse(k) {
-                Some((_, sensor, ts_ns)) => {
-                    if !trimmed(&d.trims, *win, ts_ns) {
-                        readings.insert((sensor.to_string(), ts_ns), (v.to_vec(), *win));
+        inner
+            .lower
+            .scan(Space::Windows, &start, &end, &mut |k, v| {
+                match place.parse(k) {
+                    Some((_, sensor, ts_ns)) => {
+                        if !trimmed(&d.trims, *win, ts_ns) {
+                            readings.insert((sensor.to_string(), ts_ns), (v.to_vec(), *win));
+                        }
                     }
+                    None => bad = Some(k.to_vec()),
                 }
-                None => bad = Some(k.to_vec()),
-            }
-            bad.is_none()
-        })?;
+                bad.is_none()
+            })?;
         if let Some(k) = bad {
             return Err(Error::Lower(format!("malformed key {k:?} in window {win}")));
         }
@@ -399,7 +401,7 @@ fn read_device(inner: &Inner, d: &Draining) -> Result<DeviceReadings> {
         for ((sensor, ts_ns), (_, from)) in &readings {
             for &newer in d.newer_staying.iter().filter(|w| **w > *from) {
                 let key = keys::run_key(newer, d.lower_id, sensor, *ts_ns);
-                if inner.lower.get(Space::Runs, &key)?.is_some() {
+                if inner.lower.get(Space::Windows, &key)?.is_some() {
                     shadowed.push((sensor.clone(), *ts_ns));
                     break;
                 }
@@ -420,13 +422,13 @@ type Run = Vec<(Vec<u8>, Vec<u8>)>;
 fn write(inner: &Inner, snapshot: &Snapshot, window: Run, settled: Run) -> Result<u64> {
     let mut window_file_bytes = 0;
     let mut prepared: Vec<PreparedRun> = Vec::new();
-    for (space, run) in [(Space::Runs, window), (Space::Settled, settled)] {
+    for (space, run) in [(Space::Windows, window), (Space::Settled, settled)] {
         if run.is_empty() {
             continue;
         }
         match inner.lower.prepare_run(space, run) {
             Ok(p) => {
-                if space == Space::Runs {
+                if space == Space::Windows {
                     window_file_bytes = p.file_bytes;
                 }
                 prepared.push(p);

@@ -39,7 +39,6 @@ use crate::limits::{
 };
 use crate::lower::CatalogOp;
 use crate::lower::Space;
-use crate::lower::keys::{self, Place};
 use crate::options::MoveRule;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
@@ -152,7 +151,8 @@ fn next_work(inner: &Inner, for_memory: bool, reclaim_turn: bool) -> Work {
             return Work::Consolidate(reclaim);
         }
     }
-    let index_over = st.index_bytes > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT;
+    let index_over =
+        st.index_account.bytes > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT;
     if let Some((seq, live)) = st.log.oldest_unaged() {
         let due = live.sealed_at_ms.is_some_and(|sealed_at| {
             now_ms >= sealed_at.saturating_add(inner.options.management_time_ms)
@@ -282,7 +282,8 @@ pub(crate) fn age_for_memory(inner: &Inner) -> Result<()> {
 }
 
 fn index_over_low_water(inner: &Inner) -> bool {
-    inner.state.lock().index_bytes > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT
+    inner.state.lock().index_account.bytes
+        > inner.options.index_bytes_max / 100 * INDEX_LOW_WATER_PERCENT
 }
 
 /// Retires the oldest segments whose readings left the log (and that no log reader holds).
@@ -361,14 +362,7 @@ fn drop_durable_deaths(inner: &Inner) -> Result<()> {
     if !forget.is_empty() {
         let ops: Vec<CatalogOp> = forget
             .iter()
-            .flat_map(|lower_id| {
-                let (start, end) = keys::device_catalog_range(*lower_id);
-                let (s_start, s_end) = Place::Settled.range(*lower_id, None);
-                [
-                    CatalogOp::DeleteRange(Space::Catalog, start, end),
-                    CatalogOp::DeleteRange(Space::Settled, s_start, s_end),
-                ]
-            })
+            .flat_map(|lower_id| CatalogOp::forget_device(*lower_id))
             .collect();
         if let Err(e) = inner.lower.write_catalog(&ops) {
             let at = inner.state.lock().log.applied_end;

@@ -20,6 +20,7 @@ use self::log::{ReadError, read_log};
 use self::lower::{LowerView, get_lower, latest_lower, page_lower};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
+use crate::limits::{READ_ATTEMPTS_MAX, SCAN_PAGE_READINGS_MAX};
 use crate::lower::keys::Place;
 use crate::lower::oldest_per_sensor;
 use crate::reading::{Reading, validate_device, validate_sensor};
@@ -71,14 +72,6 @@ pub struct ScanPage {
     pub readings: Vec<Reading>,
     pub next: Option<ScanCursor>,
 }
-
-/// Largest page one call returns: bounds the memory of a single read.
-pub const SCAN_PAGE_READINGS_MAX: usize = 100_000;
-
-/// A read may race with a pass that moves its readings out of the log and recycles their
-/// segment: the record then carries another segment's sequence. Retrying finds them in the
-/// lower tier.
-const READ_ATTEMPTS: usize = 4;
 
 fn validate_optional_sensor(sensor: Option<&str>) -> Result<()> {
     sensor.map_or(Ok(()), validate_sensor)
@@ -336,7 +329,7 @@ fn retry_moved<T>(
     mut read: impl FnMut(&Inner) -> Result<T, ReadError>,
 ) -> Result<T> {
     let mut last_error = None;
-    for _ in 0..READ_ATTEMPTS {
+    for _ in 0..READ_ATTEMPTS_MAX {
         let _windows_stay = inner.window_gate.read();
         match read(inner) {
             Ok(value) => return Ok(value),
