@@ -268,9 +268,72 @@ fn id_at<'a>(
     limits::id_problem(id, max).map_or(Ok(id), |problem| Err(format!("{what} id {problem}")))
 }
 
+/// The stored checksum of the record `buf` starts with (its header's first field), unchecked;
+/// None if `buf` is shorter than it.
+pub fn stored_crc(buf: &[u8]) -> Option<u32> {
+    u32_at(buf, CRC_OFFSET)
+}
+
+/// The whole length (header and payload) the header at the start of `buf` declares, unchecked:
+/// how many bytes to read for `decode`. None if `buf` is shorter than a header.
+pub fn declared_len(buf: &[u8]) -> Option<usize> {
+    if buf.len() < HEADER_BYTES {
+        return None;
+    }
+    Some(HEADER_BYTES + u32_at(buf, PAYLOAD_LEN_OFFSET)? as usize)
+}
+
 /// Decodes the record at the start of `buf` (which runs to the end of the segment's data).
 pub fn decode(buf: &[u8], seq_low: u32) -> Decode<'_> {
     decode_checked(buf, seq_low, true)
+}
+
+/// One step through a segment's bytes, a whole batch at a time: how recovery, `check` (through
+/// `segment::scan`) and the change feed all read the log, since a batch is applied whole or not
+/// at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchStep<'a> {
+    /// A complete batch from the offset asked: its records with their offsets in `buf`; the next
+    /// batch starts at `end`.
+    Batch {
+        records: Vec<(usize, Decoded<'a>)>,
+        end: usize,
+    },
+    /// No record of this segment at the offset asked: the data ends there.
+    End,
+    /// A batch was begun, but no record of this segment follows its last one (`at`) before its
+    /// end-of-batch record: the batch was cut short.
+    Cut { at: usize },
+    /// `buf` ends inside a record of the batch (only when `buf` is not the whole of the
+    /// segment's data, `whole` false): more bytes may complete it.
+    Short,
+    /// The record at `at` is of this segment, but its bytes are wrong.
+    Corrupt { at: usize, reason: String },
+}
+
+/// The batch starting at `from` in `buf`. `whole`: `buf` runs to the end of the segment's data,
+/// so a record running past it is damage (`Corrupt`), not the edge of a partial read (`Short`).
+pub fn next_batch(buf: &[u8], from: usize, seq_low: u32, whole: bool) -> BatchStep<'_> {
+    let mut at = from;
+    let mut records = Vec::new();
+    loop {
+        let rest = buf.get(at..).unwrap_or_default();
+        if !whole && declared_len(rest).is_none_or(|len| len > rest.len()) {
+            return BatchStep::Short;
+        }
+        match decode(rest, seq_low) {
+            Decode::Record(d) => {
+                records.push((at, d));
+                at += d.len;
+                if d.batch_end {
+                    return BatchStep::Batch { records, end: at };
+                }
+            }
+            Decode::End if records.is_empty() => return BatchStep::End,
+            Decode::End => return BatchStep::Cut { at },
+            Decode::Corrupt(reason) => return BatchStep::Corrupt { at, reason },
+        }
+    }
 }
 
 /// Decodes a record this process has just encoded and sealed (the group commit's apply step):

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::commit_log::record::{self, Decode, Decoded};
+use crate::commit_log::record::{self, BatchStep, Decode, Decoded};
 use crate::commit_log::storage::{self, Storage, StorageFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{u32_at, u64_at};
@@ -444,34 +444,42 @@ pub fn scan(
     seq_low: u32,
     mut visit: impl FnMut(u64, &Decoded<'_>) -> Result<()>,
 ) -> Result<ScanEnd> {
-    let mut at = SEGMENT_HEADER_BYTES as usize;
-    let mut batch_start = at;
-    let mut batch: Vec<(u64, Decoded<'_>)> = Vec::new();
+    let mut batch_start = SEGMENT_HEADER_BYTES as usize;
+    // Where reading stopped: after the last complete batch, or at the record that ended it.
+    let mut at = batch_start;
     let mut sealed_at_ms = None;
     let stop = loop {
-        match record::decode(&data[at.min(data.len())..], seq_low) {
-            Decode::Record(d) => {
-                batch.push((at as u64, d));
-                at += d.len;
-                if d.batch_end {
-                    for (offset, record) in batch.drain(..) {
-                        sealed_at_ms = match record.body {
-                            record::Body::SegmentEnd { sealed_at_ms, .. } => Some(sealed_at_ms),
-                            _ => None,
-                        };
-                        visit(offset, &record)?;
-                    }
-                    batch_start = at;
+        match record::next_batch(data, batch_start, seq_low, true) {
+            BatchStep::Batch { records, end } => {
+                for (offset, record) in records {
+                    sealed_at_ms = match record.body {
+                        record::Body::SegmentEnd { sealed_at_ms, .. } => Some(sealed_at_ms),
+                        _ => None,
+                    };
+                    visit(offset as u64, &record)?;
                 }
+                batch_start = end;
+                at = end;
             }
-            Decode::End if batch.is_empty() => break None,
-            Decode::End => {
+            BatchStep::End => break None,
+            BatchStep::Cut { at: cut_at } => {
+                at = cut_at;
                 break Some((
                     batch_start as u64,
                     "batch cut short (no end-of-batch record)".to_string(),
                 ));
             }
-            Decode::Corrupt(reason) => break Some((at as u64, reason)),
+            BatchStep::Corrupt { at: bad_at, reason } => {
+                at = bad_at;
+                break Some((bad_at as u64, reason));
+            }
+            // Not returned for a whole segment's data (`whole`): read as a cut batch if it were.
+            BatchStep::Short => {
+                break Some((
+                    batch_start as u64,
+                    "batch cut short (no end-of-batch record)".to_string(),
+                ));
+            }
         }
     };
     let search_from = if stop.is_some() { at + 1 } else { at };

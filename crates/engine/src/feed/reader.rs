@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::commit_log::position::LogPos;
-use crate::commit_log::record::{self, Body, Decode};
+use crate::commit_log::record::{self, BatchStep, Body, Decode};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::feed::batch::{FeedBatch, FeedRecord};
@@ -152,9 +152,8 @@ fn check_prev(inner: &Inner, from: &LogPos, view: &View) -> Result<()> {
     if from.offset < view.readable_end {
         let len = (view.readable_end - from.offset).min(record::HEADER_BYTES as u64) as usize;
         let head = read_checked(inner, from, view, from.offset, len)?;
-        let payload = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
-        let whole =
-            (record::HEADER_BYTES + payload).min((view.readable_end - from.offset) as usize);
+        let declared = record::declared_len(&head).unwrap_or(head.len());
+        let whole = declared.min((view.readable_end - from.offset) as usize);
         let bytes = read_checked(inner, from, view, from.offset, whole)?;
         if !matches!(record::decode(&bytes, seq_low), Decode::Record(_)) {
             return Err(diverged(from, "no record starts there".into()));
@@ -201,11 +200,9 @@ fn check_segment_end_before(inner: &Inner, from: &LogPos) -> Result<()> {
     }
 }
 
-/// The stored checksum of an encoded record: its first 4 bytes (docs/FORMAT.md, "Record").
-fn stored_crc(record: &[u8]) -> u32 {
-    record
-        .get(0..4)
-        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+/// The stored checksum of an encoded record (0 if it is too short to have one).
+fn stored_crc(bytes: &[u8]) -> u32 {
+    record::stored_crc(bytes).unwrap_or(0)
 }
 
 /// Reads bytes of a live segment; if it fails because the segment retired meanwhile, a gap.
@@ -321,52 +318,49 @@ fn decode_batches(
         reason,
     };
     let mut at = 0usize;
-    let mut pending: Vec<FeedRecord> = Vec::new();
     let bytes_before = out.log_bytes;
     while at < buf.len() && ((out.log_bytes - bytes_before) as usize) < budget {
-        let rest = &buf[at..];
-        if rest.len() < record::HEADER_BYTES
-            || record::HEADER_BYTES
-                + u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize
-                > rest.len()
-        {
-            if complete {
+        let records = match record::next_batch(buf, at, seq_low, false) {
+            BatchStep::Batch { records, .. } => records,
+            BatchStep::Short if complete => {
                 return Err(damaged(
                     at,
                     "a record runs past the applied end of the log".into(),
                 ));
             }
-            break;
-        }
-        let decoded = match record::decode(rest, seq_low) {
-            Decode::Record(d) => d,
-            Decode::End => return Err(damaged(at, "no record where the log has one".into())),
-            Decode::Corrupt(reason) => return Err(damaged(at, reason)),
+            BatchStep::Short => break,
+            BatchStep::End | BatchStep::Cut { .. } => {
+                return Err(damaged(at, "no record where the log has one".into()));
+            }
+            BatchStep::Corrupt { at: bad, reason } => return Err(damaged(bad, reason)),
         };
-        let crc = stored_crc(rest);
-        at += decoded.len;
-        if let Body::SegmentEnd { .. } = decoded.body {
-            // Its own batch: the position moves to the next segment's start.
-            out.log_bytes += (at as u64) - (out.next.offset - base);
-            out.next = LogPos {
-                offset: base + at as u64,
-                prev_crc: crc,
-                prev_len: decoded.len as u32,
-                ..out.next
-            };
-            return Ok(true);
-        }
-        pending.extend(FeedRecord::from_body(&decoded.body));
-        if decoded.batch_end {
-            out.records.append(&mut pending);
-            out.log_bytes += (base + at as u64) - out.next.offset;
-            out.next = LogPos {
-                offset: base + at as u64,
-                prev_crc: crc,
-                prev_len: decoded.len as u32,
-                ..out.next
-            };
-            out.batch_ends.push((out.records.len(), out.next));
+        let mut batch = Vec::new();
+        for (offset, decoded) in records {
+            let crc = stored_crc(&buf[offset..]);
+            at = offset + decoded.len;
+            if let Body::SegmentEnd { .. } = decoded.body {
+                // Its own batch: the position moves to the next segment's start.
+                out.log_bytes += (at as u64) - (out.next.offset - base);
+                out.next = LogPos {
+                    offset: base + at as u64,
+                    prev_crc: crc,
+                    prev_len: decoded.len as u32,
+                    ..out.next
+                };
+                return Ok(true);
+            }
+            batch.extend(FeedRecord::from_body(&decoded.body));
+            if decoded.batch_end {
+                out.records.append(&mut batch);
+                out.log_bytes += (base + at as u64) - out.next.offset;
+                out.next = LogPos {
+                    offset: base + at as u64,
+                    prev_crc: crc,
+                    prev_len: decoded.len as u32,
+                    ..out.next
+                };
+                out.batch_ends.push((out.records.len(), out.next));
+            }
         }
     }
     Ok(false)
