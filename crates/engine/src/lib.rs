@@ -50,6 +50,7 @@ mod reading;
 mod recovery;
 mod state;
 mod stats;
+mod stats_snapshot;
 mod timed_mutex;
 mod trim;
 mod upper;
