@@ -4,7 +4,7 @@
 //! - Every top-level module of every crate of the workspace (`src/<name>.rs` or
 //!   `src/<name>/mod.rs`) is named on the page: a new module gets its line there.
 //! - No module of any crate depends on a module that depends back on it, directly or through
-//!   others. A module depends on another when its code (tests excluded)
+//!   others; nor does any top-level room (a file of `src/`, or a folder with all it holds). A module depends on another when its code (tests excluded)
 //!   names it through a `crate::`, `super::` or `self::` path, or names a child module it
 //!   declares (`mod child;` ... `child::item`).
 
@@ -278,12 +278,32 @@ fn dependencies(
 /// Groups of modules that depend on each other in a circle (strongly connected components of
 /// more than one module), each as a sorted list.
 fn import_cycles(krate: &str) -> Vec<Vec<String>> {
+    cycles_among(krate, |module| module.to_string())
+}
+
+/// Groups of top-level rooms (a file of `src/`, or a folder with all it holds) that depend on
+/// each other in a circle: a folder's files may import each other, two folders may not.
+fn room_cycles(krate: &str) -> Vec<Vec<String>> {
+    cycles_among(krate, |module| {
+        module.split("::").next().unwrap_or_default().to_string()
+    })
+}
+
+/// Circles among the groups `group` puts modules in (a module's dependencies within its own
+/// group do not count).
+fn cycles_among(krate: &str, group: impl Fn(&str) -> String) -> Vec<Vec<String>> {
     let src = workspace_root().join("crates").join(krate).join("src");
     let modules = module_files(&src);
-    let graph: BTreeMap<String, BTreeSet<String>> = modules
-        .iter()
-        .map(|(m, file)| (m.clone(), dependencies(m, file, &modules)))
-        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, file) in &modules {
+        let from = group(m);
+        let to: BTreeSet<String> = dependencies(m, file, &modules)
+            .iter()
+            .map(|d| group(d))
+            .filter(|d| *d != from)
+            .collect();
+        graph.entry(from).or_default().extend(to);
+    }
     // Two modules are in one circle when each reaches the other.
     let reach = |from: &str| -> BTreeSet<String> {
         let mut seen = BTreeSet::new();
@@ -336,6 +356,54 @@ fn no_module_of_any_crate_imports_a_module_that_imports_it_back() {
     assert!(
         cycles.is_empty(),
         "modules that import each other: {cycles:?}"
+    );
+}
+
+/// Room circles being taken apart by work in flight (issue 28: the EdgeX contract leaves the
+/// server for crates/wire; the lab's fs guest moves into fs/). Each entry goes when it is done.
+const ROOM_CIRCLES_IN_FLIGHT: &[(&str, &[&str])] =
+    &[("server", &["edgex", "error"]), ("lab", &["fs", "vm"])];
+
+#[test]
+fn no_two_rooms_of_any_crate_import_each_other() {
+    let cycles: Vec<(String, Vec<Vec<String>>)> = workspace_crates()
+        .into_iter()
+        .map(|krate| {
+            let cycles: Vec<Vec<String>> = room_cycles(&krate)
+                .into_iter()
+                .filter(|circle| {
+                    !ROOM_CIRCLES_IN_FLIGHT
+                        .iter()
+                        .any(|(k, rooms)| *k == krate && circle.iter().eq(rooms.iter()))
+                })
+                .collect();
+            (krate, cycles)
+        })
+        .filter(|(_, cycles)| !cycles.is_empty())
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "top-level files or folders that import each other: {cycles:?}"
+    );
+}
+
+/// Every crate of the workspace has its row in the README's layout table and in
+/// docs/ARCHITECTURE.md's table of crates.
+#[test]
+fn every_crate_is_in_the_readme_and_on_the_page() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
+    let page = architecture_md();
+    let missing: Vec<String> = workspace_crates()
+        .into_iter()
+        .filter(|krate| {
+            let row = format!("| `crates/{krate}` |");
+            let root = ["lib.rs", "main.rs"].map(|f| format!("| `crates/{krate}/src/{f}` |"));
+            !readme.contains(&row) || !root.iter().any(|r| page.contains(r))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crates without a row in the README's layout table or docs/ARCHITECTURE.md's crates: {missing:?}"
     );
 }
 

@@ -21,10 +21,12 @@ mod error;
 pub mod fence;
 pub mod files;
 pub mod handoff;
+pub mod handoff_book;
 pub mod metrics;
 pub mod mqtt;
 mod native;
 pub mod retention;
+pub mod retention_store;
 mod router;
 mod state;
 pub mod status;
@@ -96,7 +98,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
             "it is departing: its readings are on their way to the cloud",
         )?;
     }
-    let handoffs = handoff::book::Handoffs::open(&config.data)?;
+    let handoffs = handoff_book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
     let (stop, stop_rx) = watch::channel(false);
     let sink = match &config.sink {

@@ -15,7 +15,7 @@ use crate::edgex::{self, AddEventRequest, Decoded, KeyedReading, PathNames};
 use crate::error::ApiError;
 use crate::fence::Fences;
 use crate::metrics::{Metrics, RejectLabels, SourceLabels};
-use crate::retention::store::{Applied, RetentionStore};
+use crate::retention_store::{Applied, RetentionStore};
 use crate::status::{Departure, History};
 
 pub struct AppState {
@@ -38,7 +38,7 @@ pub struct AppState {
     /// Departures waiting for the cloud sink (`--on-depart cloud`).
     pub departing: Departing,
     /// Handoffs of devices to and from other edges (handoff/).
-    pub handoffs: crate::handoff::book::Handoffs,
+    pub handoffs: crate::handoff_book::Handoffs,
     /// How other edges reach this one (`--advertise-url`, or the address it listens on).
     pub advertise_url: String,
 }

@@ -14,7 +14,7 @@ use crate::body::read_body;
 use crate::edgex::contract::API_VERSION;
 use crate::edgex::{self, Decoded, PathNames};
 use crate::error::ApiError;
-use crate::retention::store::Applied;
+use crate::retention_store::Applied;
 use crate::state::{Shared, now_ns};
 
 pub const SERVICE_NAME: &str = "core-data";

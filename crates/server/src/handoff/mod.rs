@@ -16,19 +16,17 @@
 //!
 //! Every step is idempotent (a chunk sent twice writes the same keys with the same values; a
 //! commit twice is one) and A's task resumes by itself from its record after a restart of A, and
-//! retries while B is away. Modules: `store` (the files), `book` (what this edge knows of its
-//! handoffs, shared with the rest of the server), `send` (A's task and routes), `receive` (B's
-//! routes).
+//! retries while B is away. Modules: `send` (A's task and routes), `receive` (B's routes); what
+//! this edge knows of its handoffs and the files that keep it are `handoff_book/` (`store`), a
+//! room of its own below the server's state, which holds it.
 
-pub mod book;
 pub mod receive;
 pub mod send;
-pub mod store;
 
 use axum::Router;
 use axum::routing::{get, post, put};
 
-pub use book::{Book, Handoffs};
+pub use crate::handoff_book::{Book, Handoffs};
 
 use crate::state::Shared;
 

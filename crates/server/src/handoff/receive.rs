@@ -16,10 +16,10 @@ use roamkv_engine::{Durability, Record, crash_point};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::store::InRecord;
 use crate::batch;
 use crate::body::read_body;
 use crate::error::ApiError;
+use crate::handoff_book::store::InRecord;
 use crate::state::{AppState, Shared, now_ms};
 
 #[derive(Deserialize)]
@@ -302,7 +302,7 @@ pub fn prune(state: &Arc<AppState>) {
             .filter(|r| r.committed || r.aborted)
             .filter(|r| {
                 now_ms().saturating_sub(r.committed_ms.unwrap_or(r.started_ms))
-                    > super::book::FINISHED_KEEP_MS
+                    > crate::handoff_book::FINISHED_KEEP_MS
             })
             .map(|r| r.id.clone())
             .collect()

@@ -16,10 +16,10 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::book::{CHUNK_READINGS_MAX, FINISHED_KEEP_MS};
-use super::store::{OutRecord, OutState};
 use crate::batch;
 use crate::error::ApiError;
+use crate::handoff_book::store::{OutRecord, OutState};
+use crate::handoff_book::{CHUNK_READINGS_MAX, FINISHED_KEEP_MS};
 use crate::state::{AppState, Shared, now_ms};
 
 /// The longest wait between attempts while the receiver is away or refuses.

@@ -7,8 +7,8 @@
 //! older readings are trimmed (one TRIM record, `Engine::trim_before`).
 //!
 //! How a cutoff is applied to one device is `AppState::apply_cutoff` (state.rs, with the
-//! state's other operations); the settings and their file are `store`; this module is the
-//! periodic pass.
+//! state's other operations); the settings and their file are `retention_store.rs`; this
+//! module is the periodic pass.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +18,7 @@ use tokio::sync::watch;
 
 use crate::state::{AppState, Shared};
 
-pub mod store;
-
-pub use store::{Applied, RetentionStore, SETTINGS_MAX};
+pub use crate::retention_store::{Applied, RetentionStore, SETTINGS_MAX};
 
 /// Applies every setting every `interval`, until shutdown. A device that fails (e.g. the log
 /// budget is full) is logged and retried at the next pass.

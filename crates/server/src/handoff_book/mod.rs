@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::store::{InRecord, OutRecord, Store};
+pub mod store;
+
+use store::{InRecord, OutRecord, Store};
 
 /// Readings per chunk at most (B's `--batch-readings-max` is 10,000 by default); a chunk B
 /// refuses as too large (413) is sent again at half the size.
