@@ -5,15 +5,13 @@ mod admin;
 mod demo;
 mod handoff;
 mod json;
-/// Times in RFC 3339, relative or epoch milliseconds: the server's parser, one rule for both
-/// (compiled in from its file, as the JSON-lines fuzz target does, so `json.rs` stays free of
-/// the server crate).
-#[path = "../../server/src/time_arg.rs"]
-mod time_arg;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+/// Times in RFC 3339, relative or epoch milliseconds: the server's rule, from the wire crate
+/// (`json.rs` and `admin.rs` name it `crate::time_arg`, as the JSON-lines fuzz target does).
+use roamkv_wire::time_arg;
 
 #[derive(Parser)]
 #[command(

@@ -5,7 +5,8 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::edgex::contract::API_VERSION;
+use roamkv_wire::WireError;
+use roamkv_wire::edgex::contract::API_VERSION;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -87,5 +88,17 @@ impl IntoResponse for ApiError {
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> ApiError {
         ApiError::internal(format!("engine task failed: {e}"))
+    }
+}
+
+/// The wire contract's refusals keep the statuses they always had: bad input 400, over a limit
+/// 413, a reading that would not encode 500; the message goes out unchanged.
+impl From<WireError> for ApiError {
+    fn from(e: WireError) -> ApiError {
+        match e {
+            WireError::BadInput { message } => ApiError::bad_request(message),
+            WireError::TooLarge { message } => ApiError::too_large(message),
+            WireError::Encoding { message } => ApiError::internal(message),
+        }
     }
 }

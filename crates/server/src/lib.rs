@@ -9,14 +9,12 @@
 //! the data and no second journal.
 #![deny(clippy::unwrap_used)]
 
-pub mod batch;
 mod body;
 mod cloud;
 pub mod cloud_view;
 pub mod config;
 pub mod departing;
 pub mod edge;
-pub mod edgex;
 mod error;
 pub mod fence;
 pub mod files;
@@ -30,7 +28,6 @@ pub mod retention_store;
 mod router;
 mod state;
 pub mod status;
-pub mod time_arg;
 mod v3;
 
 use std::net::SocketAddr;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use roamkv_wire::edgex::{self, AddEventRequest, PathNames};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS};
 use serde::Deserialize;
 use serde_json::Value;
@@ -20,7 +21,6 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::MqttConfig;
-use crate::edgex::{self, AddEventRequest, PathNames};
 use crate::error::ApiError;
 use crate::state::Shared;
 
@@ -54,7 +54,7 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<AddEventRequest, ApiError> {
                 .map_err(|e| {
                     ApiError::bad_request(format!("envelope payload is not base64: {e}"))
                 })?;
-            edgex::parse_add_event(&payload, cbor)
+            Ok(edgex::parse_add_event(&payload, cbor)?)
         }
         object @ Value::Object(_) => serde_json::from_value(object).map_err(|e| {
             ApiError::bad_request(format!("envelope payload is not an AddEventRequest: {e}"))

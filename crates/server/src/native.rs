@@ -1,11 +1,11 @@
 //! The native API, for what EdgeX lacks (under /api/roamkv/v1):
 //! - `POST /readings`: a batch of readings as JSON lines, or in the compact binary form
-//!   (`Content-Type: application/vnd.roamkv.batch`, batch.rs), one engine batch (atomic);
+//!   (`Content-Type: application/vnd.roamkv.batch`, `roamkv_wire::batch`), one engine batch (atomic);
 //! - `GET /devices`: every device with its tier and age;
 //! - `GET /devices/{device}/latest[?sensor=S]`: the newest reading of each sensor;
 //! - `GET /devices/{device}/readings?sensor=&from=&to=&limit=&after=`: a paged scan whose
 //!   `next` token resumes it (each page is one engine call that reads only that page); `from`
-//!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds (time_arg.rs),
+//!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds (`roamkv_wire::time_arg`),
 //!   `from_ns` and `to_ns` the same in nanoseconds;
 //! - `DELETE /devices/{device}`: the device departs (200), or under `--on-depart cloud` is
 //!   fenced and departs once the cloud sink has its readings (202, departing.rs);
@@ -34,13 +34,14 @@ use roamkv_engine::{Reading, ScanCursor};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::batch;
+use roamkv_wire::KeyedReading;
+use roamkv_wire::batch;
+use roamkv_wire::time_arg::{format_time, parse_time};
+
 use crate::body::read_body;
-use crate::edgex::KeyedReading;
 use crate::error::ApiError;
 use crate::retention;
 use crate::state::{DepartOutcome, Shared, now_ms};
-use crate::time_arg::{format_time, parse_time};
 
 /// Default and largest page of a native scan.
 const PAGE_READINGS_DEFAULT: usize = 1000;
@@ -232,7 +233,7 @@ fn decode_token(token: &str) -> Result<ScanCursor, ApiError> {
     })
 }
 
-/// A window bound: `NAME_ns` (integer nanoseconds) or `NAME` (time_arg.rs), not both.
+/// A window bound: `NAME_ns` (integer nanoseconds) or `NAME` (`roamkv_wire::time_arg`), not both.
 fn parse_bound(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64, ApiError> {
     let ns_name = format!("{name}_ns");
     match (query.get(name), query.get(&ns_name)) {

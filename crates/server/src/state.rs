@@ -7,11 +7,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use roamkv_engine::{Engine, Record, ScanCursor};
+use roamkv_wire::KeyedReading;
+use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames};
 use tokio::sync::Semaphore;
 
 use crate::config::{Config, OnDepart};
 use crate::departing::{Departing, Waiting};
-use crate::edgex::{self, AddEventRequest, Decoded, KeyedReading, PathNames};
 use crate::error::ApiError;
 use crate::fence::Fences;
 use crate::metrics::{Metrics, RejectLabels, SourceLabels};
@@ -96,7 +97,7 @@ impl AppState {
         let id = request.event.id.clone();
         let result = match edgex::event_to_readings(request, path, self.config.batch_readings_max) {
             Ok(readings) => self.write(readings, source, bytes).await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         match result {
             Ok(()) => Ok(id),

@@ -10,9 +10,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use roamkv_wire::edgex::contract::API_VERSION;
+use roamkv_wire::edgex::{self, Decoded, PathNames};
+
 use crate::body::read_body;
-use crate::edgex::contract::API_VERSION;
-use crate::edgex::{self, Decoded, PathNames};
 use crate::error::ApiError;
 use crate::retention_store::Applied;
 use crate::state::{Shared, now_ns};
@@ -114,6 +115,7 @@ pub async fn add_event(
     let request = match edgex::parse_add_event(&bytes, cbor) {
         Ok(r) => r,
         Err(e) => {
+            let e = ApiError::from(e);
             state.reject("http", &e);
             return Err(e);
         }

@@ -7,7 +7,7 @@ mod common;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::*;
-use roamkv_server::batch;
+use roamkv_wire::batch;
 use serde_json::{Value, json};
 
 fn now_ms() -> i64 {

@@ -439,7 +439,7 @@ fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
 /// thread, ~0.4 s per step): JSON parsing, the checks and CBOR encoding of each reading, and
 /// (for comparison) decoding the same readings as a binary batch.
 fn decode_cost(size: usize) -> Result<DecodeCost, String> {
-    use roamkv_server::edgex::{event_to_readings, parse_add_event};
+    use roamkv_wire::edgex::{event_to_readings, parse_add_event};
     let json = edgex_json(&EventSpec {
         client: 0,
         seq: 0,
@@ -466,24 +466,24 @@ fn decode_cost(size: usize) -> Result<DecodeCost, String> {
     let parse = time(&mut || {
         parse_add_event(json.as_bytes(), false)
             .map(drop)
-            .map_err(|e| e.message)
+            .map_err(|e| e.into_message())
     })?;
     let parse_and_convert = time(&mut || {
-        let request = parse_add_event(json.as_bytes(), false).map_err(|e| e.message)?;
+        let request = parse_add_event(json.as_bytes(), false).map_err(|e| e.into_message())?;
         event_to_readings(request, None, usize::MAX)
             .map(drop)
-            .map_err(|e| e.message)
+            .map_err(|e| e.into_message())
     })?;
     let values = stored_values(size)?;
     let mut batch = Vec::new();
-    roamkv_server::batch::encode_header(&mut batch, size as u32);
+    roamkv_wire::batch::encode_header(&mut batch, size as u32);
     for (i, value) in values.iter().enumerate() {
-        roamkv_server::batch::encode_record(&mut batch, "dev-0", &load::resource_name(i), 1, value);
+        roamkv_wire::batch::encode_record(&mut batch, "dev-0", &load::resource_name(i), 1, value);
     }
     let binary = time(&mut || {
-        roamkv_server::batch::decode(&batch, usize::MAX)
+        roamkv_wire::batch::decode(&batch, usize::MAX)
             .map(drop)
-            .map_err(|e| e.message)
+            .map_err(|e| e.into_message())
     })?;
     Ok(DecodeCost {
         readings_per_event: size,

@@ -424,7 +424,7 @@ fn count_engine(engine: &Engine, clients: usize) -> Result<u64, String> {
 }
 
 /// The values the server stores for one event's readings (CBOR `StoredReading`s), computed
-/// by the server's own code from the JSON the roamkv clients send.
+/// by the code the server runs (the wire crate's) from the JSON the roamkv clients send.
 pub fn stored_values(readings_per_event: usize) -> Result<Arc<Vec<Vec<u8>>>, String> {
     let json = edgex_json(&EventSpec {
         client: 0,
@@ -432,10 +432,10 @@ pub fn stored_values(readings_per_event: usize) -> Result<Arc<Vec<Vec<u8>>>, Str
         readings: readings_per_event,
         origin_ms: 1_700_000_000_000,
     });
-    let request =
-        roamkv_server::edgex::parse_add_event(json.as_bytes(), false).map_err(|e| e.message)?;
-    let readings = roamkv_server::edgex::event_to_readings(request, None, usize::MAX)
-        .map_err(|e| e.message)?;
+    let request = roamkv_wire::edgex::parse_add_event(json.as_bytes(), false)
+        .map_err(|e| e.into_message())?;
+    let readings = roamkv_wire::edgex::event_to_readings(request, None, usize::MAX)
+        .map_err(|e| e.into_message())?;
     Ok(Arc::new(readings.into_iter().map(|r| r.value).collect()))
 }
 
@@ -459,9 +459,9 @@ impl Sender for EngineSender {
 fn binary_batch(event: &EventSpec, sensors: &[String], values: &[Vec<u8>]) -> Vec<u8> {
     let device = event.device();
     let mut body = Vec::with_capacity(12 + event.readings * (40 + values[0].len()));
-    roamkv_server::batch::encode_header(&mut body, event.readings as u32);
+    roamkv_wire::batch::encode_header(&mut body, event.readings as u32);
     for i in 0..event.readings {
-        roamkv_server::batch::encode_record(
+        roamkv_wire::batch::encode_record(
             &mut body,
             &device,
             &sensors[i],
@@ -561,7 +561,7 @@ fn http_sender(
             let (sensors, values) = (Arc::clone(sensors), Arc::clone(values));
             HttpSender {
                 client,
-                content_type: roamkv_server::batch::CONTENT_TYPE,
+                content_type: roamkv_wire::batch::CONTENT_TYPE,
                 path: Arc::new(|_| "/api/roamkv/v1/readings".to_string()),
                 body: Arc::new(move |e| binary_batch(e, &sensors, &values)),
             }

@@ -5,11 +5,10 @@
 #[path = "../../src/json.rs"]
 #[allow(dead_code)]
 mod json;
-#[path = "../../../server/src/time_arg.rs"]
-#[allow(dead_code)]
-mod time_arg;
 
 use json::{InputLine, OutputLine};
+// `json.rs` names it `crate::time_arg`, as in the CLI.
+use roamkv_wire::time_arg;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -13,10 +13,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use roamkv_engine::{Durability, Record, crash_point};
+use roamkv_wire::batch;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::batch;
 use crate::body::read_body;
 use crate::error::ApiError;
 use crate::handoff_book::store::InRecord;

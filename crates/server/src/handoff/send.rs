@@ -12,11 +12,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use roamkv_engine::{ScanCursor, crash_point};
+use roamkv_wire::batch;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::batch;
 use crate::error::ApiError;
 use crate::handoff_book::store::{OutRecord, OutState};
 use crate::handoff_book::{CHUNK_READINGS_MAX, FINISHED_KEEP_MS};

@@ -1,8 +1,8 @@
 //! Times as people and programs give them to the server: RFC 3339 with any fraction
 //! (`2026-11-23T10:00:00.000000001Z`), a time relative to now (`-1h`, `-15m`, `-30s`), or an
 //! integer (milliseconds since the epoch, as the native API took before nanoseconds); and the
-//! RFC 3339 form of a reading's nanosecond timestamp for answers. Self-contained (std and
-//! humantime only): the CLI's JSON lines and its fuzz target compile it in too.
+//! RFC 3339 form of a reading's nanosecond timestamp for answers. One rule for every door: the
+//! server's queries and answers, the CLI's arguments and JSON lines, and that fuzz target.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -13,8 +13,8 @@
 //! All integers little-endian. The body ends exactly after the last record. Every error names
 //! the byte offset of the field at fault and the record's number.
 
-use crate::edgex::KeyedReading;
-use crate::error::ApiError;
+use crate::error::WireError;
+use crate::keyed::KeyedReading;
 
 /// The media type that selects this form.
 pub const CONTENT_TYPE: &str = "application/vnd.roamkv.batch";
@@ -82,22 +82,22 @@ fn le_u32(b: &[u8]) -> usize {
 }
 
 /// Decodes and checks a whole batch (nothing is written unless all of it is good).
-pub fn decode(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
+pub fn decode(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, WireError> {
     let mut r = Reader { body, at: 0 };
-    let (version, count) = decode_header(&mut r).map_err(ApiError::bad_request)?;
+    let (version, count) = decode_header(&mut r).map_err(WireError::bad_input)?;
     if count > max {
-        return Err(ApiError::too_large(format!(
+        return Err(WireError::too_large(format!(
             "at byte 8: the batch has {count} records, more than {max} (the limit)"
         )));
     }
     let mut out = Vec::with_capacity(count);
     for number in 1..=count {
         let reading = decode_record(&mut r, version)
-            .map_err(|e| ApiError::bad_request(format!("record {number}: {e}")))?;
+            .map_err(|e| WireError::bad_input(format!("record {number}: {e}")))?;
         out.push(reading);
     }
     if r.at != body.len() {
-        return Err(ApiError::bad_request(format!(
+        return Err(WireError::bad_input(format!(
             "at byte {}: {} bytes follow the last of the {count} records the header announced",
             r.at,
             body.len() - r.at
@@ -169,7 +169,6 @@ fn decode_record(r: &mut Reader<'_>, version: u8) -> Result<KeyedReading, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::StatusCode;
 
     fn batch(records: &[(&str, &str, i64, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -207,7 +206,7 @@ mod tests {
     fn error(body: &[u8]) -> String {
         match decode(body, 10) {
             Ok(_) => panic!("must fail"),
-            Err(e) => e.message,
+            Err(e) => e.into_message(),
         }
     }
 
@@ -247,9 +246,6 @@ mod tests {
         not_utf8[28] = 0xff;
         assert!(error(&not_utf8).contains("at byte 28: the device id is not UTF-8"));
         let two = batch(&[("a", "s", 1, b""), ("a", "s", 2, b"")]);
-        assert_eq!(
-            decode(&two, 1).err().map(|e| e.status),
-            Some(StatusCode::PAYLOAD_TOO_LARGE)
-        );
+        assert!(matches!(decode(&two, 1), Err(WireError::TooLarge { .. })));
     }
 }

@@ -16,7 +16,8 @@ use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
+use crate::error::WireError;
+use crate::keyed::KeyedReading;
 
 pub mod contract;
 
@@ -146,15 +147,6 @@ pub struct StoredReading {
     pub event_tags: Option<Map<String, Value>>,
 }
 
-/// One reading ready for the engine.
-#[derive(Debug, Clone)]
-pub struct KeyedReading {
-    pub device: String,
-    pub sensor: String,
-    pub ts_ns: i64,
-    pub value: Vec<u8>,
-}
-
 /// Where an event arrived from, to check its fields against (the POST route's path).
 pub struct PathNames<'a> {
     pub profile_name: &'a str,
@@ -163,42 +155,42 @@ pub struct PathNames<'a> {
 }
 
 /// Parses an AddEventRequest from JSON or CBOR.
-pub fn parse_add_event(body: &[u8], cbor: bool) -> Result<AddEventRequest, ApiError> {
+pub fn parse_add_event(body: &[u8], cbor: bool) -> Result<AddEventRequest, WireError> {
     if cbor {
         ciborium::from_reader(body)
-            .map_err(|e| ApiError::bad_request(format!("body is not a CBOR AddEventRequest: {e}")))
+            .map_err(|e| WireError::bad_input(format!("body is not a CBOR AddEventRequest: {e}")))
     } else {
         serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("body is not a JSON AddEventRequest: {e}")))
+            .map_err(|e| WireError::bad_input(format!("body is not a JSON AddEventRequest: {e}")))
     }
 }
 
-fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+fn check_name(what: &str, name: &str) -> Result<(), WireError> {
     if name.is_empty() {
-        return Err(ApiError::bad_request(format!("{what} is empty")));
+        return Err(WireError::bad_input(format!("{what} is empty")));
     }
     if name.len() > roamkv_engine::limits::DEVICE_ID_BYTES_MAX {
-        return Err(ApiError::bad_request(format!(
+        return Err(WireError::bad_input(format!(
             "{what} is {} bytes, the limit is {}",
             name.len(),
             roamkv_engine::limits::DEVICE_ID_BYTES_MAX
         )));
     }
     if name.contains('\0') {
-        return Err(ApiError::bad_request(format!("{what} contains a NUL byte")));
+        return Err(WireError::bad_input(format!("{what} contains a NUL byte")));
     }
     Ok(())
 }
 
-fn check_uuid(what: &str, id: &str) -> Result<(), ApiError> {
+fn check_uuid(what: &str, id: &str) -> Result<(), WireError> {
     uuid::Uuid::parse_str(id)
         .map(|_| ())
-        .map_err(|_| ApiError::bad_request(format!("{what} {id:?} is not a UUID")))
+        .map_err(|_| WireError::bad_input(format!("{what} {id:?} is not a UUID")))
 }
 
-fn check_origin(what: &str, origin: i64) -> Result<(), ApiError> {
+fn check_origin(what: &str, origin: i64) -> Result<(), WireError> {
     if origin <= 0 {
-        return Err(ApiError::bad_request(format!(
+        return Err(WireError::bad_input(format!(
             "{what} origin {origin} is not a positive Unix time in nanoseconds"
         )));
     }
@@ -211,9 +203,9 @@ pub fn event_to_readings(
     request: AddEventRequest,
     path: Option<PathNames<'_>>,
     readings_max: usize,
-) -> Result<Vec<KeyedReading>, ApiError> {
+) -> Result<Vec<KeyedReading>, WireError> {
     if request.api_version != API_VERSION {
-        return Err(ApiError::bad_request(format!(
+        return Err(WireError::bad_input(format!(
             "apiVersion is {:?}; this server speaks \"{API_VERSION}\"",
             request.api_version
         )));
@@ -223,12 +215,12 @@ pub fn event_to_readings(
     let readings = std::mem::take(&mut event.readings);
     let mut out = Vec::with_capacity(readings.len());
     for (i, mut r) in readings.into_iter().enumerate() {
-        let at = |msg: String| ApiError::bad_request(format!("reading {i}: {msg}"));
+        let at = |msg: String| WireError::bad_input(format!("reading {i}: {msg}"));
         check_reading(&event, &r).map_err(at)?;
         if r.id.is_empty() {
             r.id = uuid::Uuid::new_v4().to_string();
         } else {
-            check_uuid("reading id", &r.id).map_err(|e| at(e.message))?;
+            check_uuid("reading id", &r.id).map_err(|e| at(e.into_message()))?;
         }
         // The event's tags ride on its first reading.
         let event_tags = if i == 0 { event.tags.as_ref() } else { None };
@@ -242,7 +234,7 @@ pub fn event_to_readings(
 /// origin, to the nanosecond, would silently become one. Checked on the finished batch (one
 /// sort, no per-reading copies). The same reading posted again in another request replaces
 /// itself: a retry is stored once.
-fn check_one_per_origin(readings: &[KeyedReading]) -> Result<(), ApiError> {
+fn check_one_per_origin(readings: &[KeyedReading]) -> Result<(), WireError> {
     let mut keys: Vec<(&str, i64, usize)> = readings
         .iter()
         .enumerate()
@@ -253,7 +245,7 @@ fn check_one_per_origin(readings: &[KeyedReading]) -> Result<(), ApiError> {
         .windows(2)
         .find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1))
     {
-        Some(w) => Err(ApiError::bad_request(format!(
+        Some(w) => Err(WireError::bad_input(format!(
             "reading {}: a second reading of resource {:?} with the same origin: the store \
              keeps one reading per device, resource and origin (nanosecond)",
             w[1].2, w[1].0
@@ -267,7 +259,7 @@ fn check_event(
     event: &Event,
     path: Option<PathNames<'_>>,
     readings_max: usize,
-) -> Result<(), ApiError> {
+) -> Result<(), WireError> {
     check_uuid("event id", &event.id)?;
     check_name("event deviceName", &event.device_name)?;
     check_name("event profileName", &event.profile_name)?;
@@ -280,17 +272,17 @@ fn check_event(
             ("sourceName", path.source_name, &event.source_name),
         ] {
             if in_path != in_event {
-                return Err(ApiError::bad_request(format!(
+                return Err(WireError::bad_input(format!(
                     "{what} {in_path:?} in the path does not match the event's {in_event:?}"
                 )));
             }
         }
     }
     if event.readings.is_empty() {
-        return Err(ApiError::bad_request("event has no readings"));
+        return Err(WireError::bad_input("event has no readings"));
     }
     if event.readings.len() > readings_max {
-        return Err(ApiError::too_large(format!(
+        return Err(WireError::too_large(format!(
             "event has {} readings; the limit is {readings_max}",
             event.readings.len()
         )));
@@ -306,9 +298,9 @@ fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
             r.device_name, event.device_name
         ));
     }
-    check_name("resourceName", &r.resource_name).map_err(|e| e.message)?;
-    check_name("profileName", &r.profile_name).map_err(|e| e.message)?;
-    check_origin("reading", r.origin).map_err(|e| e.message)?;
+    check_name("resourceName", &r.resource_name).map_err(WireError::into_message)?;
+    check_name("profileName", &r.profile_name).map_err(WireError::into_message)?;
+    check_origin("reading", r.origin).map_err(WireError::into_message)?;
     if !VALUE_TYPES.contains(&r.value_type.as_str()) {
         return Err(format!(
             "valueType {:?} is not an EdgeX value type",
@@ -383,7 +375,7 @@ fn keyed_reading(
     event: &Event,
     mut r: Reading,
     event_tags: Option<&Map<String, Value>>,
-) -> Result<KeyedReading, ApiError> {
+) -> Result<KeyedReading, WireError> {
     let stored = StoredReadingRef {
         event_id: &event.id,
         event_origin: event.origin,
@@ -404,8 +396,9 @@ fn keyed_reading(
         event_tags,
     };
     let mut value = Vec::with_capacity(STORED_READING_BYTES_TYPICAL);
-    ciborium::into_writer(&stored, &mut value)
-        .map_err(|e| ApiError::internal(format!("encoding a reading: {e}")))?;
+    ciborium::into_writer(&stored, &mut value).map_err(|e| WireError::Encoding {
+        message: format!("encoding a reading: {e}"),
+    })?;
     Ok(KeyedReading {
         device: event.device_name.clone(),
         sensor: std::mem::take(&mut r.resource_name),
@@ -642,14 +635,14 @@ mod tests {
         for (req, needle) in cases {
             let error = event_to_readings(req, None, 10).expect_err(needle);
             assert!(
-                error.message.contains(needle),
+                error.message().contains(needle),
                 "{needle}: {}",
-                error.message
+                error.message()
             );
         }
         let many: Vec<Value> = (0..11).map(|i| reading("t", (i + 1) * 1_000_000)).collect();
         let error = event_to_readings(request(Value::Array(many)), None, 10).expect_err("413");
-        assert_eq!(error.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(matches!(error, WireError::TooLarge { .. }), "{error:?}");
         let error = event_to_readings(
             request(serde_json::json!([reading("t", 5)])),
             Some(PathNames {
@@ -660,7 +653,7 @@ mod tests {
             10,
         )
         .expect_err("path mismatch");
-        assert!(error.message.contains("path"), "{}", error.message);
+        assert!(error.message().contains("path"), "{}", error.message());
     }
 
     #[test]
