@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 
 use roamkv_wire::KeyedReading;
 use roamkv_wire::batch;
+use roamkv_wire::names::check_device_name;
 use roamkv_wire::time_arg::{format_time, parse_time};
 
 use crate::body::read_body;
@@ -283,16 +284,6 @@ async fn scan(
     Ok(Json(json!({ "readings": readings, "next": next })).into_response())
 }
 
-fn check_device(device: &str) -> Result<(), ApiError> {
-    roamkv_engine::validate_record(&roamkv_engine::Record {
-        device,
-        sensor: "s",
-        ts_ns: 0,
-        value: b"",
-    })
-    .map_err(|e| ApiError::bad_request(format!("device name: {e}")))
-}
-
 /// The body of `PUT /devices/{device}/retention`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -328,7 +319,7 @@ async fn put_retention(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    check_device(&device)?;
+    check_device_name(&device)?;
     let bytes = read_body(&state, &headers, body).await?;
     let max_age_ms = parse_retention(&bytes)?;
     let applied = state
@@ -349,7 +340,7 @@ async fn get_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_device(&device)?;
+    check_device_name(&device)?;
     match state.retention.get(&device) {
         Some(max_age_ms) => {
             Ok(Json(json!({"device": device, "max_age_ms": max_age_ms})).into_response())
@@ -365,7 +356,7 @@ async fn delete_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_device(&device)?;
+    check_device_name(&device)?;
     let name = device.clone();
     if state.blocking(move |s| s.retention.remove(&name)).await? {
         Ok(Json(json!({"device": device, "removed": true})).into_response())
@@ -398,13 +389,7 @@ async fn depart_device(
 ) -> Result<Response, ApiError> {
     let outcome = state
         .blocking(move |s| {
-            roamkv_engine::validate_record(&roamkv_engine::Record {
-                device: &device,
-                sensor: "s",
-                ts_ns: 0,
-                value: b"",
-            })
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            check_device_name(&device)?;
             if s.engine.devices().iter().any(|d| d.name == device) {
                 s.depart(&device, "native")
             } else {

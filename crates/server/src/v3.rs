@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use roamkv_wire::edgex::contract::API_VERSION;
 use roamkv_wire::edgex::{self, Decoded, PathNames};
+use roamkv_wire::names::{check_device_name, check_resource_name};
 
 use crate::body::read_body;
 use crate::error::ApiError;
@@ -73,26 +74,6 @@ fn parse_ns(what: &str, text: &str) -> Result<i64, ApiError> {
             "{what} {text:?} is not a Unix time in nanoseconds (a signed 64-bit integer)"
         ))
     })
-}
-
-pub(crate) fn check_device(name: &str) -> Result<(), ApiError> {
-    roamkv_engine::validate_record(&roamkv_engine::Record {
-        device: name,
-        sensor: "s",
-        ts_ns: 0,
-        value: b"",
-    })
-    .map_err(|e| ApiError::bad_request(format!("device name: {e}")))
-}
-
-fn check_resource(name: &str) -> Result<(), ApiError> {
-    roamkv_engine::validate_record(&roamkv_engine::Record {
-        device: "d",
-        sensor: name,
-        ts_ns: 0,
-        value: b"",
-    })
-    .map_err(|e| ApiError::bad_request(format!("resource name: {e}")))
 }
 
 pub async fn add_event(
@@ -230,7 +211,7 @@ pub async fn events_by_device(
     Path(name): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
+    check_device_name(&name)?;
     events_response(state, query, Some(name), None).await
 }
 
@@ -271,7 +252,7 @@ pub async fn event_count_by_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
+    check_device_name(&name)?;
     count_response(state, Some(name), true).await
 }
 
@@ -283,7 +264,7 @@ pub async fn reading_count_by_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
+    check_device_name(&name)?;
     count_response(state, Some(name), false).await
 }
 
@@ -299,7 +280,7 @@ pub async fn readings_by_device(
     Path(name): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
+    check_device_name(&name)?;
     readings_response(state, query, Some(name), None, None).await
 }
 
@@ -308,7 +289,7 @@ pub async fn readings_by_resource(
     Path(resource): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    check_resource(&resource)?;
+    check_resource_name(&resource)?;
     readings_response(state, query, None, Some(resource), None).await
 }
 
@@ -317,8 +298,8 @@ pub async fn readings_by_device_and_resource(
     Path((name, resource)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
-    check_resource(&resource)?;
+    check_device_name(&name)?;
+    check_resource_name(&resource)?;
     readings_response(state, query, Some(name), Some(resource), None).await
 }
 
@@ -327,8 +308,8 @@ pub async fn readings_by_device_resource_time(
     Path((name, resource, start, end)): Path<(String, String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
-    check_resource(&resource)?;
+    check_device_name(&name)?;
+    check_resource_name(&resource)?;
     let window = window(&start, &end)?;
     readings_response(state, query, Some(name), Some(resource), Some(window)).await
 }
@@ -347,7 +328,7 @@ pub async fn delete_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_device(&name)?;
+    check_device_name(&name)?;
     state
         .blocking(move |s| {
             let present = s.engine.devices().iter().any(|d| d.name == name);

@@ -8,6 +8,7 @@
 //!   keys and the stored reading form; [`edgex::contract`], the contract's constants.
 //! - [`batch`]: the native API's compact binary batch.
 //! - [`time_arg`]: times as people and programs give them, and as answers print them.
+//! - [`names`]: the engine's one id rule, worded for an answer.
 //! - [`error`]: [`WireError`], what is wrong with an input, in a kind the server maps to a status.
 #![deny(clippy::unwrap_used)]
 
@@ -15,6 +16,7 @@ pub mod batch;
 pub mod edgex;
 pub mod error;
 pub mod keyed;
+pub mod names;
 pub mod time_arg;
 
 pub use error::WireError;

@@ -6,6 +6,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Milliseconds to nanoseconds, the engine's one conversion (saturating at the ends of i64),
+/// here beside the times that are given in milliseconds.
+pub use roamkv_engine::ms_to_ns;
+
 /// Nanoseconds since the epoch of a time argument (see the module doc), or why not.
 pub fn parse_time(text: &str) -> Result<i64, String> {
     let text = text.trim();
@@ -27,11 +31,6 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
         )
     })?;
     ns_since_epoch(at)
-}
-
-/// Milliseconds to nanoseconds, saturating at the ends of i64 (1677 and 2262).
-pub fn ms_to_ns(ms: i64) -> i64 {
-    ms.saturating_mul(1_000_000)
 }
 
 fn ns_since_epoch(at: SystemTime) -> Result<i64, String> {

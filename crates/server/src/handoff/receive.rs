@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use roamkv_engine::{Durability, Record, crash_point};
 use roamkv_wire::batch;
+use roamkv_wire::names::check_device_name;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -54,7 +55,7 @@ fn take(s: &AppState, id: &str, request: BeginRequest) -> Result<(), ApiError> {
             s.edge_id
         )));
     }
-    crate::v3::check_device(&request.device)?;
+    check_device_name(&request.device)?;
     {
         let book = s.handoffs.book.lock();
         if let Some(known) = book.ins.get(id) {
@@ -268,7 +269,7 @@ pub async fn arrived(
     Path(device): Path<String>,
     Json(request): Json<ArrivedRequest>,
 ) -> Result<Response, ApiError> {
-    crate::v3::check_device(&device)?;
+    check_device_name(&device)?;
     let from = request.from.trim_end_matches('/').to_string();
     let answer = state
         .handoffs

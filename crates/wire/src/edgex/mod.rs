@@ -13,11 +13,13 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
+use roamkv_engine::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::WireError;
 use crate::keyed::KeyedReading;
+use crate::names::check_name;
 
 pub mod contract;
 
@@ -165,23 +167,6 @@ pub fn parse_add_event(body: &[u8], cbor: bool) -> Result<AddEventRequest, WireE
     }
 }
 
-fn check_name(what: &str, name: &str) -> Result<(), WireError> {
-    if name.is_empty() {
-        return Err(WireError::bad_input(format!("{what} is empty")));
-    }
-    if name.len() > roamkv_engine::limits::DEVICE_ID_BYTES_MAX {
-        return Err(WireError::bad_input(format!(
-            "{what} is {} bytes, the limit is {}",
-            name.len(),
-            roamkv_engine::limits::DEVICE_ID_BYTES_MAX
-        )));
-    }
-    if name.contains('\0') {
-        return Err(WireError::bad_input(format!("{what} contains a NUL byte")));
-    }
-    Ok(())
-}
-
 fn check_uuid(what: &str, id: &str) -> Result<(), WireError> {
     uuid::Uuid::parse_str(id)
         .map(|_| ())
@@ -261,9 +246,14 @@ fn check_event(
     readings_max: usize,
 ) -> Result<(), WireError> {
     check_uuid("event id", &event.id)?;
-    check_name("event deviceName", &event.device_name)?;
-    check_name("event profileName", &event.profile_name)?;
-    check_name("event sourceName", &event.source_name)?;
+    // Profile and source names are no engine ids, but are held to the device id's rule.
+    check_name("event deviceName", &event.device_name, DEVICE_ID_BYTES_MAX)?;
+    check_name(
+        "event profileName",
+        &event.profile_name,
+        DEVICE_ID_BYTES_MAX,
+    )?;
+    check_name("event sourceName", &event.source_name, DEVICE_ID_BYTES_MAX)?;
     check_origin("event", event.origin)?;
     if let Some(path) = path {
         for (what, in_path, in_event) in [
@@ -298,8 +288,10 @@ fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
             r.device_name, event.device_name
         ));
     }
-    check_name("resourceName", &r.resource_name).map_err(WireError::into_message)?;
-    check_name("profileName", &r.profile_name).map_err(WireError::into_message)?;
+    check_name("resourceName", &r.resource_name, SENSOR_ID_BYTES_MAX)
+        .map_err(WireError::into_message)?;
+    check_name("profileName", &r.profile_name, DEVICE_ID_BYTES_MAX)
+        .map_err(WireError::into_message)?;
     check_origin("reading", r.origin).map_err(WireError::into_message)?;
     if !VALUE_TYPES.contains(&r.value_type.as_str()) {
         return Err(format!(
