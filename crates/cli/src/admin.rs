@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use roamkv_engine::{Durability, Engine, LowerTierKind, Options, Record, Stats};
+use roamkv_wire::time_arg;
 
 use crate::json::{InputLine, OutputLine};
-use crate::time_arg;
 
 /// How to open a data directory (shared by every command).
 #[derive(Args, Debug, Clone)]

@@ -8,9 +8,8 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use roamkv_wire::time_arg::{format_time, ms_to_ns, parse_time};
 use serde::{Deserialize, Serialize};
-
-use crate::time_arg::{format_time, ms_to_ns, parse_time};
 
 /// The `ts` field as given: milliseconds, or a time in text.
 #[derive(Debug, Deserialize)]
@@ -67,7 +66,7 @@ pub struct OutputLine<'a> {
     pub device: &'a str,
     pub sensor: &'a str,
     pub ts_ns: i64,
-    /// RFC 3339; left out before 1970 (time_arg.rs).
+    /// RFC 3339; left out before 1970 (`roamkv_wire::time_arg`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ts: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

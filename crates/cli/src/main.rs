@@ -9,9 +9,6 @@ mod json;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-/// Times in RFC 3339, relative or epoch milliseconds: the server's rule, from the wire crate
-/// (`json.rs` and `admin.rs` name it `crate::time_arg`, as the JSON-lines fuzz target does).
-use roamkv_wire::time_arg;
 
 #[derive(Parser)]
 #[command(

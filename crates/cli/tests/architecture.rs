@@ -342,7 +342,7 @@ fn cycles_among(krate: &str, group: impl Fn(&str) -> String) -> Vec<Vec<String>>
 #[test]
 fn no_module_of_any_crate_imports_a_module_that_imports_it_back() {
     let crates = workspace_crates();
-    for krate in ["engine", "server", "testbed", "bench", "lab", "cli"] {
+    for krate in ["engine", "server", "testbed", "bench", "lab", "cli", "wire"] {
         assert!(crates.iter().any(|c| c == krate), "no crate {krate}");
     }
     let cycles: Vec<(String, Vec<Vec<String>>)> = crates
@@ -408,8 +408,8 @@ fn every_crate_is_in_the_readme_and_on_the_page() {
 }
 
 /// The crates' own arrows point one way: the engine depends on no other roamkv crate but its
-/// LevelDB bindings, the rig (testbed) on none, and the bench uses the rig, not the lab's
-/// experiments.
+/// LevelDB bindings, the rig (testbed) on none, the wire contract on the engine alone, and the
+/// bench uses the rig and the wire contract, not the lab's experiments nor the server.
 #[test]
 fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     let roamkv_dependencies = |krate: &str| -> BTreeSet<String> {
@@ -433,13 +433,25 @@ fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     assert_eq!(roamkv_dependencies("engine"), set(&["leveldb"]));
     assert_eq!(roamkv_dependencies("testbed"), set(&[]));
     assert_eq!(roamkv_dependencies("leveldb"), set(&[]));
-    assert_eq!(roamkv_dependencies("server"), set(&["engine", "sink"]));
+    assert_eq!(roamkv_dependencies("wire"), set(&["engine"]));
+    assert_eq!(
+        roamkv_dependencies("server"),
+        set(&["engine", "sink", "wire"])
+    );
     assert_eq!(roamkv_dependencies("sink"), set(&["engine"]));
     assert_eq!(
         roamkv_dependencies("bench"),
-        set(&["engine", "leveldb", "server", "testbed"])
+        set(&["engine", "leveldb", "testbed", "wire"])
+    );
+    assert!(
+        !roamkv_dependencies("bench").contains("server"),
+        "the bench takes the wire contract, not the server (it runs `roamkv serve` as a child)"
     );
     assert_eq!(roamkv_dependencies("lab"), set(&["engine", "testbed"]));
+    assert_eq!(
+        roamkv_dependencies("cli"),
+        set(&["bench", "engine", "lab", "server", "wire"])
+    );
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! The native API, for what EdgeX lacks (under /api/roamkv/v1):
 //! - `POST /readings`: a batch of readings as JSON lines, or in the compact binary form
-//!   (`Content-Type: application/vnd.roamkv.batch`, `roamkv_wire::batch`), one engine batch (atomic);
+//!   (`Content-Type: application/vnd.roamkv.batch`, `roamkv_wire::batch`), one engine batch
+//!   (atomic);
 //! - `GET /devices`: every device with its tier and age;
 //! - `GET /devices/{device}/latest[?sensor=S]`: the newest reading of each sensor;
 //! - `GET /devices/{device}/readings?sensor=&from=&to=&limit=&after=`: a paged scan whose
 //!   `next` token resumes it (each page is one engine call that reads only that page); `from`
-//!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds (`roamkv_wire::time_arg`),
-//!   `from_ns` and `to_ns` the same in nanoseconds;
+//!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds
+//!   (`roamkv_wire::time_arg`), `from_ns` and `to_ns` the same in nanoseconds;
 //! - `DELETE /devices/{device}`: the device departs (200), or under `--on-depart cloud` is
 //!   fenced and departs once the cloud sink has its readings (202, departing.rs);
 //! - `GET /sink`, `GET /departures`: the cloud sink and the departures waiting for it

@@ -7,8 +7,6 @@
 mod json;
 
 use json::{InputLine, OutputLine};
-// `json.rs` names it `crate::time_arg`, as in the CLI.
-use roamkv_wire::time_arg;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
