@@ -1,5 +1,6 @@
-//! EdgeX core-data v3 data shapes (field names as in EdgeX's v3 OpenAPI: AddEventRequest,
-//! Event, BaseReading, MultiEventsResponse, ...) and their mapping onto the engine's keys.
+//! EdgeX core-data v3 events in, readings out: an AddEventRequest parsed (JSON or CBOR), checked
+//! whole, and mapped onto the engine's keys. The shapes are in `dto`, the stored value in
+//! `stored`, the contract's constants in `contract`; all are re-exported here.
 //!
 //! Mapping (docs/SERVER.md says why):
 //! - engine device  = the reading's `deviceName` (equal to the event's),
@@ -10,144 +11,20 @@
 //!   and the event's id, origin, profileName and sourceName (the event's tags ride on its first
 //!   reading). Events are rebuilt from their readings when queried.
 
-use std::collections::BTreeMap;
-
-use base64::Engine as _;
 use roamkv_engine::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{Map, Value};
 
 use crate::error::WireError;
 use crate::keyed::KeyedReading;
 use crate::names::check_name;
 
 pub mod contract;
+mod dto;
+mod stored;
 
 use contract::{API_VERSION, VALUE_TYPES};
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AddEventRequest {
-    pub api_version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
-    pub event: Event,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Event {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_version: Option<String>,
-    pub id: String,
-    pub device_name: String,
-    pub profile_name: String,
-    pub source_name: String,
-    pub origin: i64,
-    pub readings: Vec<Reading>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tags: Option<Map<String, Value>>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Reading {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub id: String,
-    pub origin: i64,
-    pub device_name: String,
-    pub resource_name: String,
-    pub profile_name: String,
-    pub value_type: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub units: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tags: Option<Map<String, Value>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binary_value: Option<BinaryValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_value: Option<Value>,
-}
-
-/// `binaryValue`: base64 text in JSON (Go's []byte), a byte string in CBOR. Written out as base64.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BinaryValue(pub Vec<u8>);
-
-impl Serialize for BinaryValue {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
-    }
-}
-
-impl<'de> Deserialize<'de> for BinaryValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = BinaryValue;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("base64 text or a byte string")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<BinaryValue, E> {
-                base64::engine::general_purpose::STANDARD
-                    .decode(v)
-                    .map(BinaryValue)
-                    .map_err(|e| E::custom(format!("binaryValue is not base64: {e}")))
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<BinaryValue, E> {
-                Ok(BinaryValue(v.to_vec()))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<BinaryValue, A::Error> {
-                let mut bytes = Vec::new();
-                while let Some(b) = seq.next_element::<u8>()? {
-                    bytes.push(b);
-                }
-                Ok(BinaryValue(bytes))
-            }
-        }
-        d.deserialize_any(Visitor)
-    }
-}
-
-/// What the engine stores as a reading's value (CBOR; short field names: it is per reading).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-pub struct StoredReading {
-    #[serde(rename = "e")]
-    pub event_id: String,
-    #[serde(rename = "eo")]
-    pub event_origin: i64,
-    #[serde(rename = "p")]
-    pub profile_name: String,
-    #[serde(rename = "s")]
-    pub source_name: String,
-    #[serde(rename = "i")]
-    pub id: String,
-    #[serde(rename = "o")]
-    pub origin: i64,
-    #[serde(rename = "t")]
-    pub value_type: String,
-    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
-    pub units: Option<String>,
-    #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none")]
-    pub binary_value: Option<serde_bytes::ByteBuf>,
-    #[serde(rename = "m", default, skip_serializing_if = "Option::is_none")]
-    pub media_type: Option<String>,
-    #[serde(rename = "ov", default, skip_serializing_if = "Option::is_none")]
-    pub object_value: Option<Value>,
-    #[serde(rename = "rt", default, skip_serializing_if = "Option::is_none")]
-    pub tags: Option<Map<String, Value>>,
-    /// The event's tags, stored with the event's first reading only.
-    #[serde(rename = "et", default, skip_serializing_if = "Option::is_none")]
-    pub event_tags: Option<Map<String, Value>>,
-}
+pub use dto::{AddEventRequest, BinaryValue, Event, Reading};
+use stored::keyed_reading;
+pub use stored::{Decoded, StoredReading, decode, group_events};
 
 /// Where an event arrived from, to check its fields against (the POST route's path).
 pub struct PathNames<'a> {
@@ -324,160 +201,6 @@ fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
     }
 }
 
-/// `StoredReading` as it is written: the same fields, names and order, borrowed from the
-/// request, so that encoding a reading copies no string twice.
-#[derive(Serialize)]
-struct StoredReadingRef<'a> {
-    #[serde(rename = "e")]
-    event_id: &'a str,
-    #[serde(rename = "eo")]
-    event_origin: i64,
-    #[serde(rename = "p")]
-    profile_name: &'a str,
-    #[serde(rename = "s")]
-    source_name: &'a str,
-    #[serde(rename = "i")]
-    id: &'a str,
-    #[serde(rename = "o")]
-    origin: i64,
-    #[serde(rename = "t")]
-    value_type: &'a str,
-    #[serde(rename = "u", skip_serializing_if = "Option::is_none")]
-    units: Option<&'a str>,
-    #[serde(rename = "v", skip_serializing_if = "Option::is_none")]
-    value: Option<&'a str>,
-    #[serde(rename = "b", skip_serializing_if = "Option::is_none")]
-    binary_value: Option<&'a serde_bytes::Bytes>,
-    #[serde(rename = "m", skip_serializing_if = "Option::is_none")]
-    media_type: Option<&'a str>,
-    #[serde(rename = "ov", skip_serializing_if = "Option::is_none")]
-    object_value: Option<&'a Value>,
-    #[serde(rename = "rt", skip_serializing_if = "Option::is_none")]
-    tags: Option<&'a Map<String, Value>>,
-    #[serde(rename = "et", skip_serializing_if = "Option::is_none")]
-    event_tags: Option<&'a Map<String, Value>>,
-}
-
-/// Bytes a stored reading usually takes (two UUIDs, names, a value): the buffer's first size.
-const STORED_READING_BYTES_TYPICAL: usize = 256;
-
-/// The engine reading of a checked EdgeX reading: its key, and its value as a CBOR
-/// `StoredReading` carrying everything else.
-fn keyed_reading(
-    event: &Event,
-    mut r: Reading,
-    event_tags: Option<&Map<String, Value>>,
-) -> Result<KeyedReading, WireError> {
-    let stored = StoredReadingRef {
-        event_id: &event.id,
-        event_origin: event.origin,
-        profile_name: &r.profile_name,
-        source_name: &event.source_name,
-        id: &r.id,
-        origin: r.origin,
-        value_type: &r.value_type,
-        units: r.units.as_deref(),
-        value: r.value.as_deref(),
-        binary_value: r
-            .binary_value
-            .as_ref()
-            .map(|b| serde_bytes::Bytes::new(&b.0)),
-        media_type: r.media_type.as_deref(),
-        object_value: r.object_value.as_ref(),
-        tags: r.tags.as_ref(),
-        event_tags,
-    };
-    let mut value = Vec::with_capacity(STORED_READING_BYTES_TYPICAL);
-    ciborium::into_writer(&stored, &mut value).map_err(|e| WireError::Encoding {
-        message: format!("encoding a reading: {e}"),
-    })?;
-    Ok(KeyedReading {
-        device: event.device_name.clone(),
-        sensor: std::mem::take(&mut r.resource_name),
-        ts_ns: r.origin,
-        value,
-    })
-}
-
-/// A stored reading with its key, decoded.
-#[derive(Debug, Clone)]
-pub struct Decoded {
-    pub device: String,
-    pub resource_name: String,
-    pub stored: StoredReading,
-}
-
-/// Decodes an engine reading written by this server. Readings written through the native API
-/// (not EdgeX events) have no event: they are shown as String readings of their raw value.
-pub fn decode(reading: roamkv_engine::Reading) -> Decoded {
-    let stored = ciborium::from_reader::<StoredReading, _>(reading.value.as_slice())
-        .unwrap_or_else(|_| StoredReading {
-            event_id: String::new(),
-            event_origin: reading.ts_ns,
-            profile_name: String::new(),
-            source_name: String::new(),
-            id: String::new(),
-            origin: reading.ts_ns,
-            value_type: "String".into(),
-            units: None,
-            value: Some(String::from_utf8_lossy(&reading.value).into_owned()),
-            binary_value: None,
-            media_type: None,
-            object_value: None,
-            tags: None,
-            event_tags: None,
-        });
-    Decoded {
-        device: reading.device,
-        resource_name: reading.sensor,
-        stored,
-    }
-}
-
-impl Decoded {
-    pub fn to_reading(&self) -> Reading {
-        let s = &self.stored;
-        Reading {
-            id: s.id.clone(),
-            origin: s.origin,
-            device_name: self.device.clone(),
-            resource_name: self.resource_name.clone(),
-            profile_name: s.profile_name.clone(),
-            value_type: s.value_type.clone(),
-            units: s.units.clone(),
-            tags: s.tags.clone(),
-            value: s.value.clone(),
-            binary_value: s.binary_value.as_ref().map(|b| BinaryValue(b.to_vec())),
-            media_type: s.media_type.clone(),
-            object_value: s.object_value.clone(),
-        }
-    }
-}
-
-/// Groups readings into their events (by device and event id), readings in resource order.
-pub fn group_events(readings: &[Decoded]) -> Vec<Event> {
-    let mut events: BTreeMap<(&str, &str), Event> = BTreeMap::new();
-    for d in readings {
-        let event = events
-            .entry((d.device.as_str(), d.stored.event_id.as_str()))
-            .or_insert_with(|| Event {
-                api_version: Some(API_VERSION.into()),
-                id: d.stored.event_id.clone(),
-                device_name: d.device.clone(),
-                profile_name: d.stored.profile_name.clone(),
-                source_name: d.stored.source_name.clone(),
-                origin: d.stored.event_origin,
-                readings: Vec::new(),
-                tags: None,
-            });
-        if d.stored.event_tags.is_some() {
-            event.tags = d.stored.event_tags.clone();
-        }
-        event.readings.push(d.to_reading());
-    }
-    events.into_values().collect()
-}
-
 /// EdgeX's inclusive [start, end] (ns) as the engine's [from, to).
 pub fn inclusive_range(start_ns: i64, end_ns: i64) -> (i64, i64) {
     (start_ns, end_ns.saturating_add(1))
@@ -485,6 +208,8 @@ pub fn inclusive_range(start_ns: i64, end_ns: i64) -> (i64, i64) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     fn request(readings: Value) -> AddEventRequest {
