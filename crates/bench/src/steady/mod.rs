@@ -1,0 +1,110 @@
+//! `roamkv bench steady`: the long run. Each engine ingests the mobility workload for a warm-up
+//! and a measured phase far longer than its memory lasts, on its own loop file system sized so
+//! that a correct engine fits and a leaking one runs out of disk; every second the run records
+//! throughput, device writes, bytes on disk against the bytes still live, the engine's own view
+//! of itself, and memory. What counts is the curve, not the average: space must go flat.
+//!
+//! The parts, in the order a run uses them: `args` (the settings), `run` (one engine's run:
+//! fixture, worker, record), `series` (a point per second), `diagnose` (where the work went),
+//! `verdict` (is space flat and bounded), `crosscheck` (db_bench beside RocksDB), `table` (the
+//! terminal), `page` (report.html); `results` holds the types they share. This file runs the
+//! variants in turn and writes the outputs.
+
+mod args;
+mod crosscheck;
+mod diagnose;
+mod page;
+mod results;
+mod run;
+mod series;
+mod table;
+mod verdict;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use roamkv_testbed::fixture::FsSpec;
+use roamkv_testbed::report::MachineHeader;
+
+use crate::mobility::engines::EngineKind;
+
+use args::{config_json, describe_config};
+use crosscheck::db_bench_beside;
+use page::write_report;
+use run::{run_engine, variants};
+use table::{describe_run, diagnosis_table, terminal_table};
+
+pub use args::SteadyArgs;
+pub use results::{Diagnosis, Point, SteadyRun};
+pub use verdict::SPACE_TREND_PERCENT_PER_MIN_MAX;
+
+pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
+    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
+    let fs: FsSpec = args
+        .fs
+        .parse()
+        .map_err(|e: roamkv_testbed::Error| e.to_string())?;
+    if args.threads.contains(&0) || args.seconds == 0 {
+        return Err("--threads and --seconds must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&args.depart_probability) {
+        return Err("--depart-probability must be within 0..=1".into());
+    }
+    let engines_list = args
+        .engines
+        .clone()
+        .unwrap_or_else(|| vec![EngineKind::Roamkv, EngineKind::Rocksdb, EngineKind::Leveldb]);
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let header = MachineHeader::collect();
+    println!("roamkv bench steady: {}", describe_config(args, fs));
+    let mut runs = Vec::new();
+    let mut points = Vec::new();
+    let mut db_bench = Vec::new();
+    for variant in variants(args, &engines_list) {
+        let (run, series) = run_engine(args, fs, &variant)?;
+        println!("{}", describe_run(&run));
+        if args.db_bench && variant.kind == EngineKind::Rocksdb {
+            let (puts, seconds) = series.last().map_or((0, 0.0), |p| (p.puts, p.t_s));
+            db_bench.push(db_bench_beside(args, fs, &run, puts, seconds));
+        }
+        runs.push(run);
+        points.extend(series);
+    }
+    println!("{}", terminal_table(&runs));
+    for line in &db_bench {
+        println!("{line}");
+    }
+    println!("{}", diagnosis_table(&runs));
+    let json = serde_json::json!({
+        "machine": header,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "config": config_json(args, fs),
+        "runs": runs,
+        "db_bench": db_bench,
+    });
+    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    write_timeseries(&args.out.join("timeseries.csv"), &points)?;
+    write_report(&args.out.join("report.html"), &header, args, &runs, &points)?;
+    println!(
+        "wrote {0}/results.json, {0}/timeseries.csv, {0}/report.html",
+        args.out.display()
+    );
+    // Another engine's failure is a result; roamkv's own is a failure of this command.
+    let roamkv_failed = runs.iter().any(|r| {
+        r.engine.starts_with("roamkv")
+            && (!r.completed || r.read_check_failures > 0 || r.space_failure.is_some())
+    });
+    Ok(if roamkv_failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn write_timeseries(path: &Path, points: &[Point]) -> Result<(), String> {
+    let mut writer = csv::Writer::from_path(path).map_err(|e| e.to_string())?;
+    for p in points {
+        writer.serialize(p).map_err(|e| e.to_string())?;
+    }
+    writer.flush().map_err(|e| e.to_string())
+}
