@@ -359,23 +359,12 @@ fn no_module_of_any_crate_imports_a_module_that_imports_it_back() {
     );
 }
 
-/// Room circles being taken apart by work in flight (issue 28: the lab's fs guest moves into
-/// fs/). Each entry goes when it is done.
-const ROOM_CIRCLES_IN_FLIGHT: &[(&str, &[&str])] = &[("lab", &["fs", "vm"])];
-
 #[test]
 fn no_two_rooms_of_any_crate_import_each_other() {
     let cycles: Vec<(String, Vec<Vec<String>>)> = workspace_crates()
         .into_iter()
         .map(|krate| {
-            let cycles: Vec<Vec<String>> = room_cycles(&krate)
-                .into_iter()
-                .filter(|circle| {
-                    !ROOM_CIRCLES_IN_FLIGHT
-                        .iter()
-                        .any(|(k, rooms)| *k == krate && circle.iter().eq(rooms.iter()))
-                })
-                .collect();
+            let cycles = room_cycles(&krate);
             (krate, cycles)
         })
         .filter(|(_, cycles)| !cycles.is_empty())

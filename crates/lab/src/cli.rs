@@ -44,7 +44,7 @@ pub enum LabCommand {
     GuestQueries(crate::queries::guest::GuestQueriesArgs),
     /// Internal: runs inside the --vm guest.
     #[command(hide = true)]
-    GuestFs(crate::vm::GuestFsArgs),
+    GuestFs(crate::fs::guest::GuestFsArgs),
 }
 
 pub fn run(args: &LabArgs) -> ExitCode {
@@ -60,7 +60,7 @@ pub fn run(args: &LabArgs) -> ExitCode {
         LabCommand::GuestSqlite(a) => return crate::sqlite::guest::run_guest_sqlite(a),
         LabCommand::GuestStack(a) => return crate::stack::run_guest_stack(a),
         LabCommand::GuestQueries(a) => return crate::queries::guest::run_guest_queries(a),
-        LabCommand::GuestFs(a) => crate::vm::run_guest_fs(a).map(|()| ExitCode::SUCCESS),
+        LabCommand::GuestFs(a) => crate::fs::guest::run_guest_fs(a).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

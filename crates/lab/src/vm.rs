@@ -3,13 +3,12 @@
 //!
 //! `crates/lab/vm/build-guest.sh` (on the shared base of `roamkv_testbed::vm`) builds (once,
 //! cached) a busybox initramfs holding the kernel's modules, the mkfs tools and this lab binary. The guest's /init formats one virtio disk per
-//! file system in turn, mounts it, runs `lab guest-fs` (the same workloads as `lab fs`) and writes
+//! file system in turn, mounts it, runs `lab guest-fs` (`fs/guest.rs`: the same workloads as `lab fs`) and writes
 //! the JSON results to a second virtio disk that the host reads back.
 //!
 //! Emulation (TCG: no usable KVM here) makes the guest several times slower than the host, so
 //! guest numbers are only comparable with other guest numbers (ext4-in-guest is the control).
 use crate::LabError;
-use crate::fs::workload::{Measurement, MountedDevice, Plan, measure_on};
 use roamkv_testbed::vm;
 use std::path::{Path, PathBuf};
 
@@ -66,69 +65,6 @@ pub fn parse_guest_fs_list(s: &str) -> Result<Vec<&'static str>, LabError> {
         out.insert(0, "ext4");
     }
     Ok(out)
-}
-
-#[derive(clap::Args, Debug)]
-pub struct GuestFsArgs {
-    /// File-system name for the report.
-    #[arg(long)]
-    pub fs_name: String,
-    /// Where it is mounted.
-    #[arg(long)]
-    pub mount: PathBuf,
-    /// Block device name for /sys/block/<name>/stat.
-    #[arg(long)]
-    pub device: String,
-    #[arg(long)]
-    pub quick: bool,
-    #[arg(long)]
-    pub repetitions: Option<usize>,
-    #[arg(long)]
-    pub only: Option<String>,
-    #[arg(long, value_parser = ["buffered", "direct"])]
-    pub io: Option<String>,
-    /// Write the measurements (JSON array) here.
-    #[arg(long)]
-    pub json: PathBuf,
-}
-
-/// Inside the guest: run the plan on an already mounted file system.
-pub fn run_guest_fs(args: &GuestFsArgs) -> Result<(), LabError> {
-    let mut plan = if args.quick {
-        Plan::quick()
-    } else {
-        Plan::full()
-    };
-    plan.trace_sync = false;
-    if let Some(r) = args.repetitions {
-        plan.repetitions = r.max(1);
-    }
-    if let Some(io) = &args.io {
-        plan.io_modes = vec![if io == "direct" {
-            crate::fs::workload::IoMode::Direct
-        } else {
-            crate::fs::workload::IoMode::Buffered
-        }];
-    }
-    let target = MountedDevice {
-        fs_name: args.fs_name.clone(),
-        mount_dir: args.mount.clone(),
-        device_name: args.device.clone(),
-    };
-    let mut results = Vec::new();
-    for workload in plan.workloads().iter().filter(|w| {
-        args.only
-            .as_ref()
-            .is_none_or(|o| w.name().contains(o.as_str()))
-    }) {
-        eprintln!("guest: {} {}", args.fs_name, workload.name());
-        results.push(measure_on(&target, workload, &plan)?);
-    }
-    let text = serde_json::to_string(&results).map_err(|e| LabError::Parse {
-        what: "json".into(),
-        detail: e.to_string(),
-    })?;
-    std::fs::write(&args.json, text).map_err(|e| LabError::io(&args.json, e))
 }
 
 /// What the host gets back: one entry per guest file system.
@@ -299,15 +235,6 @@ impl InitWords {
         })
     }
 
-    /// The mounted file system as a workload target.
-    pub fn target(&self) -> MountedDevice {
-        MountedDevice {
-            fs_name: self.fs_name.clone(),
-            mount_dir: self.mount.clone(),
-            device_name: self.device.clone(),
-        }
-    }
-
     /// Writes the guest's results where /init collects them.
     pub fn write_results(&self, results: &impl serde::Serialize) -> Result<(), LabError> {
         let text = serde_json::to_string(results).map_err(|e| LabError::Parse {
@@ -327,61 +254,6 @@ pub fn plain_options(memory_mib: u32) -> GuestOptions<'static> {
         io: None,
         memory_mib,
     }
-}
-
-/// Turns guest measurements back into typed rows for the report.
-pub fn measurements(results: &GuestResults) -> Vec<Measurement> {
-    results
-        .file_systems
-        .iter()
-        .flat_map(|fs| {
-            fs.measurements
-                .iter()
-                .filter_map(|m| measurement_from_json(m, &fs.fs))
-        })
-        .collect()
-}
-
-fn measurement_from_json(value: &serde_json::Value, fs: &str) -> Option<Measurement> {
-    let f = |k: &str| {
-        value
-            .get(k)
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(f64::NAN)
-    };
-    let spec = crate::fs::workload::Plan::full()
-        .workloads()
-        .into_iter()
-        .chain(crate::fs::workload::Plan::quick().workloads())
-        .find(|w| Some(w.name().as_str()) == value.get("workload").and_then(|v| v.as_str()))?;
-    Some(Measurement {
-        fs: format!("{fs} (guest)"),
-        paper: value
-            .get("paper")
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_string(),
-        workload: spec.name(),
-        spec,
-        repetitions: Vec::new(),
-        ops_per_s_median: f("ops_per_s_median"),
-        ops_per_s_min: f("ops_per_s_min"),
-        ops_per_s_max: f("ops_per_s_max"),
-        mb_per_s_median: f("mb_per_s_median"),
-        device_writes_per_op: f("device_writes_per_op"),
-        device_bytes_written_per_op: f("device_bytes_written_per_op"),
-        device_flushes_per_op: f("device_flushes_per_op"),
-        device_reads_per_op: f("device_reads_per_op"),
-        latency_us: value
-            .get("latency_us")
-            .and_then(|l| serde_json::from_value(l.clone()).ok())
-            .unwrap_or_else(|| roamkv_testbed::stats::Percentiles::of(&[])),
-        traced_per_op: None,
-        error: value
-            .get("error")
-            .and_then(|v| v.as_str())
-            .map(str::to_string),
-    })
 }
 
 #[cfg(test)]
@@ -406,7 +278,7 @@ mod tests {
         let parsed = InitWords::parse(&words).expect("complete");
         assert_eq!(parsed.fs_name, "vfat");
         assert_eq!(parsed.json, PathBuf::from("/tmp/m.json"));
-        assert_eq!(parsed.target().device_name, "vda");
+        assert_eq!(parsed.device, "vda");
         assert!(InitWords::parse(&words[..6]).is_err());
     }
 

@@ -1,5 +1,7 @@
 //! `roamkv lab fs`: the file workloads of papers 001 and 004 (`workload`) on file systems made on
-//! loop devices, or in the qemu guest with `--vm`; what it reports (`report`).
+//! loop devices, or in the qemu guest with `--vm` (`guest`: the guest's half and the host's
+//! reading of it); what it reports (`report`).
+pub mod guest;
 pub mod report;
 pub mod workload;
 
@@ -60,7 +62,7 @@ fn run_fs_vm(args: &FsArgs) -> Result<ExitCode, LabError> {
         memory_mib: args.vm_memory_mib,
     };
     let guest = crate::vm::run_guest(&crate::vm::command_prefix("fs"), &names, &options)?;
-    let results = crate::vm::measurements(&guest);
+    let results = guest::measurements(&guest);
     let fs_names: Vec<String> = guest
         .file_systems
         .iter()

@@ -8,6 +8,7 @@
 //! /init appends the words naming each mounted file system (`vm::InitWords`).
 use super::{SqliteArgs, matrix, measure};
 use crate::LabError;
+use crate::fs::workload::MountedDevice;
 use crate::vm::{self, InitWords};
 use roamkv_testbed::prerequisite::require_root;
 use roamkv_testbed::report::{Html, MachineHeader, write_json};
@@ -198,7 +199,7 @@ pub fn run_guest_sqlite(args: &GuestSqliteArgs) -> ExitCode {
 fn guest_sqlite(args: &GuestSqliteArgs) -> Result<(), LabError> {
     let init = InitWords::parse(&args.init_words)?;
     let config = args.args.resolve()?;
-    let target = init.target();
+    let target = MountedDevice::from(&init);
     let mut runs = Vec::new();
     for spec in matrix(&config) {
         eprintln!(
