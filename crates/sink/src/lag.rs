@@ -53,7 +53,7 @@ pub(crate) async fn run(
         };
         if samples
             .back()
-            .is_none_or(|(last, _)| !same_place(last, &end))
+            .is_none_or(|(last, _)| !last.same_place(&end))
         {
             samples.push_back((end, Instant::now()));
             if samples.len() > SAMPLES_MAX {
@@ -74,10 +74,6 @@ pub(crate) async fn run(
             }
         }
     }
-}
-
-fn same_place(a: &LogPos, b: &LogPos) -> bool {
-    (a.seq, a.offset) == (b.seq, b.offset)
 }
 
 /// Seconds since the log's end first passed `cursor` (0 when nothing is behind): the samples

@@ -319,7 +319,7 @@ impl Tail {
             let read = self.blocking(move |e| e.feed().read(&from, want)).await?;
             match read {
                 Ok(batch) if batch.records.is_empty() => {
-                    if !same_place(&batch.next, &self.position) {
+                    if !batch.next.same_place(&self.position) {
                         // Only records that are no readings since the last commit (a sealed
                         // segment's end): everything before `next` is in the database, so the
                         // sink is caught up. Shown so (its lag, and departures waiting on it);
@@ -423,9 +423,4 @@ fn to_rows(batch: &FeedBatch, count: usize) -> Rows {
         }
     }
     rows
-}
-
-/// Whether two log positions are the same place (the record named before it aside).
-fn same_place(a: &LogPos, b: &LogPos) -> bool {
-    (a.seq, a.offset) == (b.seq, b.offset)
 }

@@ -60,6 +60,12 @@ const PREV_LEN_OFFSET: usize = PREV_CRC_OFFSET + 4;
 pub const LOG_POS_BYTES: usize = PREV_LEN_OFFSET + 4;
 
 impl LogPos {
+    /// True if both name the same segment and offset (their checks, `prev_crc` and
+    /// `prev_len`, aside: one place reached by two reads of the log).
+    pub fn same_place(&self, other: &LogPos) -> bool {
+        (self.seq, self.offset) == (other.seq, other.offset)
+    }
+
     /// True if this position is at or after `other` in the same log (false across logs).
     pub fn is_at_or_past(&self, other: &LogPos) -> bool {
         self.log_id == other.log_id && (self.seq, self.offset) >= (other.seq, other.offset)
