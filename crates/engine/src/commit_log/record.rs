@@ -277,10 +277,7 @@ pub fn stored_crc(buf: &[u8]) -> Option<u32> {
 /// The whole length (header and payload) the header at the start of `buf` declares, unchecked:
 /// how many bytes to read for `decode`. None if `buf` is shorter than a header.
 pub fn declared_len(buf: &[u8]) -> Option<usize> {
-    if buf.len() < HEADER_BYTES {
-        return None;
-    }
-    Some(HEADER_BYTES + u32_at(buf, PAYLOAD_LEN_OFFSET)? as usize)
+    (buf.len() >= HEADER_BYTES).then(|| HEADER_BYTES + payload_len_of(buf))
 }
 
 /// Decodes the record at the start of `buf` (which runs to the end of the segment's data).
