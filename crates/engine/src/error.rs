@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::ids::SegmentSeq;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{what} id is empty")]
@@ -75,7 +77,10 @@ pub enum Error {
     #[error(
         "the log no longer holds feed position {position} (its oldest segment is {oldest_seq}): a gap"
     )]
-    FeedGap { position: String, oldest_seq: u64 },
+    FeedGap {
+        position: String,
+        oldest_seq: SegmentSeq,
+    },
     /// A change-feed position that belongs to another log or another history of this one (the
     /// data directory was replaced, re-created or restored from a copy).
     #[error("feed position {position} does not belong to this log: {reason}")]

@@ -64,6 +64,7 @@ pub use engine::Engine;
 pub use error::{Error, Result};
 pub use failpoints::{CRASH_POINTS_ENV, FailPoints, PassStep, crash_point};
 pub use feed::{Feed, FeedBatch, FeedRecord, FeedStatus, LogPos, SlotStatus};
+pub use ids::{LowerId, SegmentSeq, WindowId};
 pub use limits::SCAN_PAGE_READINGS_MAX;
 pub use lower::keys;
 pub use options::{Durability, MoveRule, Options};

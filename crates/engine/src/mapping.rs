@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::lower::keys::WindowTrim;
 use crate::upper::DeviceIndex;
 
@@ -17,9 +17,9 @@ use crate::upper::DeviceIndex;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LowerPlace {
     /// The device's prefix in the lower tier's keys (lower/keys.rs); never reused.
-    pub lower_id: u64,
+    pub lower_id: LowerId,
     /// Windows holding its readings, ascending, each with the bytes of its readings there.
-    pub windows: Vec<(u64, u64)>,
+    pub windows: Vec<(WindowId, u64)>,
     /// It has readings in the settled space (consolidated out of windows).
     pub settled: bool,
 }
@@ -32,7 +32,7 @@ pub struct DeviceEntry {
     /// Its readings in the log.
     pub index: DeviceIndex,
     /// The newest segment whose holder list names this device (log_state.rs).
-    pub holder_of_seq: u64,
+    pub holder_of_seq: SegmentSeq,
     /// Its place in the lower tier: given by the pass that takes the segment of its REGISTER
     /// record (from then on the catalog knows it), None before.
     pub lower: Option<LowerPlace>,
@@ -87,7 +87,7 @@ impl MappingTable {
                 name: name.into(),
                 registered_at_ms,
                 index: DeviceIndex::default(),
-                holder_of_seq: 0,
+                holder_of_seq: SegmentSeq(0),
                 lower: None,
                 trims: Vec::new(),
                 settled_trim_pending: None,

@@ -22,7 +22,7 @@ use crate::commit_log::slots::Slots;
 use crate::commit_log::spares::Spares;
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::lower::LowerTier;
 use crate::lower::keys::{WindowTrim, merge_trims};
 use crate::mapping::MappingTable;
@@ -57,33 +57,33 @@ pub(crate) struct Window {
 /// The lower tier's bookkeeping: ids given out, windows and what is live in them.
 #[derive(Debug, Default)]
 pub(crate) struct LowerBook {
-    pub windows: BTreeMap<u64, Window>,
+    pub windows: BTreeMap<WindowId, Window>,
     /// Windows no live device reads any more, each with the position of the record that
     /// killed its last reading: dropped once the log is durable past it.
-    pub dead: Vec<(u64, LogPosition)>,
-    pub next_win: u64,
-    pub next_lower_id: u64,
+    pub dead: Vec<(WindowId, LogPosition)>,
+    pub next_win: WindowId,
+    pub next_lower_id: LowerId,
     /// The last segment whose readings left the log (as the catalog says).
-    pub last_aged_seq: u64,
+    pub last_aged_seq: SegmentSeq,
     /// Devices whose windowed readings should be consolidated (too many windows or trims).
     pub consolidation_wanted: Vec<DeviceId>,
     /// Lower ids the catalog names for devices that left before they got their place (a pass
     /// cataloged them while they departed): forgotten once the log is durable past `.1`.
-    pub forget: Vec<(u64, LogPosition)>,
+    pub forget: Vec<(LowerId, LogPosition)>,
     /// Ranges of the settled space deleted by a durable catalog batch, whose files still hold
     /// them: maintenance reclaims them next (`LowerTier::reclaim`).
     pub settled_dead: Vec<(Vec<u8>, Vec<u8>)>,
     /// Lower ids of devices that left while a consolidation moved their readings into the
     /// settled space: their DEPART said they had none there, and their departure's pass must
     /// reclaim them all the same.
-    pub settled_after_depart: Vec<u64>,
+    pub settled_after_depart: Vec<LowerId>,
 }
 
 impl LowerBook {
     /// A device's readings left `windows`: what it had there is dead now; windows with nothing
     /// live left are queued for dropping (after `killed_at` and every earlier release of theirs
     /// are durable).
-    pub fn release(&mut self, windows: &[(u64, u64)], killed_at: LogPosition) {
+    pub fn release(&mut self, windows: &[(WindowId, u64)], killed_at: LogPosition) {
         for (win, bytes) in windows {
             if let Some(window) = self.windows.get_mut(win) {
                 window.live_bytes = window.live_bytes.saturating_sub(*bytes);
@@ -303,8 +303,8 @@ impl State {
     /// A TRIM: the index drops the older readings at once (memory returns); readings already in
     /// windows are hidden from reads by a trim rule, settled ones until the pass that takes
     /// this segment deletes them.
-    fn apply_trim(&mut self, id: DeviceId, before_ns: i64, seq: u64) {
-        let newest_win = self.lower.next_win.checked_sub(1);
+    fn apply_trim(&mut self, id: DeviceId, before_ns: i64, seq: SegmentSeq) {
+        let newest_win = self.lower.next_win.0.checked_sub(1).map(WindowId);
         let Some(entry) = self.map.entry_mut(id) else {
             return;
         };

@@ -12,12 +12,13 @@ use std::mem::size_of;
 
 use crate::commit_log::position::LogPosition;
 use crate::commit_log::record::{self, Body, Decode};
+use crate::ids::SegmentSeq;
 
 /// One indexed reading: 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
     pub ts_ns: i64,
-    pub segment_seq: u64,
+    pub segment_seq: SegmentSeq,
     pub offset: u32,
     pub len: u32,
 }
@@ -156,7 +157,7 @@ impl DeviceIndex {
     /// that calls this holds the state lock, and sorts what it moves after letting go of it.
     /// `segment_seq` must be the oldest segment any entry is in (maintenance takes segments
     /// oldest first).
-    pub fn in_oldest_segment(&self, segment_seq: u64) -> Vec<(&str, IndexEntry)> {
+    pub fn in_oldest_segment(&self, segment_seq: SegmentSeq) -> Vec<(&str, IndexEntry)> {
         let mut out = Vec::new();
         for (name, sensor) in &self.sensors {
             let name: &str = name;
@@ -183,7 +184,7 @@ impl DeviceIndex {
 
     /// Removes the entries in log segment `segment_seq` (the oldest, as `in_oldest_segment`):
     /// their readings left the log. Returns their count and record bytes.
-    pub fn remove_oldest_segment(&mut self, segment_seq: u64) -> (u64, u64) {
+    pub fn remove_oldest_segment(&mut self, segment_seq: SegmentSeq) -> (u64, u64) {
         let (mut removed, mut bytes) = (0u64, 0u64);
         let mut emptied = Vec::new();
         for (name, sensor) in &mut self.sensors {
@@ -409,7 +410,7 @@ mod tests {
     fn entry(ts_ns: i64, offset: u32) -> IndexEntry {
         IndexEntry {
             ts_ns,
-            segment_seq: 1,
+            segment_seq: SegmentSeq(1),
             offset,
             len: 100,
         }
@@ -469,7 +470,7 @@ mod tests {
     fn at(ts_ns: i64, segment_seq: u64, offset: u32) -> IndexEntry {
         IndexEntry {
             ts_ns,
-            segment_seq,
+            segment_seq: SegmentSeq(segment_seq),
             offset,
             len: 10,
         }
@@ -487,25 +488,25 @@ mod tests {
         index.insert("late", at(5, 3, 900));
         index.insert("late", at(10, 2, 800));
         let mut taken: Vec<(&str, i64)> = index
-            .in_oldest_segment(1)
+            .in_oldest_segment(SegmentSeq(1))
             .iter()
             .map(|(s, e)| (*s, e.ts_ns))
             .collect();
         taken.sort_unstable();
         assert_eq!(taken, vec![("in", 1), ("in", 2), ("late", 20)]);
         let bytes_before = index.index_bytes();
-        assert_eq!(index.remove_oldest_segment(1), (3, 30));
+        assert_eq!(index.remove_oldest_segment(SegmentSeq(1)), (3, 30));
         assert_eq!(index.records, 6);
-        assert!(index.in_oldest_segment(1).is_empty());
+        assert!(index.in_oldest_segment(SegmentSeq(1)).is_empty());
         let mut next: Vec<i64> = index
-            .in_oldest_segment(2)
+            .in_oldest_segment(SegmentSeq(2))
             .iter()
             .map(|(_, e)| e.ts_ns)
             .collect();
         next.sort_unstable();
         assert_eq!(next, vec![3, 10, 30]);
-        assert_eq!(index.remove_oldest_segment(2), (3, 30));
-        assert_eq!(index.remove_oldest_segment(3), (3, 30));
+        assert_eq!(index.remove_oldest_segment(SegmentSeq(2)), (3, 30));
+        assert_eq!(index.remove_oldest_segment(SegmentSeq(3)), (3, 30));
         assert_eq!(index.records, 0);
         assert_eq!(index.index_bytes(), 0, "nothing indexed, nothing held");
         assert!(bytes_before > 0);

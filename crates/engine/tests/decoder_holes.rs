@@ -8,13 +8,13 @@
 
 use std::os::unix::fs::FileExt;
 
-use roamkv_engine::Error;
 use roamkv_engine::keys::{self, DeviceRecord, Place};
 use roamkv_engine::limits::{
     DEVICE_ID_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
 use roamkv_engine::record::{self, Decode};
 use roamkv_engine::segment::{self, Segment};
+use roamkv_engine::{Error, LowerId, SegmentSeq, WindowId};
 
 const SEQ: u32 = 5;
 
@@ -87,7 +87,7 @@ fn record_with_an_over_long_value_is_corrupt() {
 /// A segment file whose header (valid checksum) claims `header_bytes`, the file that long (sparse).
 fn segment_claiming(header_bytes: u64) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = segment::segment_path(dir.path(), u64::from(SEQ));
+    let path = segment::segment_path(dir.path(), SegmentSeq(u64::from(SEQ)));
     let mut header = vec![0u8; 36];
     header[0..8].copy_from_slice(segment::MAGIC);
     header[8..12].copy_from_slice(&segment::FORMAT_VERSION.to_le_bytes());
@@ -106,7 +106,7 @@ fn assert_open_refuses(header_bytes: u64, what: &str) {
     match Segment::open(
         &roamkv_engine::storage::PlainFiles::shared(),
         &path,
-        u64::from(SEQ),
+        SegmentSeq(u64::from(SEQ)),
     ) {
         Err(Error::Corrupt { offset: 24, .. }) => {}
         Err(e) => panic!("{what}: refused, but not as a bad size field: {e}"),
@@ -134,10 +134,19 @@ fn segment_below_the_minimum_or_unaligned_is_refused() {
 #[test]
 
 fn reading_key_with_a_bad_sensor_is_refused() {
-    assert_eq!(Place::Settled.parse(&keys::settled_key(1, "", 0)), None);
+    assert_eq!(
+        Place::Settled.parse(&keys::settled_key(LowerId(1), "", 0)),
+        None
+    );
     let long = "s".repeat(SENSOR_ID_BYTES_MAX + 1);
-    assert_eq!(Place::Settled.parse(&keys::settled_key(1, &long, 0)), None);
-    assert_eq!(Place::Window(2).parse(&keys::run_key(2, 1, &long, 0)), None);
+    assert_eq!(
+        Place::Settled.parse(&keys::settled_key(LowerId(1), &long, 0)),
+        None
+    );
+    assert_eq!(
+        Place::Window(WindowId(2)).parse(&keys::run_key(WindowId(2), LowerId(1), &long, 0)),
+        None
+    );
 }
 
 #[test]

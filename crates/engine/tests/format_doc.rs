@@ -12,7 +12,7 @@ use common::*;
 use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place};
 use roamkv_engine::record::{self, Body, Decode};
 use roamkv_engine::segment::{self, Segment};
-use roamkv_engine::{LowerTierKind, limits};
+use roamkv_engine::{LowerId, LowerTierKind, SegmentSeq, WindowId, limits};
 
 fn format_md() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/FORMAT.md");
@@ -109,7 +109,7 @@ fn the_segment_header_example_is_what_the_engine_writes_and_reads() {
     let (created, _) = Segment::create(
         &roamkv_engine::storage::PlainFiles::shared(),
         dir.path(),
-        3,
+        SegmentSeq(3),
         1 << 20,
         true,
     )
@@ -125,7 +125,7 @@ fn the_segment_header_example_is_what_the_engine_writes_and_reads() {
 
     // Read by the engine: the page's bytes in a file of the page's name and size.
     let other = tempfile::tempdir().expect("tempdir");
-    let path = segment::segment_path(other.path(), 3);
+    let path = segment::segment_path(other.path(), SegmentSeq(3));
     assert_eq!(
         path.file_name().and_then(|n| n.to_str()),
         Some("00000000000000000003.seg")
@@ -133,9 +133,13 @@ fn the_segment_header_example_is_what_the_engine_writes_and_reads() {
     let mut file = vec![0u8; 1 << 20];
     file[..36].copy_from_slice(&header);
     std::fs::write(&path, &file).expect("write");
-    let opened = Segment::open(&roamkv_engine::storage::PlainFiles::shared(), &path, 3)
-        .expect("the page's header opens");
-    assert_eq!((opened.seq, opened.bytes), (3, 1 << 20));
+    let opened = Segment::open(
+        &roamkv_engine::storage::PlainFiles::shared(),
+        &path,
+        SegmentSeq(3),
+    )
+    .expect("the page's header opens");
+    assert_eq!((opened.seq, opened.bytes), (SegmentSeq(3), 1 << 20));
     assert_eq!(&header[..8], segment::MAGIC);
 }
 
@@ -216,7 +220,7 @@ fn the_record_examples_decode_to_what_the_page_says() {
         (e.body, e.batch_end, e.len),
         (
             Body::SegmentEnd {
-                next_seq: 4,
+                next_seq: SegmentSeq(4),
                 sealed_at_ms: TS_MS as u64
             },
             true,
@@ -247,7 +251,7 @@ fn the_encoders_write_the_record_examples_byte_for_byte() {
     assert_eq!(trim, example("trim"));
 
     let mut end = Vec::new();
-    record::encode_segment_end(&mut end, 3, 4, TS_MS as u64);
+    record::encode_segment_end(&mut end, 3, SegmentSeq(4), TS_MS as u64);
     assert_eq!(end, example("segment-end"));
 }
 
@@ -272,26 +276,35 @@ fn a_segment_holding_the_examples_scans_as_two_complete_batches() {
 #[test]
 fn the_key_examples_decode_to_what_the_page_says() {
     let run = example("run-key");
-    assert_eq!(Place::Window(5).parse(&run), Some((7, "speed", TS_NS)));
-    assert_eq!(keys::run_key(5, 7, "speed", TS_NS), run);
-    assert_eq!(keys::window_of(&run), Some(5));
+    assert_eq!(
+        Place::Window(WindowId(5)).parse(&run),
+        Some((LowerId(7), "speed", TS_NS))
+    );
+    assert_eq!(keys::run_key(WindowId(5), LowerId(7), "speed", TS_NS), run);
+    assert_eq!(keys::window_of(&run), Some(WindowId(5)));
 
     let settled = example("settled-key");
-    assert_eq!(Place::Settled.parse(&settled), Some((7, "speed", TS_NS)));
-    assert_eq!(keys::settled_key(7, "speed", TS_NS), settled);
+    assert_eq!(
+        Place::Settled.parse(&settled),
+        Some((LowerId(7), "speed", TS_NS))
+    );
+    assert_eq!(keys::settled_key(LowerId(7), "speed", TS_NS), settled);
 
     assert_eq!(example("catalog-meta-key"), keys::meta_key());
     let meta = CatalogMeta {
-        next_win: 6,
-        next_lower_id: 8,
-        last_aged_seq: 2,
+        next_win: WindowId(6),
+        next_lower_id: LowerId(8),
+        last_aged_seq: SegmentSeq(2),
     };
     assert_eq!(CatalogMeta::decode(&example("catalog-meta")), Some(meta));
     assert_eq!(meta.encode(), example("catalog-meta"));
 
     let device = example("device-key");
-    assert_eq!(keys::parse_catalog_device_key(&device), Some((7, None)));
-    assert_eq!(keys::device_key(7), device);
+    assert_eq!(
+        keys::parse_catalog_device_key(&device),
+        Some((LowerId(7), None))
+    );
+    assert_eq!(keys::device_key(LowerId(7)), device);
     let record = DeviceRecord {
         registered_at_ms: TS_MS as u64,
         settled: false,
@@ -307,11 +320,11 @@ fn the_key_examples_decode_to_what_the_page_says() {
     let membership = example("membership-key");
     assert_eq!(
         keys::parse_catalog_device_key(&membership),
-        Some((7, Some(5)))
+        Some((LowerId(7), Some(WindowId(5))))
     );
-    assert_eq!(keys::membership_key(7, 5), membership);
+    assert_eq!(keys::membership_key(LowerId(7), WindowId(5)), membership);
     assert_eq!(example("membership-value"), 1234u64.to_le_bytes());
-    let (start, end) = keys::device_catalog_range(7);
+    let (start, end) = keys::device_catalog_range(LowerId(7));
     assert!(start <= membership && membership < end && start <= device && device < end);
 }
 
@@ -476,7 +489,7 @@ fn the_leveldb_tier_holds_only_the_documented_keys() {
         let k = it.key();
         assert_eq!(k[0], 0x02, "a runs-space tag: {k:?}");
         assert!(
-            Place::Window(0).parse(&k[1..]).is_some(),
+            Place::Window(WindowId(0)).parse(&k[1..]).is_some(),
             "undocumented key {k:?} in the LevelDB tier"
         );
         readings += 1;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use roamkv_engine::record::{self, Decode};
 use roamkv_engine::segment::{self, Segment};
+use roamkv_engine::{LowerId, SegmentSeq, WindowId};
 
 fn seed(target: &str, name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -38,7 +39,7 @@ fn segment_seeds_open_and_scan() {
         ("empty-segment", 0, false),
         ("torn-tail", 0, true),
     ] {
-        let path: PathBuf = segment::segment_path(dir.path(), 5);
+        let path: PathBuf = segment::segment_path(dir.path(), SegmentSeq(5));
         // Seeds are the start of a segment; the rest of the file is zeros up to the size the
         // header claims (as the fuzz target does).
         let bytes = seed("segment_open", name);
@@ -49,8 +50,12 @@ fn segment_seeds_open_and_scan() {
             .open(&path)
             .and_then(|f| f.set_len(claimed))
             .expect("extend");
-        let seg = Segment::open(&roamkv_engine::storage::PlainFiles::shared(), &path, 5)
-            .unwrap_or_else(|e| panic!("seed {name}: {e}"));
+        let seg = Segment::open(
+            &roamkv_engine::storage::PlainFiles::shared(),
+            &path,
+            SegmentSeq(5),
+        )
+        .unwrap_or_else(|e| panic!("seed {name}: {e}"));
         let data = seg.read_all().expect("read");
         let mut seen = 0;
         let end = segment::scan(&data, seg.seq_low(), |_, _| {
@@ -66,20 +71,20 @@ fn segment_seeds_open_and_scan() {
 fn key_seeds_decode() {
     use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place, WindowTrim};
     assert_eq!(
-        Place::Window(3).parse(&seed("key_decode", "run-key")),
-        Some((42, "speed", -42))
+        Place::Window(WindowId(3)).parse(&seed("key_decode", "run-key")),
+        Some((LowerId(42), "speed", -42))
     );
     assert_eq!(
         Place::Settled.parse(&seed("key_decode", "settled-key")),
-        Some((42, "speed", -42))
+        Some((LowerId(42), "speed", -42))
     );
     assert_eq!(
         keys::parse_catalog_device_key(&seed("key_decode", "catalog-device-key")),
-        Some((9, None))
+        Some((LowerId(9), None))
     );
     assert_eq!(
         keys::parse_catalog_device_key(&seed("key_decode", "membership-key")),
-        Some((9, Some(3)))
+        Some((LowerId(9), Some(WindowId(3))))
     );
     assert_eq!(
         DeviceRecord::decode(&seed("key_decode", "device-record")),
@@ -88,7 +93,7 @@ fn key_seeds_decode() {
             settled: true,
             trims: vec![WindowTrim {
                 before_ns: -1,
-                upto_win: 9
+                upto_win: WindowId(9)
             }],
             name: "car-1".into()
         })
@@ -96,9 +101,9 @@ fn key_seeds_decode() {
     assert_eq!(
         CatalogMeta::decode(&seed("key_decode", "catalog-meta")),
         Some(CatalogMeta {
-            next_win: 3,
-            next_lower_id: 4,
-            last_aged_seq: 5
+            next_win: WindowId(3),
+            next_lower_id: LowerId(4),
+            last_aged_seq: SegmentSeq(5)
         })
     );
 }

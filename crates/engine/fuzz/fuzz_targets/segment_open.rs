@@ -7,9 +7,10 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use roamkv_engine::segment::{self, Segment};
+use roamkv_engine::SegmentSeq;
 
 /// Sequence number the file is named after (the header must agree).
-const SEQ: u64 = 5;
+const SEQ: SegmentSeq = SegmentSeq(5);
 
 fn dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -14,7 +14,7 @@ use crate::commit_log::position::LogPosition;
 use crate::commit_log::record;
 use crate::commit_log::segment::Segment;
 use crate::error::Result;
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, LowerId, SegmentSeq};
 use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::stats::Counters;
 
@@ -25,7 +25,7 @@ pub(crate) enum SegmentEvent {
     Register(DeviceId),
     /// A device the catalog knows departed: the catalog forgets it, its settled readings go
     /// (and, if it had some, their space is reclaimed at once).
-    Depart { lower_id: u64, settled: bool },
+    Depart { lower_id: LowerId, settled: bool },
     /// A TRIM of a device the catalog knows: its record is rewritten, its settled readings
     /// older than the cutoff go.
     Trim { device: DeviceId, before_ns: i64 },
@@ -87,7 +87,7 @@ pub(crate) struct QueuedRecord {
 }
 
 pub(crate) struct LogState {
-    pub segments: BTreeMap<u64, LiveSegment>,
+    pub segments: BTreeMap<SegmentSeq, LiveSegment>,
     pub active: Arc<Segment>,
     /// Next free byte of the active segment: where the next queued record goes.
     pub tail: u64,
@@ -114,14 +114,14 @@ pub(crate) struct LogState {
     /// it may carry `FLAG_SYNCED_BEFORE`.
     pub durable_end: LogPosition,
     /// Segments written since their last fdatasync (Periodic and None modes).
-    pub unsynced: BTreeSet<u64>,
+    pub unsynced: BTreeSet<SegmentSeq>,
     /// The preparer has been asked for a segment to follow the active one.
     pub spare_wanted: bool,
     /// The active segment has its SEGMENT_END: nothing more goes into it.
     pub sealed: bool,
     /// Segments from this one on are kept however old (a feed slot still needs them; set by
     /// commit_log/slots.rs, the only writer).
-    pub hold_from: Option<u64>,
+    pub hold_from: Option<SegmentSeq>,
     /// When the active segment got its first record (engine clock): it is sealed at the latest
     /// half a management time later (`group_commit::seal_if_old`).
     pub active_since_ms: Option<u64>,
@@ -170,7 +170,7 @@ impl LogState {
 
     /// The live segment an index entry points into (indexed records never outlive their
     /// segment: a segment retires only after its readings left the log and the index).
-    pub fn segment_of(&self, segment_seq: u64) -> &Arc<Segment> {
+    pub fn segment_of(&self, segment_seq: SegmentSeq) -> &Arc<Segment> {
         &self
             .segments
             .get(&segment_seq)
@@ -179,14 +179,14 @@ impl LogState {
     }
 
     /// Names `device` a holder of `segment_seq` (it put readings there).
-    pub fn add_holder(&mut self, segment_seq: u64, device: DeviceId) {
+    pub fn add_holder(&mut self, segment_seq: SegmentSeq, device: DeviceId) {
         if let Some(live) = self.segments.get_mut(&segment_seq) {
             live.holders.push(device);
         }
     }
 
     /// Notes what a record of `segment_seq` asks of the catalog when the segment leaves.
-    pub fn add_event(&mut self, segment_seq: u64, event: SegmentEvent) {
+    pub fn add_event(&mut self, segment_seq: SegmentSeq, event: SegmentEvent) {
         if let Some(live) = self.segments.get_mut(&segment_seq) {
             live.events.push(event);
         }
@@ -311,7 +311,7 @@ impl LogState {
 
     /// Notes that segments are durable up to the given ends, and moves `durable_end` over every
     /// segment now durable to its end.
-    pub fn mark_synced(&mut self, synced: &[(u64, u64)]) {
+    pub fn mark_synced(&mut self, synced: &[(SegmentSeq, u64)]) {
         for (seq, end) in synced {
             if let Some(live) = self.segments.get_mut(seq) {
                 live.synced_end = live.synced_end.max(*end);
@@ -343,7 +343,7 @@ impl LogState {
     }
 
     /// The groups are synced (if `synced`) and applied: their writers may return.
-    pub fn groups_committed(&mut self, groups: &[Group], synced: &[(u64, u64)]) {
+    pub fn groups_committed(&mut self, groups: &[Group], synced: &[(SegmentSeq, u64)]) {
         for group in groups {
             self.note_written(group, !synced.is_empty());
             if let Some(last) = group.chunks.last() {
@@ -378,17 +378,17 @@ impl LogState {
     /// Whether nothing more will be written to the segment: it is before the active one, or the
     /// active one is sealed (a reopened log whose last segment was sealed, until a write moves
     /// on).
-    fn behind_active(&self, seq: u64) -> bool {
+    fn behind_active(&self, seq: SegmentSeq) -> bool {
         seq < self.active.seq || (seq == self.active.seq && self.sealed)
     }
 
     /// Whether every record of a sealed segment is applied (its SEGMENT_END included).
-    fn applied_whole(&self, seq: u64, live: &LiveSegment) -> bool {
+    fn applied_whole(&self, seq: SegmentSeq, live: &LiveSegment) -> bool {
         live.sealed_at_ms.is_some() && self.applied_end >= LogPosition::at(seq, live.sealed_end)
     }
 
     /// The oldest segment whose readings are still in the log, if it is sealed and applied.
-    pub fn oldest_unaged(&self) -> Option<(u64, &LiveSegment)> {
+    pub fn oldest_unaged(&self) -> Option<(SegmentSeq, &LiveSegment)> {
         self.segments
             .iter()
             .find(|(_, live)| !live.aged)
@@ -399,7 +399,7 @@ impl LogState {
     /// The oldest segments that may leave: aged, older than the active one and applied whole,
     /// and not held by a log reader. Retired only as this prefix, so that the live log
     /// stays a suffix of the whole log.
-    pub fn retirable(&self) -> Vec<u64> {
+    pub fn retirable(&self) -> Vec<SegmentSeq> {
         self.complete_prefix()
             .take_while(|(seq, _)| self.hold_from.is_none_or(|held| *seq < held))
             .map(|(seq, _)| seq)
@@ -408,7 +408,7 @@ impl LogState {
 
     /// The oldest segments that are done with, holds aside: aged, older than the active one
     /// and applied whole (hold.rs measures what a hold keeps of them).
-    pub fn complete_prefix(&self) -> impl Iterator<Item = (u64, &LiveSegment)> {
+    pub fn complete_prefix(&self) -> impl Iterator<Item = (SegmentSeq, &LiveSegment)> {
         self.segments
             .iter()
             .take_while(|(seq, live)| {
@@ -418,7 +418,7 @@ impl LogState {
     }
 
     /// Takes retired segments out of the log.
-    pub fn remove(&mut self, seqs: &[u64]) -> Vec<Arc<Segment>> {
+    pub fn remove(&mut self, seqs: &[SegmentSeq]) -> Vec<Arc<Segment>> {
         seqs.iter()
             .filter_map(|seq| {
                 self.unsynced.remove(seq);
@@ -468,7 +468,7 @@ impl Group {
 /// What written groups need to be durable: every segment they touched, with the end of what
 /// they wrote there, in log order.
 pub(crate) fn segments_to_sync(groups: &[Group]) -> Vec<(Arc<Segment>, u64)> {
-    let mut ends: BTreeMap<u64, (Arc<Segment>, u64)> = BTreeMap::new();
+    let mut ends: BTreeMap<SegmentSeq, (Arc<Segment>, u64)> = BTreeMap::new();
     for chunk in groups.iter().flat_map(|g| &g.chunks) {
         let end = chunk.offset + chunk.bytes as u64;
         ends.entry(chunk.segment.seq)
@@ -482,7 +482,7 @@ pub(crate) fn segments_to_sync(groups: &[Group]) -> Vec<(Arc<Segment>, u64)> {
 pub(crate) fn sync_segments(
     segments: &[(Arc<Segment>, u64)],
     counters: &Counters,
-) -> Result<Vec<(u64, u64)>> {
+) -> Result<Vec<(SegmentSeq, u64)>> {
     let mut synced = Vec::with_capacity(segments.len());
     for (segment, end) in segments {
         segment.sync_data()?;

@@ -15,16 +15,23 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::format::{u32_at, u64_at};
+use crate::ids::SegmentSeq;
 
 /// Where a record sits in the log. Ordered as the log is: by segment, then offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LogPosition {
-    pub segment_seq: u64,
+    pub segment_seq: SegmentSeq,
     pub offset: u64,
 }
 
 impl LogPosition {
-    pub fn at(segment_seq: u64, offset: u64) -> LogPosition {
+    /// Before every record: a position that is durable from the start.
+    pub const ORIGIN: LogPosition = LogPosition {
+        segment_seq: SegmentSeq(0),
+        offset: 0,
+    };
+
+    pub fn at(segment_seq: SegmentSeq, offset: u64) -> LogPosition {
         LogPosition {
             segment_seq,
             offset,
@@ -44,7 +51,7 @@ impl LogPosition {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LogPos {
     pub log_id: u64,
-    pub seq: u64,
+    pub seq: SegmentSeq,
     pub offset: u64,
     pub prev_crc: u32,
     pub prev_len: u32,
@@ -75,7 +82,7 @@ impl LogPos {
     pub fn encode(&self) -> [u8; LOG_POS_BYTES] {
         let mut out = [0u8; LOG_POS_BYTES];
         out[LOG_ID_OFFSET..SEQ_OFFSET].copy_from_slice(&self.log_id.to_le_bytes());
-        out[SEQ_OFFSET..OFFSET_OFFSET].copy_from_slice(&self.seq.to_le_bytes());
+        out[SEQ_OFFSET..OFFSET_OFFSET].copy_from_slice(&self.seq.0.to_le_bytes());
         out[OFFSET_OFFSET..PREV_CRC_OFFSET].copy_from_slice(&self.offset.to_le_bytes());
         out[PREV_CRC_OFFSET..PREV_LEN_OFFSET].copy_from_slice(&self.prev_crc.to_le_bytes());
         out[PREV_LEN_OFFSET..LOG_POS_BYTES].copy_from_slice(&self.prev_len.to_le_bytes());
@@ -89,7 +96,7 @@ impl LogPos {
         }
         Some(LogPos {
             log_id: u64_at(bytes, LOG_ID_OFFSET)?,
-            seq: u64_at(bytes, SEQ_OFFSET)?,
+            seq: SegmentSeq(u64_at(bytes, SEQ_OFFSET)?),
             offset: u64_at(bytes, OFFSET_OFFSET)?,
             prev_crc: u32_at(bytes, PREV_CRC_OFFSET)?,
             prev_len: u32_at(bytes, PREV_LEN_OFFSET)?,
@@ -123,7 +130,7 @@ impl FromStr for LogPos {
         }
         Ok(LogPos {
             log_id: u64::from_str_radix(id, 16).map_err(|_| bad())?,
-            seq: seq.parse().map_err(|_| bad())?,
+            seq: SegmentSeq(seq.parse().map_err(|_| bad())?),
             offset: offset.parse().map_err(|_| bad())?,
             prev_crc: u32::from_str_radix(crc, 16).map_err(|_| bad())?,
             prev_len: len.parse().map_err(|_| bad())?,
@@ -139,7 +146,7 @@ mod tests {
     fn positions_round_trip_in_both_forms_and_order_within_a_log() {
         let pos = LogPos {
             log_id: 0x0123_4567_89ab_cdef,
-            seq: 42,
+            seq: SegmentSeq(42),
             offset: 8192,
             prev_crc: 0xdead_beef,
             prev_len: 57,
@@ -156,7 +163,7 @@ mod tests {
         );
         assert_eq!(LogPos::decode(&[0; 31]), None);
         let later = LogPos {
-            seq: 43,
+            seq: SegmentSeq(43),
             offset: 4096,
             ..pos
         };

@@ -17,6 +17,7 @@
 //! on any input (see the fuzz target in fuzz/).
 
 use crate::format::{self, u32_at, u64_at};
+use crate::ids::SegmentSeq;
 use crate::limits::{self, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
 
 const CRC_OFFSET: usize = 0;
@@ -78,7 +79,10 @@ pub enum Body<'a> {
     Depart { device: &'a str },
     /// The segment is complete; segment `next_seq` follows it. `sealed_at_ms` (engine clock) is
     /// when the log moved on: the segment ages from then (docs/ENGINE.md, "Leaving the log").
-    SegmentEnd { next_seq: u64, sealed_at_ms: u64 },
+    SegmentEnd {
+        next_seq: SegmentSeq,
+        sealed_at_ms: u64,
+    },
     /// Every reading of the device with ts < `before_ns` that precedes this record in the log
     /// is deleted (in both tiers); readings written after it are not touched.
     Trim { device: &'a str, before_ns: i64 },
@@ -212,9 +216,14 @@ pub fn encode_trim(out: &mut Vec<u8>, seq_low: u32, device: &str, before_ns: i64
 }
 
 /// Appends a complete SEGMENT_END record (its own batch).
-pub fn encode_segment_end(out: &mut Vec<u8>, seq_low: u32, next_seq: u64, sealed_at_ms: u64) {
+pub fn encode_segment_end(
+    out: &mut Vec<u8>,
+    seq_low: u32,
+    next_seq: SegmentSeq,
+    sealed_at_ms: u64,
+) {
     let start = begin_record(out, KIND_SEGMENT_END, SEGMENT_END_FIXED_BYTES);
-    out.extend_from_slice(&next_seq.to_le_bytes());
+    out.extend_from_slice(&next_seq.0.to_le_bytes());
     out.extend_from_slice(&sealed_at_ms.to_le_bytes());
     seal_at(out, start, seq_low, true);
 }
@@ -467,7 +476,7 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
                 ));
             }
             Body::SegmentEnd {
-                next_seq: u64_at(p, 0).ok_or_else(short)?,
+                next_seq: SegmentSeq(u64_at(p, 0).ok_or_else(short)?),
                 sealed_at_ms: u64_at(p, SEGMENT_END_SEALED_AT_OFFSET).ok_or_else(short)?,
             }
         }
@@ -494,7 +503,7 @@ mod tests {
         encode_register(&mut buf, 9, "car-1", 1234);
         encode_depart(&mut buf, 9, "car-1");
         encode_trim(&mut buf, 9, "car-1", -3);
-        encode_segment_end(&mut buf, 9, 10, 77);
+        encode_segment_end(&mut buf, 9, SegmentSeq(10), 77);
         assert_eq!(
             buf.len(),
             put_len("car-1", "speed", b"value")
@@ -540,7 +549,7 @@ mod tests {
                 ),
                 (
                     Body::SegmentEnd {
-                        next_seq: 10,
+                        next_seq: SegmentSeq(10),
                         sealed_at_ms: 77
                     },
                     true

@@ -25,6 +25,7 @@ use crate::commit_log::record::{self, BatchStep, Decode, Decoded};
 use crate::commit_log::storage::{self, Storage, StorageFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{u32_at, u64_at};
+use crate::ids::SegmentSeq;
 use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 
 /// The segment's magic and format (format.rs), under the names the format tests use.
@@ -49,17 +50,17 @@ const _: () = assert!(HEADER_USED_BYTES as u64 <= SEGMENT_HEADER_BYTES);
 /// 6-16 ms.
 const ZERO_FILL_CHUNK_BYTES: usize = 256 << 10;
 
-pub fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("{seq:020}.seg"))
+pub fn segment_path(dir: &Path, seq: SegmentSeq) -> PathBuf {
+    dir.join(format!("{:020}.seg", seq.0))
 }
 
 /// Parses a segment file name back to its sequence number.
-pub fn parse_segment_name(name: &str) -> Option<u64> {
+pub fn parse_segment_name(name: &str) -> Option<SegmentSeq> {
     let digits = name.strip_suffix(".seg")?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    digits.parse().ok().map(SegmentSeq)
 }
 
 /// Names of segments being made or retired (interrupted by a crash): deleted on open.
@@ -67,11 +68,11 @@ pub fn is_incomplete_segment_name(name: &str) -> bool {
     name.ends_with(".seg.tmp") || name.ends_with(".seg.recycling") || name.ends_with(".seg.retired")
 }
 
-fn encode_header(seq: u64, segment_bytes: u64) -> Vec<u8> {
+fn encode_header(seq: SegmentSeq, segment_bytes: u64) -> Vec<u8> {
     let mut header = vec![0u8; SEGMENT_HEADER_BYTES as usize];
     header[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(MAGIC);
     header[VERSION_OFFSET..RESERVED_OFFSET].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header[SEQ_OFFSET..SIZE_OFFSET].copy_from_slice(&seq.to_le_bytes());
+    header[SEQ_OFFSET..SIZE_OFFSET].copy_from_slice(&seq.0.to_le_bytes());
     header[SIZE_OFFSET..HEADER_FIELDS_BYTES].copy_from_slice(&segment_bytes.to_le_bytes());
     let crc = crc32c::crc32c(&header[..HEADER_FIELDS_BYTES]);
     header[HEADER_CRC_OFFSET..HEADER_USED_BYTES].copy_from_slice(&crc.to_le_bytes());
@@ -81,7 +82,7 @@ fn encode_header(seq: u64, segment_bytes: u64) -> Vec<u8> {
 /// One open segment file.
 #[derive(Debug)]
 pub struct Segment {
-    pub seq: u64,
+    pub seq: SegmentSeq,
     pub path: PathBuf,
     pub bytes: u64,
     file: Arc<dyn StorageFile>,
@@ -92,7 +93,7 @@ pub struct Segment {
 
 impl Segment {
     fn new(
-        seq: u64,
+        seq: SegmentSeq,
         path: PathBuf,
         bytes: u64,
         file: Arc<dyn StorageFile>,
@@ -126,7 +127,7 @@ impl Segment {
 
     /// Low 32 bits of the sequence, as stored in every record.
     pub fn seq_low(&self) -> u32 {
-        self.seq as u32
+        self.seq.0 as u32
     }
 
     /// Creates a segment at its full size, then gives it its final name and syncs the directory.
@@ -140,7 +141,7 @@ impl Segment {
     pub fn create(
         storage: &Arc<dyn Storage>,
         dir: &Path,
-        seq: u64,
+        seq: SegmentSeq,
         bytes: u64,
         zero_fill: bool,
     ) -> Result<(Segment, u64)> {
@@ -156,7 +157,7 @@ impl Segment {
     pub fn create_paced(
         storage: &Arc<dyn Storage>,
         dir: &Path,
-        seq: u64,
+        seq: SegmentSeq,
         bytes: u64,
         zero_fill: bool,
         pace: &dyn Fn() -> bool,
@@ -174,7 +175,7 @@ impl Segment {
         storage: &Arc<dyn Storage>,
         dir: &Path,
         tmp: &Path,
-        seq: u64,
+        seq: SegmentSeq,
         bytes: u64,
         zero_fill: bool,
         pace: &dyn Fn() -> bool,
@@ -225,7 +226,7 @@ impl Segment {
         from: &Path,
         bytes: u64,
         dir: &Path,
-        new_seq: u64,
+        new_seq: SegmentSeq,
     ) -> Result<Segment> {
         let path = segment_path(dir, new_seq);
         let transit = path.with_extension("seg.recycling");
@@ -268,7 +269,11 @@ impl Segment {
     }
 
     /// Opens an existing segment and validates its header against its name.
-    pub fn open(storage: &Arc<dyn Storage>, path: &Path, expected_seq: u64) -> Result<Segment> {
+    pub fn open(
+        storage: &Arc<dyn Storage>,
+        path: &Path,
+        expected_seq: SegmentSeq,
+    ) -> Result<Segment> {
         let file = storage
             .open(path)
             .context(|| format!("opening segment {}", path.display()))?;
@@ -311,7 +316,7 @@ impl Segment {
                 format!("segment format version {version}, this build reads {FORMAT_VERSION}"),
             ));
         }
-        let seq = u64_field(SEQ_OFFSET);
+        let seq = SegmentSeq(u64_field(SEQ_OFFSET));
         let bytes = u64_field(SIZE_OFFSET);
         if seq != expected_seq {
             return Err(corrupt(
@@ -527,9 +532,9 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        let p = segment_path(Path::new("/x"), 42);
+        let p = segment_path(Path::new("/x"), SegmentSeq(42));
         let name = p.file_name().and_then(|n| n.to_str()).expect("utf8");
-        assert_eq!(parse_segment_name(name), Some(42));
+        assert_eq!(parse_segment_name(name), Some(SegmentSeq(42)));
         assert_eq!(parse_segment_name("42.seg"), None);
         assert!(is_incomplete_segment_name("00000000000000000042.seg.tmp"));
     }
@@ -538,9 +543,10 @@ mod tests {
     fn create_open_recycle() -> Result<()> {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage = crate::commit_log::storage::PlainFiles::shared();
-        let (seg, written) = Segment::create(&storage, dir.path(), 1, 1 << 20, true)?;
+        let (seg, written) = Segment::create(&storage, dir.path(), SegmentSeq(1), 1 << 20, true)?;
         assert_eq!(written, 1 << 20);
-        let (sparse, reserved_only) = Segment::create(&storage, dir.path(), 2, 1 << 20, false)?;
+        let (sparse, reserved_only) =
+            Segment::create(&storage, dir.path(), SegmentSeq(2), 1 << 20, false)?;
         assert_eq!(
             (reserved_only, sparse.bytes),
             (SEGMENT_HEADER_BYTES, 1 << 20)
@@ -550,13 +556,22 @@ mod tests {
             Some(1 << 20)
         );
         let (file, retired) = seg.retire()?;
-        let recycled = Segment::recycle(&storage, file, &retired, 1 << 20, dir.path(), 7)?;
-        assert!(!segment_path(dir.path(), 1).exists());
-        let reopened = Segment::open(&storage, &segment_path(dir.path(), 7), 7)?;
-        assert_eq!((reopened.seq, reopened.bytes), (7, 1 << 20));
+        let recycled =
+            Segment::recycle(&storage, file, &retired, 1 << 20, dir.path(), SegmentSeq(7))?;
+        assert!(!segment_path(dir.path(), SegmentSeq(1)).exists());
+        let reopened = Segment::open(
+            &storage,
+            &segment_path(dir.path(), SegmentSeq(7)),
+            SegmentSeq(7),
+        )?;
+        assert_eq!((reopened.seq, reopened.bytes), (SegmentSeq(7), 1 << 20));
         drop(recycled);
         assert!(matches!(
-            Segment::open(&storage, &segment_path(dir.path(), 7), 8),
+            Segment::open(
+                &storage,
+                &segment_path(dir.path(), SegmentSeq(7)),
+                SegmentSeq(8)
+            ),
             Err(Error::Corrupt { offset: 16, .. })
         ));
         Ok(())

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{LOG_ID_MAGIC, SLOT_MAGIC, u32_at, u64_at};
+use crate::ids::SegmentSeq;
 use crate::limits::{SLOT_NAME_BYTES_MAX, SLOT_PERSIST_INTERVAL_MS};
 
 /// The feed's directory inside the data directory.
@@ -61,7 +62,7 @@ pub(crate) struct Slots {
 
 impl Slots {
     /// The oldest segment a slot still holds.
-    pub fn hold_from(&self) -> Option<u64> {
+    pub fn hold_from(&self) -> Option<SegmentSeq> {
         self.slots
             .values()
             .filter(|s| !s.released)
@@ -78,14 +79,14 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// The oldest segment the slots of this log hold (recovery keeps it and what follows).
-    pub fn hold_from(&self) -> Option<u64> {
+    pub fn hold_from(&self) -> Option<SegmentSeq> {
         self.slots.values().map(|p| p.seq).min()
     }
 
     /// The slots as the engine keeps them. A slot whose position lies before `oldest_live_seq`
     /// lost its segments before the restart (its hold was released): it stays released, rather
     /// than hold every live segment again up to the cap until the cap releases it once more.
-    pub fn into_slots(self, oldest_live_seq: u64) -> Slots {
+    pub fn into_slots(self, oldest_live_seq: SegmentSeq) -> Slots {
         let slots = self
             .slots
             .into_iter()

@@ -16,6 +16,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::commit_log::segment::Segment;
 use crate::commit_log::storage::{Storage, StorageFile};
 use crate::error::{Error, Result};
+use crate::ids::SegmentSeq;
 use crate::limits::{READY_SEGMENTS_TARGET, SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
 use crate::stats::Counters;
 
@@ -28,7 +29,7 @@ pub(crate) struct Retired {
 pub(crate) struct SpareState {
     pub ready: VecDeque<Segment>,
     pub retired: Vec<Retired>,
-    pub next_seq: u64,
+    pub next_seq: SegmentSeq,
     /// Set once the log needs segments beyond the ones it has (the active one is half full):
     /// until then a read-only open makes no segment.
     pub wanted: bool,
@@ -68,7 +69,7 @@ pub(crate) struct SegmentPlan {
 impl Spares {
     pub fn new(
         ready: VecDeque<Segment>,
-        next_seq: u64,
+        next_seq: SegmentSeq,
         budget_bytes: u64,
         plan: SegmentPlan,
         counters: Arc<Counters>,
@@ -205,8 +206,9 @@ impl Spares {
                     self.spare_bytes
                         .fetch_add(self.plan.segment_bytes, Ordering::Relaxed);
                 }
-                st.next_seq += 1;
-                (st.next_seq - 1, retired)
+                let seq = st.next_seq;
+                st.next_seq = seq.next();
+                (seq, retired)
             };
             let recycled_bytes = retired.as_ref().map(|r| r.bytes);
             let made = self.make_segment(seq, retired);
@@ -220,7 +222,7 @@ impl Spares {
                     self.spare_bytes.fetch_sub(bytes, Ordering::Relaxed);
                     // The number is given again to the next segment: only this thread assigns
                     // them, so the log's sequence numbers stay contiguous (recovery checks it).
-                    st.next_seq -= 1;
+                    st.next_seq = SegmentSeq(st.next_seq.0 - 1);
                     st.error = Some(if is_no_space(&e) {
                         self.no_space(&format!("the file system is full: {e}"))
                     } else {
@@ -242,7 +244,7 @@ impl Spares {
         }
     }
 
-    fn make_segment(&self, seq: u64, retired: Option<Retired>) -> Result<Segment> {
+    fn make_segment(&self, seq: SegmentSeq, retired: Option<Retired>) -> Result<Segment> {
         let plan = &self.plan;
         match retired {
             Some(r) => {

@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
+use crate::ids::SegmentSeq;
 pub use crate::limits::SLOT_NAME_BYTES_MAX;
 pub use batch::{FeedBatch, FeedRecord};
 
@@ -52,7 +53,7 @@ pub struct FeedStatus {
     pub log_id: u64,
     pub slots: Vec<SlotStatus>,
     /// The oldest segment a slot holds.
-    pub hold_from_seq: Option<u64>,
+    pub hold_from_seq: Option<SegmentSeq>,
     /// Bytes of segments kept only for the hold (they would have retired without it).
     pub hold_bytes: u64,
     /// The cap on `hold_bytes` (`Options::feed_hold_bytes_max`).
@@ -99,7 +100,7 @@ impl Feed<'_> {
             let at_sealed_end = live.is_none_or(|live| {
                 live.sealed_at_ms.is_some() && applied.offset >= live.sealed_end
             });
-            let next = st.log.segments.range(applied.segment_seq + 1..).next();
+            let next = st.log.segments.range(applied.segment_seq.next()..).next();
             let pos = LogPos {
                 log_id: st.feed.log_id,
                 seq: applied.segment_seq,
@@ -316,13 +317,13 @@ pub(crate) fn flush(inner: &Inner) -> Result<()> {
 }
 
 /// Segment files by sequence number, as recovery lists them.
-pub(crate) type SegmentFiles = Vec<(u64, PathBuf)>;
+pub(crate) type SegmentFiles = Vec<(SegmentSeq, PathBuf)>;
 
 /// Of the segments recovery finds aged (their readings already in the lower tier), those a
 /// slot holds are kept, the rest removed as before: (kept, to remove).
 pub(crate) fn split_held(
     aged: SegmentFiles,
-    hold_from: Option<u64>,
+    hold_from: Option<SegmentSeq>,
 ) -> (SegmentFiles, SegmentFiles) {
     aged.into_iter()
         .partition(|(seq, _)| hold_from.is_some_and(|from| *seq >= from))

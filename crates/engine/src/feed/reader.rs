@@ -13,6 +13,7 @@ use crate::commit_log::record::{self, BatchStep, Body, Decode};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::feed::batch::{FeedBatch, FeedRecord};
+use crate::ids::SegmentSeq;
 use crate::limits::{FEED_READ_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::state::{Inner, State};
 
@@ -25,10 +26,10 @@ struct View {
     /// moves on to `next`.
     whole: bool,
     /// The live segment after it.
-    next: Option<u64>,
+    next: Option<SegmentSeq>,
 }
 
-fn view(st: &State, seq: u64) -> Option<View> {
+fn view(st: &State, seq: SegmentSeq) -> Option<View> {
     let live = st.log.segments.get(&seq)?;
     let applied = st.log.applied_end;
     let (readable_end, whole) = if seq < applied.segment_seq {
@@ -41,7 +42,7 @@ fn view(st: &State, seq: u64) -> Option<View> {
     } else {
         (SEGMENT_HEADER_BYTES, false)
     };
-    let next = st.log.segments.range(seq + 1..).next().map(|(s, _)| *s);
+    let next = st.log.segments.range(seq.next()..).next().map(|(s, _)| *s);
     Some(View {
         segment: Arc::clone(&live.segment),
         readable_end,
@@ -51,7 +52,7 @@ fn view(st: &State, seq: u64) -> Option<View> {
 }
 
 /// The oldest live segment.
-fn oldest(st: &State) -> u64 {
+fn oldest(st: &State) -> SegmentSeq {
     st.log
         .segments
         .keys()

@@ -21,6 +21,7 @@
 //! a name and a shorter name sorts first), then timestamps.
 
 use crate::format::{CATALOG_META_FORMAT, u32_at, u64_at};
+use crate::ids::{LowerId, SegmentSeq, WindowId};
 use crate::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, id_problem};
 
 /// Timestamps are i64; flipping the sign bit makes big-endian byte order match numeric order.
@@ -34,23 +35,23 @@ pub fn decode_ts(bytes: [u8; 8]) -> i64 {
 
 /// `lower_id sensor 0x00 ts`: a reading's key within a device (the settled space's whole key,
 /// and the runs space's key after the window id).
-fn push_reading(key: &mut Vec<u8>, lower_id: u64, sensor: &str, ts_ns: i64) {
-    key.extend_from_slice(&lower_id.to_be_bytes());
+fn push_reading(key: &mut Vec<u8>, lower_id: LowerId, sensor: &str, ts_ns: i64) {
+    key.extend_from_slice(&lower_id.0.to_be_bytes());
     key.extend_from_slice(sensor.as_bytes());
     key.push(0);
     key.extend_from_slice(&encode_ts(ts_ns));
 }
 
 /// The key of a reading in window `win` (runs space).
-pub fn run_key(win: u64, lower_id: u64, sensor: &str, ts_ns: i64) -> Vec<u8> {
+pub fn run_key(win: WindowId, lower_id: LowerId, sensor: &str, ts_ns: i64) -> Vec<u8> {
     let mut key = Vec::with_capacity(sensor.len() + 25);
-    key.extend_from_slice(&win.to_be_bytes());
+    key.extend_from_slice(&win.0.to_be_bytes());
     push_reading(&mut key, lower_id, sensor, ts_ns);
     key
 }
 
 /// The key of a reading in the settled space.
-pub fn settled_key(lower_id: u64, sensor: &str, ts_ns: i64) -> Vec<u8> {
+pub fn settled_key(lower_id: LowerId, sensor: &str, ts_ns: i64) -> Vec<u8> {
     let mut key = Vec::with_capacity(sensor.len() + 17);
     push_reading(&mut key, lower_id, sensor, ts_ns);
     key
@@ -59,23 +60,23 @@ pub fn settled_key(lower_id: u64, sensor: &str, ts_ns: i64) -> Vec<u8> {
 /// Where a device's readings are in one place of the lower tier: a window, or the settled space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
-    Window(u64),
+    Window(WindowId),
     Settled,
 }
 
 impl Place {
     /// The prefix every key of the device has in this place.
-    pub fn device_prefix(self, lower_id: u64) -> Vec<u8> {
+    pub fn device_prefix(self, lower_id: LowerId) -> Vec<u8> {
         let mut key = Vec::with_capacity(16);
         if let Place::Window(win) = self {
-            key.extend_from_slice(&win.to_be_bytes());
+            key.extend_from_slice(&win.0.to_be_bytes());
         }
-        key.extend_from_slice(&lower_id.to_be_bytes());
+        key.extend_from_slice(&lower_id.0.to_be_bytes());
         key
     }
 
     /// The key of a reading in this place.
-    pub fn key(self, lower_id: u64, sensor: &str, ts_ns: i64) -> Vec<u8> {
+    pub fn key(self, lower_id: LowerId, sensor: &str, ts_ns: i64) -> Vec<u8> {
         match self {
             Place::Window(win) => run_key(win, lower_id, sensor, ts_ns),
             Place::Settled => settled_key(lower_id, sensor, ts_ns),
@@ -83,7 +84,7 @@ impl Place {
     }
 
     /// [start, end) of every key of the device here (of `sensor` with from <= ts < to, if given).
-    pub fn range(self, lower_id: u64, sensor: Option<(&str, i64, i64)>) -> (Vec<u8>, Vec<u8>) {
+    pub fn range(self, lower_id: LowerId, sensor: Option<(&str, i64, i64)>) -> (Vec<u8>, Vec<u8>) {
         match sensor {
             Some((sensor, from_ns, to_ns)) => (
                 self.key(lower_id, sensor, from_ns),
@@ -97,9 +98,9 @@ impl Place {
     }
 
     /// Splits a key of this place into (lower_id, sensor, ts). None if it is not one.
-    pub fn parse(self, key: &[u8]) -> Option<(u64, &str, i64)> {
+    pub fn parse(self, key: &[u8]) -> Option<(LowerId, &str, i64)> {
         let rest = match self {
-            Place::Window(win) => key.strip_prefix(&win.to_be_bytes())?,
+            Place::Window(win) => key.strip_prefix(&win.0.to_be_bytes())?,
             Place::Settled => key,
         };
         parse_reading(rest)
@@ -122,7 +123,7 @@ pub fn successor(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// The smallest key above every key of `sensor` (its name followed by 0x01: ids hold no NUL).
-pub fn after_sensor(place: Place, lower_id: u64, sensor: &str) -> Vec<u8> {
+pub fn after_sensor(place: Place, lower_id: LowerId, sensor: &str) -> Vec<u8> {
     let mut key = place.device_prefix(lower_id);
     key.extend_from_slice(sensor.as_bytes());
     key.push(1);
@@ -130,8 +131,8 @@ pub fn after_sensor(place: Place, lower_id: u64, sensor: &str) -> Vec<u8> {
 }
 
 /// `lower_id sensor 0x00 ts` back into its parts.
-fn parse_reading(rest: &[u8]) -> Option<(u64, &str, i64)> {
-    let lower_id = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+fn parse_reading(rest: &[u8]) -> Option<(LowerId, &str, i64)> {
+    let lower_id = LowerId(u64::from_be_bytes(rest.get(..8)?.try_into().ok()?));
     let rest = &rest[8..];
     let sensor_end = rest.iter().position(|&b| b == 0)?;
     let sensor = std::str::from_utf8(&rest[..sensor_end])
@@ -142,8 +143,10 @@ fn parse_reading(rest: &[u8]) -> Option<(u64, &str, i64)> {
 }
 
 /// The window a runs-space key belongs to.
-pub fn window_of(run_key: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(run_key.get(..8)?.try_into().ok()?))
+pub fn window_of(run_key: &[u8]) -> Option<WindowId> {
+    Some(WindowId(u64::from_be_bytes(
+        run_key.get(..8)?.try_into().ok()?,
+    )))
 }
 
 const CATALOG_META_TAG: u8 = 0x00;
@@ -157,23 +160,23 @@ pub fn meta_key() -> Vec<u8> {
 }
 
 /// The catalog key of a device record.
-pub fn device_key(lower_id: u64) -> Vec<u8> {
+pub fn device_key(lower_id: LowerId) -> Vec<u8> {
     let mut key = Vec::with_capacity(9);
     key.push(CATALOG_DEVICE_TAG);
-    key.extend_from_slice(&lower_id.to_be_bytes());
+    key.extend_from_slice(&lower_id.0.to_be_bytes());
     key
 }
 
 /// The catalog key of a device's membership in a window.
-pub fn membership_key(lower_id: u64, win: u64) -> Vec<u8> {
+pub fn membership_key(lower_id: LowerId, win: WindowId) -> Vec<u8> {
     let mut key = device_key(lower_id);
-    key.extend_from_slice(&win.to_be_bytes());
+    key.extend_from_slice(&win.0.to_be_bytes());
     key
 }
 
 /// [start, end) of a device's catalog keys: its record and every membership.
-pub fn device_catalog_range(lower_id: u64) -> (Vec<u8>, Vec<u8>) {
-    (device_key(lower_id), device_key(lower_id + 1))
+pub fn device_catalog_range(lower_id: LowerId) -> (Vec<u8>, Vec<u8>) {
+    (device_key(lower_id), device_key(lower_id.next()))
 }
 
 /// [start, end) of every device's catalog keys.
@@ -182,14 +185,14 @@ pub fn all_devices_range() -> (Vec<u8>, Vec<u8>) {
 }
 
 /// A catalog key of a device: its record (None) or a membership (Some(win)).
-pub fn parse_catalog_device_key(key: &[u8]) -> Option<(u64, Option<u64>)> {
+pub fn parse_catalog_device_key(key: &[u8]) -> Option<(LowerId, Option<WindowId>)> {
     let rest = key.strip_prefix(&[CATALOG_DEVICE_TAG])?;
-    let lower_id = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+    let lower_id = LowerId(u64::from_be_bytes(rest.get(..8)?.try_into().ok()?));
     match rest.len() {
         8 => Some((lower_id, None)),
         16 => Some((
             lower_id,
-            Some(u64::from_be_bytes(rest[8..].try_into().ok()?)),
+            Some(WindowId(u64::from_be_bytes(rest[8..].try_into().ok()?))),
         )),
         _ => None,
     }
@@ -200,12 +203,12 @@ pub fn parse_catalog_device_key(key: &[u8]) -> Option<(u64, Option<u64>)> {
 pub struct CatalogMeta {
     /// Every window id below this was given out (a window at or above it is an orphan of a
     /// pass that crashed before its catalog batch).
-    pub next_win: u64,
+    pub next_win: WindowId,
     /// Every lower id below this was given out.
-    pub next_lower_id: u64,
+    pub next_lower_id: LowerId,
     /// The last log segment whose readings left the log: every segment up to it is retired
     /// (or is a leftover of a crash between this batch and the retirement).
-    pub last_aged_seq: u64,
+    pub last_aged_seq: SegmentSeq,
 }
 
 // The meta record (docs/FORMAT.md, "Catalog"): its format, then three u64 counters.
@@ -219,9 +222,9 @@ impl CatalogMeta {
     pub fn encode(&self) -> Vec<u8> {
         let mut value = Vec::with_capacity(META_BYTES);
         value.extend_from_slice(&CATALOG_META_FORMAT.to_le_bytes());
-        value.extend_from_slice(&self.next_win.to_le_bytes());
-        value.extend_from_slice(&self.next_lower_id.to_le_bytes());
-        value.extend_from_slice(&self.last_aged_seq.to_le_bytes());
+        value.extend_from_slice(&self.next_win.0.to_le_bytes());
+        value.extend_from_slice(&self.next_lower_id.0.to_le_bytes());
+        value.extend_from_slice(&self.last_aged_seq.0.to_le_bytes());
         value
     }
 
@@ -230,9 +233,9 @@ impl CatalogMeta {
             return None;
         }
         Some(CatalogMeta {
-            next_win: u64_at(value, META_NEXT_WIN_OFFSET)?,
-            next_lower_id: u64_at(value, META_NEXT_LOWER_ID_OFFSET)?,
-            last_aged_seq: u64_at(value, META_LAST_AGED_SEQ_OFFSET)?,
+            next_win: WindowId(u64_at(value, META_NEXT_WIN_OFFSET)?),
+            next_lower_id: LowerId(u64_at(value, META_NEXT_LOWER_ID_OFFSET)?),
+            last_aged_seq: SegmentSeq(u64_at(value, META_LAST_AGED_SEQ_OFFSET)?),
         })
     }
 }
@@ -243,7 +246,7 @@ impl CatalogMeta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowTrim {
     pub before_ns: i64,
-    pub upto_win: u64,
+    pub upto_win: WindowId,
 }
 
 /// A device's catalog record.
@@ -267,7 +270,7 @@ impl DeviceRecord {
         value.extend_from_slice(&count.to_le_bytes());
         for t in &self.trims {
             value.extend_from_slice(&t.before_ns.to_le_bytes());
-            value.extend_from_slice(&t.upto_win.to_le_bytes());
+            value.extend_from_slice(&t.upto_win.0.to_le_bytes());
         }
         value.extend_from_slice(self.name.as_bytes());
         value
@@ -284,7 +287,9 @@ impl DeviceRecord {
         let mut trims = Vec::with_capacity(trims_count);
         for _ in 0..trims_count {
             let before_ns = i64::from_le_bytes(value.get(at..at + 8)?.try_into().ok()?);
-            let upto_win = u64::from_le_bytes(value.get(at + 8..at + 16)?.try_into().ok()?);
+            let upto_win = WindowId(u64::from_le_bytes(
+                value.get(at + 8..at + 16)?.try_into().ok()?,
+            ));
             trims.push(WindowTrim {
                 before_ns,
                 upto_win,
@@ -320,7 +325,7 @@ pub fn merge_trims(trims: &mut Vec<WindowTrim>, new: WindowTrim) {
 }
 
 /// Whether a reading of window `win` with timestamp `ts_ns` is hidden by a trim.
-pub fn trimmed(trims: &[WindowTrim], win: u64, ts_ns: i64) -> bool {
+pub fn trimmed(trims: &[WindowTrim], win: WindowId, ts_ns: i64) -> bool {
     trims
         .iter()
         .any(|t| win <= t.upto_win && ts_ns < t.before_ns)
@@ -333,57 +338,71 @@ mod tests {
     #[test]
     fn byte_order_is_logical_order_within_a_device_and_by_id_across() {
         let keys = [
-            settled_key(7, "a", i64::MIN),
-            settled_key(7, "a", -1),
-            settled_key(7, "a", 0),
-            settled_key(7, "a", 1_700_000_000_000_000_000),
-            settled_key(7, "ab", 0),
-            settled_key(7, "b", -5),
-            settled_key(8, "a", i64::MIN),
-            settled_key(256, "a", 0),
+            settled_key(LowerId(7), "a", i64::MIN),
+            settled_key(LowerId(7), "a", -1),
+            settled_key(LowerId(7), "a", 0),
+            settled_key(LowerId(7), "a", 1_700_000_000_000_000_000),
+            settled_key(LowerId(7), "ab", 0),
+            settled_key(LowerId(7), "b", -5),
+            settled_key(LowerId(8), "a", i64::MIN),
+            settled_key(LowerId(256), "a", 0),
         ];
         for pair in keys.windows(2) {
             assert!(pair[0] < pair[1], "{:?} !< {:?}", pair[0], pair[1]);
         }
-        assert!(run_key(1, 999, "z", i64::MAX) < run_key(2, 0, "a", i64::MIN));
+        assert!(
+            run_key(WindowId(1), LowerId(999), "z", i64::MAX)
+                < run_key(WindowId(2), LowerId(0), "a", i64::MIN)
+        );
     }
 
     #[test]
     fn device_ranges_hold_exactly_its_readings() {
-        for place in [Place::Settled, Place::Window(3)] {
-            let (start, end) = place.range(7, None);
-            assert!(place.key(7, "zzz", i64::MAX) < end);
-            assert!(place.key(7, "a", i64::MIN) >= start);
-            assert!(place.key(8, "a", i64::MIN) >= end);
-            assert!(place.key(6, "zzz", i64::MAX) < start);
-            assert!(after_sensor(place, 7, "a") > place.key(7, "a", i64::MAX));
-            assert!(after_sensor(place, 7, "a") <= place.key(7, "a\u{1}", i64::MIN));
-            assert!(after_sensor(place, 7, "a") < place.key(7, "ab", i64::MIN));
+        for place in [Place::Settled, Place::Window(WindowId(3))] {
+            let (start, end) = place.range(LowerId(7), None);
+            assert!(place.key(LowerId(7), "zzz", i64::MAX) < end);
+            assert!(place.key(LowerId(7), "a", i64::MIN) >= start);
+            assert!(place.key(LowerId(8), "a", i64::MIN) >= end);
+            assert!(place.key(LowerId(6), "zzz", i64::MAX) < start);
+            assert!(after_sensor(place, LowerId(7), "a") > place.key(LowerId(7), "a", i64::MAX));
+            assert!(
+                after_sensor(place, LowerId(7), "a") <= place.key(LowerId(7), "a\u{1}", i64::MIN)
+            );
+            assert!(after_sensor(place, LowerId(7), "a") < place.key(LowerId(7), "ab", i64::MIN));
         }
     }
 
     #[test]
     fn keys_and_values_round_trip() {
-        let key = run_key(5, 42, "alt", -42);
-        assert_eq!(Place::Window(5).parse(&key), Some((42, "alt", -42)));
-        assert_eq!(Place::Window(6).parse(&key), None);
-        assert_eq!(window_of(&key), Some(5));
+        let key = run_key(WindowId(5), LowerId(42), "alt", -42);
         assert_eq!(
-            Place::Settled.parse(&settled_key(9, "s", 3)),
-            Some((9, "s", 3))
+            Place::Window(WindowId(5)).parse(&key),
+            Some((LowerId(42), "alt", -42))
+        );
+        assert_eq!(Place::Window(WindowId(6)).parse(&key), None);
+        assert_eq!(window_of(&key), Some(WindowId(5)));
+        assert_eq!(
+            Place::Settled.parse(&settled_key(LowerId(9), "s", 3)),
+            Some((LowerId(9), "s", 3))
         );
         assert_eq!(Place::Settled.parse(b"\x01abc"), None);
-        assert_eq!(parse_catalog_device_key(&device_key(9)), Some((9, None)));
         assert_eq!(
-            parse_catalog_device_key(&membership_key(9, 4)),
-            Some((9, Some(4)))
+            parse_catalog_device_key(&device_key(LowerId(9))),
+            Some((LowerId(9), None))
         );
-        let (start, end) = device_catalog_range(9);
-        assert!(start <= membership_key(9, u64::MAX) && membership_key(9, u64::MAX) < end);
+        assert_eq!(
+            parse_catalog_device_key(&membership_key(LowerId(9), WindowId(4))),
+            Some((LowerId(9), Some(WindowId(4))))
+        );
+        let (start, end) = device_catalog_range(LowerId(9));
+        assert!(
+            start <= membership_key(LowerId(9), WindowId(u64::MAX))
+                && membership_key(LowerId(9), WindowId(u64::MAX)) < end
+        );
         let meta = CatalogMeta {
-            next_win: 3,
-            next_lower_id: 4,
-            last_aged_seq: 5,
+            next_win: WindowId(3),
+            next_lower_id: LowerId(4),
+            last_aged_seq: SegmentSeq(5),
         };
         assert_eq!(CatalogMeta::decode(&meta.encode()), Some(meta));
         let record = DeviceRecord {
@@ -391,7 +410,7 @@ mod tests {
             settled: true,
             trims: vec![WindowTrim {
                 before_ns: -1,
-                upto_win: 9,
+                upto_win: WindowId(9),
             }],
             name: "car-1".into(),
         };
@@ -406,34 +425,42 @@ mod tests {
             &mut trims,
             WindowTrim {
                 before_ns: 10,
-                upto_win: 3,
+                upto_win: WindowId(3),
             },
         );
         merge_trims(
             &mut trims,
             WindowTrim {
                 before_ns: 20,
-                upto_win: 5,
+                upto_win: WindowId(5),
             },
         );
         assert_eq!(trims.len(), 1, "the later, wider trim replaces the first");
-        assert!(trimmed(&trims, 5, 19) && !trimmed(&trims, 6, 0) && !trimmed(&trims, 1, 20));
+        assert!(
+            trimmed(&trims, WindowId(5), 19)
+                && !trimmed(&trims, WindowId(6), 0)
+                && !trimmed(&trims, WindowId(1), 20)
+        );
         // A later trim with an earlier cutoff hides more windows but fewer readings: both stay.
         merge_trims(
             &mut trims,
             WindowTrim {
                 before_ns: 15,
-                upto_win: 8,
+                upto_win: WindowId(8),
             },
         );
         assert_eq!(trims.len(), 2);
-        assert!(trimmed(&trims, 5, 19) && trimmed(&trims, 8, 14) && !trimmed(&trims, 8, 15));
+        assert!(
+            trimmed(&trims, WindowId(5), 19)
+                && trimmed(&trims, WindowId(8), 14)
+                && !trimmed(&trims, WindowId(8), 15)
+        );
         // One that hides less than what is there changes nothing.
         merge_trims(
             &mut trims,
             WindowTrim {
                 before_ns: 1,
-                upto_win: 2,
+                upto_win: WindowId(2),
             },
         );
         assert_eq!(trims.len(), 2);

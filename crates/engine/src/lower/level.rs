@@ -23,6 +23,7 @@ use roamkv_leveldb::{Db, Options, WriteBatch};
 
 use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
 use crate::error::{Error, Result};
+use crate::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
 /// Tag bytes of the spaces in the readings database: settled below runs, so new windows (ever
@@ -215,21 +216,21 @@ impl LowerTier for LevelLower {
         self.catalog.write(&batch, true).map_err(lower_err)
     }
 
-    fn drop_windows(&self, wins: &[u64]) -> Result<()> {
+    fn drop_windows(&self, wins: &[WindowId]) -> Result<()> {
         let (Some(first), Some(last)) = (wins.iter().min(), wins.iter().max()) else {
             return Ok(());
         };
         for &win in wins {
             self.delete_range(
                 Space::Windows,
-                &win.to_be_bytes(),
-                &(win + 1).to_be_bytes(),
+                &win.0.to_be_bytes(),
+                &win.next().0.to_be_bytes(),
                 false,
             )?;
         }
         // Compaction of the dropped range reads its tables and writes nothing back.
-        let (_, start) = self.locate(Space::Windows, &first.to_be_bytes());
-        let (_, end) = self.locate(Space::Windows, &(last + 1).to_be_bytes());
+        let (_, start) = self.locate(Space::Windows, &first.0.to_be_bytes());
+        let (_, end) = self.locate(Space::Windows, &last.next().0.to_be_bytes());
         self.data.compact_range(Some(&start), Some(&end));
         Ok(())
     }
@@ -269,7 +270,7 @@ impl LowerTier for LevelLower {
                 bytes: 0,
                 level: None,
             });
-            let (_, next) = self.locate(Space::Windows, &(win + 1).to_be_bytes());
+            let (_, next) = self.locate(Space::Windows, &win.next().0.to_be_bytes());
             it.seek(&next);
         }
         it.status().map_err(lower_err)?;
@@ -363,17 +364,18 @@ impl LowerTier for LevelLower {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::LowerId;
 
     #[test]
     fn spaces_stay_apart_and_windows_list_by_seeks() -> Result<()> {
         let dir = tempfile::tempdir().expect("tempdir");
         let lower = LevelLower::open(dir.path(), 8 << 20)?;
-        for win in [3u64, 5, 9] {
+        for win in [3u64, 5, 9].map(WindowId) {
             let run: Vec<(Vec<u8>, Vec<u8>)> = (0..10)
                 .map(|i| {
                     (
-                        super::super::keys::run_key(win, 1, "s", i),
-                        vec![win as u8; 10],
+                        super::super::keys::run_key(win, LowerId(1), "s", i),
+                        vec![win.0 as u8; 10],
                     )
                 })
                 .collect();
@@ -381,16 +383,16 @@ mod tests {
             lower.ingest(prepared)?;
         }
         lower.write_catalog(&[CatalogOp::Put(Space::Catalog, b"k".to_vec(), b"v".to_vec())])?;
-        let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win).collect();
+        let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win.0).collect();
         assert_eq!(wins, vec![3, 5, 9]);
-        lower.drop_windows(&[5])?;
-        let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win).collect();
+        lower.drop_windows(&[WindowId(5)])?;
+        let wins: Vec<u64> = lower.window_files()?.iter().map(|f| f.win.0).collect();
         assert_eq!(wins, vec![3, 9]);
-        let (start, end) = super::super::keys::Place::Window(9).range(1, None);
+        let (start, end) = super::super::keys::Place::Window(WindowId(9)).range(LowerId(1), None);
         let last = lower.last_in(Space::Windows, &start, &end)?;
         assert_eq!(
             last.map(|(k, _)| k),
-            Some(super::super::keys::run_key(9, 1, "s", 9))
+            Some(super::super::keys::run_key(WindowId(9), LowerId(1), "s", 9))
         );
         assert_eq!(lower.get(Space::Catalog, b"k")?, Some(b"v".to_vec()));
         Ok(())

@@ -15,6 +15,7 @@
 //! commit log; the lower tier gets bulk runs and per-pass batches from maintenance only.
 
 use crate::error::{Error, Result};
+use crate::ids::{LowerId, WindowId};
 use crate::stats::LowerDiagnostics;
 
 pub mod keys;
@@ -51,7 +52,7 @@ pub enum CatalogOp {
 impl CatalogOp {
     /// What forgets a departed device in the lower tier: its catalog entries and its settled
     /// range (its windows drop whole when no live device reads them).
-    pub fn forget_device(lower_id: u64) -> [CatalogOp; 2] {
+    pub fn forget_device(lower_id: LowerId) -> [CatalogOp; 2] {
         let (start, end) = keys::device_catalog_range(lower_id);
         let (s_start, s_end) = Place::Settled.range(lower_id, None);
         [
@@ -82,7 +83,7 @@ pub(crate) enum PreparedBody {
 /// A window file as the lower tier holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowFile {
-    pub win: u64,
+    pub win: WindowId,
     pub bytes: u64,
     /// The level it sits in (RocksDB); ingested runs must sit in the last level.
     pub level: Option<u32>,
@@ -101,7 +102,7 @@ pub trait LowerTier: Send + Sync {
     /// Applies the operations in order, atomically and durably (synced before it returns).
     fn write_catalog(&self, ops: &[CatalogOp]) -> Result<()>;
     /// Drops the files of these windows whole. Their readings must be dead: nothing reads them.
-    fn drop_windows(&self, wins: &[u64]) -> Result<()>;
+    fn drop_windows(&self, wins: &[WindowId]) -> Result<()>;
     /// Takes off disk what a durable delete of these [start, end) ranges of `space` left there:
     /// files lying wholly in a range are dropped, and the files overlapping one are rewritten
     /// without the deleted keys (what that writes counts in `bytes_written`).
@@ -151,7 +152,7 @@ pub(crate) fn malformed(k: &[u8]) -> Error {
 pub(crate) fn oldest_per_sensor(
     lower: &dyn LowerTier,
     place: Place,
-    lower_id: u64,
+    lower_id: LowerId,
 ) -> Result<Vec<(String, i64)>> {
     let (mut at, end) = place.range(lower_id, None);
     let mut sensors = Vec::new();

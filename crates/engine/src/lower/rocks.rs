@@ -19,6 +19,7 @@ use rocksdb::{
 use super::keys;
 use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
 use crate::error::{Error, IoContext, Result};
+use crate::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
 const RUNS_CF: &str = "runs";
@@ -258,11 +259,11 @@ impl LowerTier for RocksLower {
         self.db.write_opt(batch, &sync).map_err(lower_err)
     }
 
-    fn drop_windows(&self, wins: &[u64]) -> Result<()> {
+    fn drop_windows(&self, wins: &[WindowId]) -> Result<()> {
         let family = self.family(Space::Windows)?;
         for &win in wins {
-            let start = win.to_be_bytes();
-            let end = (win + 1).to_be_bytes();
+            let start = win.0.to_be_bytes();
+            let end = win.next().0.to_be_bytes();
             // Deletes the files lying wholly in [start, end]: a window's file exactly (no run
             // spans two windows; the runs family never compacts).
             self.db

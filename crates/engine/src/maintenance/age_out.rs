@@ -27,7 +27,7 @@ use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::failpoints::PassStep;
 use crate::group_commit;
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::limits::{
     MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, TRIMS_PER_DEVICE_MAX, WINDOW_BYTES_MAX,
 };
@@ -61,42 +61,42 @@ fn note_windows(inner: &Inner, st: &mut State, id: DeviceId, windows: usize, tri
 /// One reading to move: whose, and where it is in the segment.
 struct Moving {
     device: DeviceId,
-    lower_id: u64,
+    lower_id: LowerId,
     sensor: String,
     entry: IndexEntry,
 }
 
 /// What the snapshot took (step 1).
 struct Snapshot {
-    seq: u64,
+    seq: SegmentSeq,
     segment: Arc<Segment>,
     moving: Vec<Moving>,
     /// Devices the catalog learns in this pass: (id, its record, lower id).
-    new_devices: Vec<(DeviceId, u64, DeviceRecord)>,
+    new_devices: Vec<(DeviceId, LowerId, DeviceRecord)>,
     /// Known devices whose record changes (a TRIM): (lower id, record).
-    rewrites: Vec<(u64, DeviceRecord)>,
+    rewrites: Vec<(LowerId, DeviceRecord)>,
     /// Lower ids of devices that departed in this segment, each with whether it had settled
     /// readings.
-    departed: Vec<(u64, bool)>,
+    departed: Vec<(LowerId, bool)>,
     /// TRIMs of devices with settled readings: (device, lower id, cutoff).
-    settled_trims: Vec<(DeviceId, u64, i64)>,
+    settled_trims: Vec<(DeviceId, LowerId, i64)>,
     /// Window ids given to this pass, from `first_win` on.
-    first_win: u64,
+    first_win: WindowId,
     windows: u64,
     meta: CatalogMeta,
 }
 
 /// A window's run, sorted, and who has how many bytes in it.
 struct WindowRun {
-    win: u64,
+    win: WindowId,
     entries: Vec<(Vec<u8>, Vec<u8>)>,
-    members: BTreeMap<DeviceId, (u64, u64)>,
+    members: BTreeMap<DeviceId, (LowerId, u64)>,
 }
 
 /// Moves the readings of segment `seq` out of the log (the steps of the module doc). Complete
 /// or without effect on the in-memory state: a failure before the catalog step leaves files
 /// that recovery or the next pass removes, and the segment in the log to be taken again.
-pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
+pub(crate) fn pass(inner: &Inner, seq: SegmentSeq, reason: Reason) -> Result<()> {
     let c = &inner.counters;
     let started = Instant::now();
     // Readings the snapshot leaves behind because a DEPART or TRIM removed them from the index
@@ -123,7 +123,7 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
     if let Err(e) = cataloged {
         // The runs are in the lower tier but the catalog does not name them: drop them now
         // (recovery would, as orphans, if this fails too).
-        let wins: Vec<u64> = runs.iter().map(|r| r.win).collect();
+        let wins: Vec<WindowId> = runs.iter().map(|r| r.win).collect();
         let _ = inner.lower.drop_windows(&wins);
         Counters::add(&c.pass_failures, 1);
         return Err(e);
@@ -145,7 +145,7 @@ pub(crate) fn pass(inner: &Inner, seq: u64, reason: Reason) -> Result<()> {
 }
 
 /// Step 1, under the state lock.
-fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
+fn take_snapshot(inner: &Inner, seq: SegmentSeq) -> Option<Snapshot> {
     let mut st = inner.state.lock();
     let State {
         map, log, lower, ..
@@ -195,7 +195,7 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
     let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
     let windows = move_bytes.div_ceil(WINDOW_BYTES_MAX).max(1);
     let first_win = lower.next_win;
-    lower.next_win += windows;
+    lower.next_win = WindowId(first_win.0 + windows);
     let meta = CatalogMeta {
         next_win: lower.next_win,
         next_lower_id: lower.next_lower_id,
@@ -218,9 +218,9 @@ fn take_snapshot(inner: &Inner, seq: u64) -> Option<Snapshot> {
 /// What a segment's DEPART and TRIM records ask of the catalog.
 #[derive(Default)]
 struct Events {
-    departed: Vec<(u64, bool)>,
-    rewrites: Vec<(u64, DeviceRecord)>,
-    settled_trims: Vec<(DeviceId, u64, i64)>,
+    departed: Vec<(LowerId, bool)>,
+    rewrites: Vec<(LowerId, DeviceRecord)>,
+    settled_trims: Vec<(DeviceId, LowerId, i64)>,
 }
 
 fn events(map: &MappingTable, lower: &LowerBook, events: &[SegmentEvent]) -> Events {
@@ -251,8 +251,8 @@ fn events(map: &MappingTable, lower: &LowerBook, events: &[SegmentEvent]) -> Eve
 /// Devices a pass gives a place (a lower id), in the order it gave them.
 #[derive(Default)]
 struct NewDevices {
-    records: Vec<(DeviceId, u64, DeviceRecord)>,
-    given: HashMap<DeviceId, u64>,
+    records: Vec<(DeviceId, LowerId, DeviceRecord)>,
+    given: HashMap<DeviceId, LowerId>,
 }
 
 /// A lower id for a device without a place (once per pass): the catalog learns it in this pass.
@@ -261,7 +261,7 @@ fn give_place(
     lower: &mut LowerBook,
     new_devices: &mut NewDevices,
     id: DeviceId,
-) -> Option<u64> {
+) -> Option<LowerId> {
     let entry = map.entry(id)?;
     if entry.lower.is_some() {
         return None;
@@ -270,7 +270,7 @@ fn give_place(
         return Some(*lower_id);
     }
     let lower_id = lower.next_lower_id;
-    lower.next_lower_id += 1;
+    lower.next_lower_id = lower_id.next();
     new_devices.given.insert(id, lower_id);
     new_devices
         .records
@@ -356,11 +356,11 @@ fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun>
     let mut runs: Vec<WindowRun> = Vec::new();
     let mut run_bytes = 0u64;
     for (i, value) in sorted {
-        let last_window = snapshot.first_win + snapshot.windows - 1;
+        let last_window = WindowId(snapshot.first_win.0 + snapshot.windows - 1);
         let full = run_bytes >= WINDOW_BYTES_MAX;
         let need_new = runs.last().is_none_or(|r| full && r.win < last_window);
         if need_new {
-            let win = runs.last().map_or(snapshot.first_win, |r| r.win + 1);
+            let win = runs.last().map_or(snapshot.first_win, |r| r.win.next());
             runs.push(WindowRun {
                 win,
                 entries: Vec::new(),
@@ -397,7 +397,10 @@ fn cut_into_windows(snapshot: &Snapshot, values: Vec<Vec<u8>>) -> Vec<WindowRun>
 
 /// The settled space's range deletes of the segment's TRIMs: one per sensor of the device
 /// with a reading older than the cutoff (one seek per sensor to find them).
-fn settled_trim_deletes(inner: &Inner, trims: &[(DeviceId, u64, i64)]) -> Result<Vec<CatalogOp>> {
+fn settled_trim_deletes(
+    inner: &Inner,
+    trims: &[(DeviceId, LowerId, i64)],
+) -> Result<Vec<CatalogOp>> {
     let mut ops = Vec::new();
     for &(_, lower_id, before_ns) in trims {
         for (sensor, oldest_ns) in

@@ -27,7 +27,7 @@ use std::time::Instant;
 use crate::commit_log::position::LogPosition;
 use crate::error::{Error, Result};
 use crate::failpoints::PassStep;
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, LowerId, WindowId};
 use crate::limits::{CONSOLIDATION_BYTES_MAX, SETTLE_AGE_MANAGEMENT_TIMES};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord, Place, WindowTrim, trimmed};
 use crate::lower::{CatalogOp, PreparedRun, Space};
@@ -41,7 +41,7 @@ pub(crate) enum Scope {
     /// Its windows (too many of them, or too many trims over them).
     AllWindows,
     /// Its readings in these windows (they are over the space bound: emptied, they drop).
-    Windows(BTreeSet<u64>),
+    Windows(BTreeSet<WindowId>),
 }
 
 impl Scope {
@@ -66,15 +66,15 @@ enum Destination {
 /// One device's part of a consolidation.
 struct Draining {
     device: DeviceId,
-    lower_id: u64,
+    lower_id: LowerId,
     destination: Destination,
     /// The level of the new window its readings go to (Destination::Window).
     level: u8,
     /// The windows its readings leave, ascending.
-    leaving: Vec<(u64, u64)>,
+    leaving: Vec<(WindowId, u64)>,
     /// Its windows that stay and are newer than one that leaves: a reading they hold too is
     /// theirs (Destination::Window only; the settled space sorts below every window).
-    newer_staying: Vec<u64>,
+    newer_staying: Vec<WindowId>,
     /// Its trims when the snapshot was taken (applied to what moves).
     trims: Vec<WindowTrim>,
     /// Its catalog record after the move.
@@ -85,7 +85,7 @@ struct Draining {
 struct Snapshot {
     draining: Vec<Draining>,
     /// The new window (for the young devices), and the catalog meta naming it as given out.
-    window: Option<u64>,
+    window: Option<WindowId>,
     meta: CatalogMeta,
 }
 
@@ -186,9 +186,9 @@ fn take_snapshot(inner: &Inner, wanted: &BTreeMap<DeviceId, Scope>) -> Snapshot 
     }
 }
 
-fn give_window(lower: &mut LowerBook) -> u64 {
+fn give_window(lower: &mut LowerBook) -> WindowId {
     let win = lower.next_win;
-    lower.next_win += 1;
+    lower.next_win = win.next();
     win
 }
 
@@ -202,7 +202,7 @@ fn to_settled(
     budget: &mut u64,
 ) -> Option<Draining> {
     let through = match scope {
-        Scope::AllWindows => u64::MAX,
+        Scope::AllWindows => WindowId(u64::MAX),
         Scope::Windows(wins) => *wins.last()?,
     };
     let mut leaving = Vec::new();
@@ -214,7 +214,7 @@ fn to_settled(
         *budget = budget.saturating_sub(bytes);
     }
     let last = leaving.last()?.0;
-    let staying: Vec<u64> = place
+    let staying: Vec<WindowId> = place
         .windows
         .iter()
         .map(|(w, _)| *w)
@@ -244,10 +244,10 @@ fn to_window(
     entry: &DeviceEntry,
     place: &LowerPlace,
     scope: &Scope,
-    levels: &BTreeMap<u64, Window>,
+    levels: &BTreeMap<WindowId, Window>,
     budget: &mut u64,
 ) -> Option<Draining> {
-    let mut leaving: Vec<(u64, u64)> = match scope {
+    let mut leaving: Vec<(WindowId, u64)> = match scope {
         Scope::Windows(wins) => place
             .windows
             .iter()
@@ -267,7 +267,7 @@ fn to_window(
     *budget = budget.saturating_sub(leaving.iter().map(|(_, b)| *b).sum());
     leaving.sort_unstable();
     let first = leaving[0].0;
-    let staying: Vec<u64> = place
+    let staying: Vec<WindowId> = place
         .windows
         .iter()
         .map(|(w, _)| *w)
@@ -302,10 +302,10 @@ fn to_window(
 /// `budget` (at least two); all its windows if no level has two.
 fn lowest_level_windows(
     place: &LowerPlace,
-    levels: &BTreeMap<u64, Window>,
+    levels: &BTreeMap<WindowId, Window>,
     budget: u64,
-) -> Vec<(u64, u64)> {
-    let level_of = |win: u64| levels.get(&win).map_or(0, |w| w.level);
+) -> Vec<(WindowId, u64)> {
+    let level_of = |win: WindowId| levels.get(&win).map_or(0, |w| w.level);
     let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
     for (win, _) in &place.windows {
         *counts.entry(level_of(*win)).or_default() += 1;
@@ -328,7 +328,7 @@ fn lowest_level_windows(
 
 /// The trims that still hide something in these windows (a trim covers windows up to its
 /// `upto_win`).
-fn trims_needed(trims: &[WindowTrim], windows: &[u64]) -> Vec<WindowTrim> {
+fn trims_needed(trims: &[WindowTrim], windows: &[WindowId]) -> Vec<WindowTrim> {
     trims
         .iter()
         .filter(|t| windows.iter().any(|w| *w <= t.upto_win))
@@ -371,7 +371,7 @@ fn read(inner: &Inner, snapshot: &Snapshot) -> Result<Runs> {
 }
 
 /// (sensor, ts) -> (value, the window it came from).
-type DeviceReadings = BTreeMap<(String, i64), (Vec<u8>, u64)>;
+type DeviceReadings = BTreeMap<(String, i64), (Vec<u8>, WindowId)>;
 
 fn read_device(inner: &Inner, d: &Draining) -> Result<DeviceReadings> {
     let mut readings: DeviceReadings = BTreeMap::new();
@@ -507,7 +507,7 @@ fn commit(
     let mut st = inner.state.lock();
     let State { map, lower, .. } = &mut *st;
     // The catalog batch is durable: the windows' deaths need no later log record.
-    let durable = LogPosition::at(0, 0);
+    let durable = LogPosition::ORIGIN;
     let mut new_window = Window {
         file_bytes: window_file_bytes,
         ..Window::default()
@@ -528,7 +528,7 @@ fn commit(
             .windows
             .retain(|(w, _)| !d.leaving.iter().any(|(l, _)| l == w));
         lower.release(&d.leaving, durable);
-        let staying: Vec<u64> = place.windows.iter().map(|(w, _)| *w).collect();
+        let staying: Vec<WindowId> = place.windows.iter().map(|(w, _)| *w).collect();
         match d.destination {
             Destination::Window => {
                 let bytes = window_bytes.get(&d.device).copied().unwrap_or(0);
@@ -542,7 +542,7 @@ fn commit(
                 }
                 // Trims that came meanwhile cover the new window (their `upto_win` is at
                 // least its id): kept by the rule below.
-                let mut all: Vec<u64> = staying;
+                let mut all: Vec<WindowId> = staying;
                 all.extend(snapshot.window);
                 entry.trims = trims_needed(&entry.trims, &all);
             }

@@ -32,7 +32,7 @@ use crate::commit_log::spares::Retired;
 use crate::error::Result;
 use crate::failpoints::PassStep;
 use crate::group_commit;
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::limits::{
     CONSOLIDATION_BYTES_MAX, INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT,
     WINDOW_RECLAIM_START_PERCENT, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
@@ -45,7 +45,7 @@ use crate::stats::Counters;
 
 /// What maintenance should do next.
 enum Work {
-    AgeOut { seq: u64, reason: Reason },
+    AgeOut { seq: SegmentSeq, reason: Reason },
     Consolidate(BTreeMap<DeviceId, Scope>),
     Nothing,
 }
@@ -223,7 +223,7 @@ fn space_candidates(st: &State, dead_bytes_min: u64) -> BTreeMap<DeviceId, Scope
     if !windows_due_for_reclaim(file_bytes, live_bytes, dead_bytes_min) {
         return BTreeMap::new();
     }
-    let mut emptiest: Vec<(u64, &crate::state::Window)> = st
+    let mut emptiest: Vec<(WindowId, &crate::state::Window)> = st
         .lower
         .windows
         .iter()
@@ -355,8 +355,11 @@ fn drop_durable_deaths(inner: &Inner) -> Result<()> {
             lower.forget.drain(..).partition(|(_, at)| *at <= durable);
         lower.forget = later;
         (
-            dead.into_iter().map(|(w, _)| w).collect::<Vec<u64>>(),
-            forget.into_iter().map(|(id, _)| id).collect::<Vec<u64>>(),
+            dead.into_iter().map(|(w, _)| w).collect::<Vec<WindowId>>(),
+            forget
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<LowerId>>(),
         )
     };
     if !forget.is_empty() {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::error::Result;
+use crate::ids::LowerId;
 use crate::lower::keys::{self, Place, WindowTrim, trimmed};
 use crate::lower::{malformed, space_of};
 use crate::reading::Reading;
@@ -11,7 +12,7 @@ use crate::state::Inner;
 
 /// A device's readings in the lower tier, as a read needs them.
 pub(super) struct LowerView {
-    pub(super) lower_id: u64,
+    pub(super) lower_id: LowerId,
     /// Newest first: the order in which places win.
     pub(super) places: Vec<Place>,
     pub(super) trims: Vec<WindowTrim>,

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use crate::commit_log::position::LogPosition;
 use crate::error::{Error, Result};
+use crate::ids::{LowerId, WindowId};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord};
 use crate::lower::{LowerTier, Space};
 use crate::mapping::{LowerPlace, MappingTable};
@@ -16,9 +17,9 @@ use crate::state::{LowerBook, State, Window};
 pub(super) struct Catalog {
     pub(super) meta: CatalogMeta,
     /// lower id -> record.
-    pub(super) devices: HashMap<u64, DeviceRecord>,
+    pub(super) devices: HashMap<LowerId, DeviceRecord>,
     /// lower id -> (window, bytes), ascending by window.
-    pub(super) memberships: HashMap<u64, Vec<(u64, u64)>>,
+    pub(super) memberships: HashMap<LowerId, Vec<(WindowId, u64)>>,
 }
 
 pub(super) fn load_catalog(lower: &dyn LowerTier) -> Result<Catalog> {
@@ -72,19 +73,19 @@ pub(super) fn place_cataloged_devices(
         last_aged_seq: catalog.meta.last_aged_seq,
         ..LowerBook::default()
     };
-    let mut by_name: HashMap<&str, u64> = HashMap::new();
+    let mut by_name: HashMap<&str, LowerId> = HashMap::new();
     for (lower_id, record) in &catalog.devices {
         match by_name.get(record.name.as_str()) {
             Some(other) if *other > *lower_id => {
-                book.forget.push((*lower_id, LogPosition::at(0, 0)));
+                book.forget.push((*lower_id, LogPosition::ORIGIN));
                 continue;
             }
-            Some(other) => book.forget.push((*other, LogPosition::at(0, 0))),
+            Some(other) => book.forget.push((*other, LogPosition::ORIGIN)),
             None => {}
         }
         by_name.insert(&record.name, *lower_id);
     }
-    let files: HashMap<u64, u64> = lower
+    let files: HashMap<WindowId, u64> = lower
         .window_files()?
         .into_iter()
         .map(|f| (f.win, f.bytes))
@@ -128,7 +129,7 @@ pub(super) fn place_cataloged_devices(
                     ..Window::default()
                 },
             );
-            book.dead.push((*win, LogPosition::at(0, 0)));
+            book.dead.push((*win, LogPosition::ORIGIN));
         }
     }
     Ok((map, book))
@@ -137,7 +138,7 @@ pub(super) fn place_cataloged_devices(
 /// Drops windows at or above the catalog's next id: ingested by a pass that crashed before its
 /// catalog batch named them.
 pub(super) fn drop_orphan_windows(lower: &dyn LowerTier, meta: &CatalogMeta) -> Result<()> {
-    let orphans: Vec<u64> = lower
+    let orphans: Vec<WindowId> = lower
         .window_files()?
         .into_iter()
         .map(|f| f.win)
@@ -151,7 +152,7 @@ pub(super) fn drop_orphan_windows(lower: &dyn LowerTier, meta: &CatalogMeta) -> 
 
 /// Every window a present device reads must exist: a missing one is damage to the lower tier.
 pub(super) fn check_windows(lower: &dyn LowerTier, st: &State) -> Result<()> {
-    let files: std::collections::HashSet<u64> =
+    let files: std::collections::HashSet<WindowId> =
         lower.window_files()?.into_iter().map(|f| f.win).collect();
     for (_, entry) in st.map.entries() {
         let Some(place) = &entry.lower else { continue };

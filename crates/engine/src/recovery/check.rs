@@ -9,6 +9,7 @@ use crate::commit_log::segment::{self, ScanEnd, Segment};
 use crate::commit_log::storage::PlainFiles;
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
+use crate::ids::SegmentSeq;
 use crate::lower::open::open_lower;
 
 /// What `check` found.
@@ -41,7 +42,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     };
     let last_aged_seq = catalog.unwrap_or_else(|e| {
         report.problems.push(e.to_string());
-        0
+        SegmentSeq(0)
     });
     let storage = PlainFiles::shared();
     let mut listed = list_segments(&*storage, &dir.log_dir(), false)?;

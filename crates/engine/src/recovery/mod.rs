@@ -45,6 +45,7 @@ use crate::commit_log::storage::Storage;
 use crate::dir::DataDir;
 use crate::error::{Error, IoContext, Result};
 use crate::feed;
+use crate::ids::SegmentSeq;
 use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::lower::open::open_lower;
 use crate::options::Options;
@@ -75,7 +76,9 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         last_aged_seq,
         feed.hold_from(),
     )?;
-    let next_seq = segments.last().map_or(last_aged_seq + 1, |s| s.seq + 1);
+    let next_seq = segments
+        .last()
+        .map_or(last_aged_seq.next(), |s| s.seq.next());
     let mut st = State::new(
         map,
         LogState::new(&segments, Arc::clone(&segments[0]), SEGMENT_HEADER_BYTES),
@@ -148,8 +151,8 @@ fn open_segments(
     log_dir: &Path,
     options: &Options,
     counters: &Counters,
-    last_aged_seq: u64,
-    hold_from: Option<u64>,
+    last_aged_seq: SegmentSeq,
+    hold_from: Option<SegmentSeq>,
 ) -> Result<(HeldSegments, LiveSegments)> {
     let storage = &options.storage;
     let mut listed = list_segments(&**storage, log_dir, true)?;
@@ -185,7 +188,7 @@ fn open_segments(
         let (segment, written) = Segment::create(
             storage,
             log_dir,
-            last_aged_seq + 1,
+            last_aged_seq.next(),
             options.segment_bytes,
             zero_fill_segments(options),
         )?;
@@ -214,15 +217,15 @@ fn place_feed(st: &mut State, feed: slots::Loaded, held: Vec<Arc<Segment>>) {
 fn take_spares(
     mut segments: Vec<Arc<Segment>>,
     cut_at: usize,
-    next_seq: u64,
+    next_seq: SegmentSeq,
     st: &mut State,
-) -> Result<(VecDeque<Segment>, u64)> {
+) -> Result<(VecDeque<Segment>, SegmentSeq)> {
     let mut ready = VecDeque::new();
     let cut_seq = segments[cut_at].seq;
     let after: Vec<Arc<Segment>> = segments.drain(cut_at + 1..).collect();
     if after.iter().any(|s| !st.log.segments.contains_key(&s.seq)) {
         // Removed past a hole (all of them): numbering resumes right after the cut.
-        return Ok((ready, cut_seq + 1));
+        return Ok((ready, cut_seq.next()));
     }
     for segment in after {
         st.log.segments.remove(&segment.seq);

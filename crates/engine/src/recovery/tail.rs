@@ -9,6 +9,7 @@ use crate::commit_log::record::Body;
 use crate::commit_log::segment::{self, ScanEnd, Segment};
 use crate::commit_log::storage::Storage;
 use crate::error::{Error, IoContext, Result};
+use crate::ids::SegmentSeq;
 use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::options::Options;
 use crate::state::State;
@@ -248,7 +249,7 @@ pub(super) fn list_segments(
     storage: &dyn Storage,
     log_dir: &Path,
     clean_up: bool,
-) -> Result<Vec<(u64, PathBuf)>> {
+) -> Result<Vec<(SegmentSeq, PathBuf)>> {
     let mut found = Vec::new();
     let listed = storage
         .list(log_dir)
@@ -273,32 +274,32 @@ pub(super) fn list_segments(
 /// the lost one.
 pub(super) fn missing_segment(
     log_dir: &Path,
-    listed: &[(u64, PathBuf)],
-    last_aged_seq: u64,
+    listed: &[(SegmentSeq, PathBuf)],
+    last_aged_seq: SegmentSeq,
 ) -> Option<Error> {
-    if last_aged_seq > 0
+    if last_aged_seq > SegmentSeq(0)
         && let Some((first, _)) = listed.first()
-        && *first != last_aged_seq + 1
+        && *first != last_aged_seq.next()
     {
         return Some(Error::Corrupt {
-            file: segment::segment_path(log_dir, last_aged_seq + 1),
+            file: segment::segment_path(log_dir, last_aged_seq.next()),
             offset: 0,
             reason: format!(
                 "segment {} is missing: the catalog says the log continues after segment \
                  {last_aged_seq}, and the first segment found is {first}",
-                last_aged_seq + 1
+                last_aged_seq.next()
             ),
         });
     }
     listed
         .windows(2)
-        .find(|w| w[1].0 != w[0].0 + 1)
+        .find(|w| w[1].0 != w[0].0.next())
         .map(|w| Error::Corrupt {
-            file: segment::segment_path(log_dir, w[0].0 + 1),
+            file: segment::segment_path(log_dir, w[0].0.next()),
             offset: 0,
             reason: format!(
                 "segment {} is missing: the log jumps from segment {} to {}",
-                w[0].0 + 1,
+                w[0].0.next(),
                 w[0].0,
                 w[1].0
             ),
