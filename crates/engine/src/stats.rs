@@ -89,6 +89,10 @@ pub struct Stats {
     pub trims: u64,
     pub fdatasyncs: u64,
     pub group_commits: u64,
+    /// Group writes that read the bytes of their first block before writing it whole: only
+    /// the first write into a block this process did not write (once after open, when the log
+    /// resumes mid-block). Every other group write reads nothing (`Segment::write_blocks`).
+    pub log_head_reads: u64,
     pub live_segments: u64,
     /// Bytes of the log's files on disk (live segments + spares) and the budget they must stay in.
     pub log_bytes: u64,
@@ -208,6 +212,7 @@ pub(crate) struct Counters {
     pub trims: AtomicU64,
     pub fdatasyncs: AtomicU64,
     pub group_commits: AtomicU64,
+    pub log_head_reads: AtomicU64,
     pub segments_recycled: AtomicU64,
     pub maintenance_read_bytes: AtomicU64,
     pub passes: AtomicU64,

@@ -97,6 +97,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     stats.trims = Counters::get(&c.trims);
     stats.fdatasyncs = Counters::get(&c.fdatasyncs);
     stats.group_commits = Counters::get(&c.group_commits);
+    stats.log_head_reads = Counters::get(&c.log_head_reads);
     stats.log_bytes = inner.spares.log_bytes();
     stats.log_bytes_max = inner.spares.budget_bytes;
     stats.spare_segments_bytes = inner.spares.spare_bytes.load(Ordering::Relaxed);

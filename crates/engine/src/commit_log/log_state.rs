@@ -429,14 +429,17 @@ impl LogState {
 }
 
 impl Group {
-    /// The group's I/O: one pwritev per chunk (segment touched). Without `sync`, write-back of
-    /// the log is started every `writeback_bytes` (bounded dirty pages); the group's fdatasync,
-    /// with `sync`, is `sync_groups`, which may run while the next group is written.
+    /// The group's I/O: one pwritev per chunk (segment touched), of whole blocks
+    /// (`Segment::write_blocks`). Without `sync`, write-back of the log is started every
+    /// `writeback_bytes` (bounded dirty pages); the group's fdatasync, with `sync`, is
+    /// `sync_groups`, which may run while the next group is written.
     pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<()> {
         let mut bytes = 0;
         for chunk in &self.chunks {
             let pieces: Vec<&[u8]> = chunk.pieces.iter().map(Vec::as_slice).collect();
-            chunk.segment.write_vectored_at(&pieces, chunk.offset)?;
+            if chunk.segment.write_blocks(&pieces, chunk.offset)? {
+                Counters::add(&counters.log_head_reads, 1);
+            }
             bytes += chunk.bytes as u64;
             if !sync {
                 chunk

@@ -21,12 +21,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use parking_lot::Mutex;
+
 use crate::commit_log::record::{self, BatchStep, Decode, Decoded};
 use crate::commit_log::storage::{self, Storage, StorageFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{u32_at, u64_at};
 use crate::ids::SegmentSeq;
-use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
+use crate::limits::{LOG_BLOCK_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 
 /// The segment's magic and format (format.rs), under the names the format tests use.
 pub use crate::format::{SEGMENT_FORMAT_VERSION as FORMAT_VERSION, SEGMENT_MAGIC as MAGIC};
@@ -49,6 +51,19 @@ const _: () = assert!(HEADER_USED_BYTES as u64 <= SEGMENT_HEADER_BYTES);
 /// millisecond: with 1 MiB chunks p99 at half of bench serve's peak was 17-35 ms, with 256 KiB
 /// 6-16 ms.
 const ZERO_FILL_CHUNK_BYTES: usize = 256 << 10;
+
+/// What a group writes after its records, up to the next block boundary.
+static ZERO_BLOCK: [u8; LOG_BLOCK_BYTES as usize] = [0; LOG_BLOCK_BYTES as usize];
+
+/// The last partial block of a segment as the log last wrote it: the bytes a group that starts
+/// inside that block writes again before its own (`Segment::write_blocks`).
+#[derive(Debug, Default)]
+struct TailBlock {
+    /// Offset of the block (a multiple of `LOG_BLOCK_BYTES`).
+    start: u64,
+    /// Its bytes from `start` to the end of the last write: shorter than a block.
+    bytes: Vec<u8>,
+}
 
 pub fn segment_path(dir: &Path, seq: SegmentSeq) -> PathBuf {
     dir.join(format!("{:020}.seg", seq.0))
@@ -89,6 +104,8 @@ pub struct Segment {
     storage: Arc<dyn Storage>,
     /// Start of the bytes whose write-back has not been started yet (`start_writeback`).
     writeback_from: AtomicU64,
+    /// Only the group commit's writer (one at a time) takes it: never contended.
+    tail_block: Mutex<TailBlock>,
 }
 
 impl Segment {
@@ -106,6 +123,7 @@ impl Segment {
             file,
             storage,
             writeback_from: AtomicU64::new(SEGMENT_HEADER_BYTES),
+            tail_block: Mutex::new(TailBlock::default()),
         }
     }
 
@@ -353,15 +371,44 @@ impl Segment {
             .context(|| format!("writing {} at {offset}", self.path.display()))
     }
 
-    /// Writes the buffers one after another from `offset` (pwritev: the group commit writes the
-    /// writers' own buffers, never copying them into one).
-    pub fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
-        debug_assert!(
-            offset >= SEGMENT_HEADER_BYTES
-                && offset + bufs.iter().map(|b| b.len() as u64).sum::<u64>() <= self.bytes
-        );
-        storage::write_all_vectored_at(&*self.file, bufs, offset)
-            .context(|| format!("writing {} at {offset}", self.path.display()))
+    /// Writes `pieces` one after another from `offset` as whole blocks, with one pwritev (the
+    /// writers' own buffers, never copied into one): first the bytes of `offset`'s block before
+    /// it, as the last write left them (kept in memory), then the pieces, then zeros to the next
+    /// block boundary, which the next write overwrites with its records. A write that covers
+    /// each block it touches whole never makes the kernel read a block first; a partial one
+    /// does when the block is not in the page cache (a recycled or zero-filled segment under a
+    /// memory cap: ~100 µs, synchronously, in ~60 % of groups; docs/BENCHMARKS.md).
+    ///
+    /// The bytes before `offset` are written again unchanged: a torn write leaves each sector
+    /// old or new, and both hold the same records there (the assumption PostgreSQL's WAL makes
+    /// when it rewrites its last partial page). Returns whether those bytes had to be read from
+    /// the file: only the first write into a block this process did not write (after open).
+    pub fn write_blocks(&self, pieces: &[&[u8]], offset: u64) -> Result<bool> {
+        let end = offset + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+        let block_start = offset - offset % LOG_BLOCK_BYTES;
+        let padded_end = end.next_multiple_of(LOG_BLOCK_BYTES);
+        debug_assert!(block_start >= SEGMENT_HEADER_BYTES && padded_end <= self.bytes);
+        let head_len = (offset - block_start) as usize;
+        let mut tail = self.tail_block.lock();
+        let read_head = head_len > 0 && (tail.start != block_start || tail.bytes.len() != head_len);
+        if read_head {
+            tail.bytes = self.read_at(block_start, head_len)?;
+            tail.start = block_start;
+        }
+        let head = &tail.bytes[..head_len];
+        let mut bufs: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 2);
+        bufs.push(head);
+        bufs.extend_from_slice(pieces);
+        bufs.push(&ZERO_BLOCK[..(padded_end - end) as usize]);
+        storage::write_all_vectored_at(&*self.file, &bufs, block_start)
+            .context(|| format!("writing {} at {block_start}", self.path.display()))?;
+        let next_start = end - end % LOG_BLOCK_BYTES;
+        let next_bytes = last_bytes(&bufs[..bufs.len() - 1], (end - next_start) as usize);
+        *tail = TailBlock {
+            start: next_start,
+            bytes: next_bytes,
+        };
+        Ok(read_head)
     }
 
     /// Reads `len` bytes at `offset` into `buf`, which keeps its allocation between calls (a
@@ -413,6 +460,22 @@ impl Segment {
     pub fn read_record(&self, offset: u64, len: u32) -> Result<Vec<u8>> {
         self.read_at(offset, len as usize)
     }
+}
+
+/// The last `n` bytes of `parts` taken one after another.
+fn last_bytes(parts: &[&[u8]], n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; n];
+    let mut left = n;
+    for part in parts.iter().rev() {
+        if left == 0 {
+            break;
+        }
+        let take = left.min(part.len());
+        out[left - take..left].copy_from_slice(&part[part.len() - take..]);
+        left -= take;
+    }
+    debug_assert_eq!(left, 0, "the parts hold fewer than {n} bytes");
+    out
 }
 
 pub fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
