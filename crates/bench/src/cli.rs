@@ -48,12 +48,12 @@ pub enum BenchCommand {
 
 pub fn run(args: &BenchArgs) -> ExitCode {
     let outcome = match &args.command {
-        BenchCommand::Mobility(m) => mobility(m),
+        BenchCommand::Mobility(m) => mobility(m).map_err(String::from),
         BenchCommand::Steady(s) => match crate::steady::run(s) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
-        BenchCommand::Worker { spec } => crate::mobility::worker::main(spec),
+        BenchCommand::Worker { spec } => crate::mobility::worker::main(spec).map_err(String::from),
         BenchCommand::Crash(c) => return crate::faults::crash::run(c),
         BenchCommand::Powercut(p) => return crate::faults::powercut::run(p),
         BenchCommand::Serve(s) => return crate::serve::run(s),

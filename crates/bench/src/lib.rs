@@ -4,11 +4,15 @@
 //! `steady`); `serve` loads the HTTP server against InfluxDB 1.6 and the in-process engine;
 //! `sink` measures the server's cloud sink into PostgreSQL; `handoff` devices handed between
 //! two servers;
-//! `faults` are the kill -9 and power-cut soaks. One folder per command; `cli` dispatches.
+//! `faults` are the kill -9 and power-cut soaks. One folder per command; `cli` dispatches; `error`
+//! is the crate's one error type.
 pub mod cli;
+pub mod error;
 pub mod faults;
 pub mod handoff;
 pub mod mobility;
 pub mod serve;
 pub mod sink;
 pub mod steady;
+
+pub use error::BenchError;

@@ -18,7 +18,7 @@ use roamkv_engine::{
     Durability as RoamDurability, Engine, LowerTierKind, Options as RoamOptions, Record, ms_to_ns,
 };
 
-pub type Result<T> = std::result::Result<T, String>;
+use crate::error::{BenchError, Result};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
@@ -173,9 +173,7 @@ pub fn open(config: &EngineConfig, dir: &Path) -> Result<Box<dyn BenchEngine>> {
                 },
                 ..RoamOptions::default()
             };
-            Box::new(RoamkvEngine(
-                Engine::open(dir, options).map_err(|e| e.to_string())?,
-            ))
+            Box::new(RoamkvEngine(Engine::open(dir, options)?))
         }
         EngineKind::Rocksdb => Box::new(RocksEngine::open(dir, m, sync)?),
         EngineKind::Leveldb => Box::new(LevelEngine::open(dir, m, sync)?),
@@ -192,21 +190,19 @@ impl BenchEngine for RoamkvEngine {
             .iter()
             .map(|p| Record::at_ms(p.device, p.sensor, p.ts_ms, p.value))
             .collect();
-        self.0.put_batch(&records).map_err(|e| e.to_string())
+        Ok(self.0.put_batch(&records)?)
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
-        self.0
-            .scan(device, Some(sensor), ms_to_ns(from_ms), ms_to_ns(to_ms))
-            .map(|r| r.len())
-            .map_err(|e| e.to_string())
+        Ok(self
+            .0
+            .scan(device, Some(sensor), ms_to_ns(from_ms), ms_to_ns(to_ms))?
+            .len())
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
-        self.0
-            .get(device, sensor, ms_to_ns(ts_ms))
-            .map_err(|e| e.to_string())
+        Ok(self.0.get(device, sensor, ms_to_ns(ts_ms))?)
     }
     fn depart(&self, device: &str) -> Result<()> {
-        self.0.depart(device).map_err(|e| e.to_string())
+        Ok(self.0.depart(device)?)
     }
     fn sample(&self) -> serde_json::Value {
         let s = self.0.stats();
@@ -277,7 +273,7 @@ impl BenchEngine for RoamkvEngine {
             stats.write_amplification(),
             stats.index_bytes as f64 / 1048576.0
         );
-        self.0.close().map_err(|e| e.to_string())
+        Ok(self.0.close()?)
     }
 }
 
@@ -324,7 +320,7 @@ impl RocksEngine {
         table.set_bloom_filter(10.0, false);
         options.set_block_based_table_factory(&table);
         options.enable_statistics();
-        let db = rocksdb::DB::open(&options, dir).map_err(|e| e.to_string())?;
+        let db = rocksdb::DB::open(&options, dir)?;
         Ok(RocksEngine { db, options, sync })
     }
     fn write_options(&self) -> rocksdb::WriteOptions {
@@ -352,9 +348,7 @@ impl BenchEngine for RocksEngine {
         for p in batch {
             wb.put(baseline_key(p.device, p.sensor, p.ts_ms), p.value);
         }
-        self.db
-            .write_opt(wb, &self.write_options())
-            .map_err(|e| e.to_string())
+        Ok(self.db.write_opt(wb, &self.write_options())?)
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
         let mut read = rocksdb::ReadOptions::default();
@@ -365,23 +359,19 @@ impl BenchEngine for RocksEngine {
             rocksdb::IteratorMode::From(&start, rocksdb::Direction::Forward),
             read,
         ) {
-            item.map_err(|e| e.to_string())?;
+            item?;
             n += 1;
         }
         Ok(n)
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
-        self.db
-            .get(baseline_key(device, sensor, ts_ms))
-            .map_err(|e| e.to_string())
+        Ok(self.db.get(baseline_key(device, sensor, ts_ms))?)
     }
     fn depart(&self, device: &str) -> Result<()> {
         let (start, end) = device_range(device);
         let mut wb = rocksdb::WriteBatch::default();
         wb.delete_range(start, end);
-        self.db
-            .write_opt(wb, &self.write_options())
-            .map_err(|e| e.to_string())
+        Ok(self.db.write_opt(wb, &self.write_options())?)
     }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())
@@ -401,7 +391,7 @@ impl LevelEngine {
             ..roamkv_leveldb::Options::default()
         };
         Ok(LevelEngine {
-            db: roamkv_leveldb::Db::open(dir, &options).map_err(|e| e.to_string())?,
+            db: roamkv_leveldb::Db::open(dir, &options)?,
             sync,
         })
     }
@@ -413,7 +403,7 @@ impl BenchEngine for LevelEngine {
         for p in batch {
             wb.put(&baseline_key(p.device, p.sensor, p.ts_ms), p.value);
         }
-        self.db.write(&wb, self.sync).map_err(|e| e.to_string())
+        Ok(self.db.write(&wb, self.sync)?)
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
         let end = baseline_key(device, sensor, to_ms);
@@ -424,13 +414,11 @@ impl BenchEngine for LevelEngine {
             n += 1;
             it.next();
         }
-        it.status().map_err(|e| e.to_string())?;
+        it.status()?;
         Ok(n)
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
-        self.db
-            .get(&baseline_key(device, sensor, ts_ms))
-            .map_err(|e| e.to_string())
+        Ok(self.db.get(&baseline_key(device, sensor, ts_ms))?)
     }
     fn depart(&self, device: &str) -> Result<()> {
         // LevelDB has no range delete: one tombstone per key, as the paper's LevelDB did.
@@ -443,9 +431,9 @@ impl BenchEngine for LevelEngine {
                 wb.delete(it.key());
                 it.next();
             }
-            it.status().map_err(|e| e.to_string())?;
+            it.status()?;
         }
-        self.db.write(&wb, self.sync).map_err(|e| e.to_string())
+        Ok(self.db.write(&wb, self.sync)?)
     }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())
@@ -458,13 +446,13 @@ struct SqliteEngine {
 
 impl SqliteEngine {
     fn open(dir: &Path, memory_bytes: u64, sync: bool) -> Result<SqliteEngine> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let c = rusqlite::Connection::open(dir.join("readings.db")).map_err(|e| e.to_string())?;
-        let mode: String = c
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::io("creating", dir, e))?;
+        let c = rusqlite::Connection::open(dir.join("readings.db"))?;
+        let mode: String = c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         if mode != "wal" {
-            return Err(format!("SQLite refused WAL mode (got {mode})"));
+            return Err(BenchError::Run(format!(
+                "SQLite refused WAL mode (got {mode})"
+            )));
         }
         c.execute_batch(&format!(
             "PRAGMA synchronous={}; PRAGMA cache_size=-{};
@@ -472,8 +460,7 @@ impl SqliteEngine {
                  value BLOB NOT NULL, PRIMARY KEY (device, sensor, ts)) WITHOUT ROWID;",
             if sync { "FULL" } else { "OFF" },
             memory_bytes / 1024
-        ))
-        .map_err(|e| e.to_string())?;
+        ))?;
         Ok(SqliteEngine {
             connection: Mutex::new(c),
         })
@@ -481,45 +468,39 @@ impl SqliteEngine {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, rusqlite::Connection>> {
         self.connection
             .lock()
-            .map_err(|_| "a SQLite writer panicked".to_string())
+            .map_err(|_| BenchError::Run("a SQLite writer panicked".into()))
     }
 }
 
 impl BenchEngine for SqliteEngine {
     fn put_batch(&self, batch: &[Put<'_>]) -> Result<()> {
         let mut c = self.lock()?;
-        let tx = c.transaction().map_err(|e| e.to_string())?;
+        let tx = c.transaction()?;
         {
-            let mut stmt = tx
-                .prepare_cached("INSERT OR REPLACE INTO readings(device, sensor, ts, value) VALUES (?1, ?2, ?3, ?4)")
-                .map_err(|e| e.to_string())?;
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO readings(device, sensor, ts, value) VALUES (?1, ?2, ?3, ?4)",
+            )?;
             for p in batch {
-                stmt.execute(rusqlite::params![p.device, p.sensor, p.ts_ms, p.value])
-                    .map_err(|e| e.to_string())?;
+                stmt.execute(rusqlite::params![p.device, p.sensor, p.ts_ms, p.value])?;
             }
         }
-        tx.commit().map_err(|e| e.to_string())
+        Ok(tx.commit()?)
     }
     fn query(&self, device: &str, sensor: &str, from_ms: i64, to_ms: i64) -> Result<usize> {
         let c = self.lock()?;
         let n: i64 = c
             .prepare_cached("SELECT count(*) FROM readings WHERE device = ?1 AND sensor = ?2 AND ts >= ?3 AND ts < ?4")
-            .and_then(|mut s| s.query_row(rusqlite::params![device, sensor, from_ms, to_ms], |r| r.get(0)))
-            .map_err(|e| e.to_string())?;
+            .and_then(|mut s| s.query_row(rusqlite::params![device, sensor, from_ms, to_ms], |r| r.get(0)))?;
         Ok(n as usize)
     }
     fn get(&self, device: &str, sensor: &str, ts_ms: i64) -> Result<Option<Vec<u8>>> {
         let c = self.lock()?;
-        let mut stmt = c
-            .prepare_cached(
-                "SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3",
-            )
-            .map_err(|e| e.to_string())?;
-        let mut rows = stmt
-            .query(rusqlite::params![device, sensor, ts_ms])
-            .map_err(|e| e.to_string())?;
-        match rows.next().map_err(|e| e.to_string())? {
-            Some(row) => Ok(Some(row.get(0).map_err(|e| e.to_string())?)),
+        let mut stmt = c.prepare_cached(
+            "SELECT value FROM readings WHERE device = ?1 AND sensor = ?2 AND ts = ?3",
+        )?;
+        let mut rows = stmt.query(rusqlite::params![device, sensor, ts_ms])?;
+        match rows.next()? {
+            Some(row) => Ok(Some(row.get(0)?)),
             None => Ok(None),
         }
     }
@@ -528,7 +509,7 @@ impl BenchEngine for SqliteEngine {
         c.prepare_cached("DELETE FROM readings WHERE device = ?1")
             .and_then(|mut s| s.execute([device]))
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(BenchError::from)
     }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())

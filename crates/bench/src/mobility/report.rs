@@ -6,6 +6,8 @@ use std::path::Path;
 
 use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, line_chart_svg};
 
+use crate::error::{BenchError, Result};
+
 /// One (engine, threads, durability, scenario) measurement: the median of its repeats by ops/s.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunRecord {
@@ -90,54 +92,52 @@ pub fn terminal_table(runs: &[RunRecord]) -> String {
     table.to_string()
 }
 
-pub fn write_csv(path: &Path, runs: &[RunRecord]) -> Result<(), String> {
-    let mut writer =
-        csv::Writer::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    writer
-        .write_record([
-            "engine",
-            "threads",
-            "durability",
-            "scenario",
-            "ops_per_sec",
-            "put_p50_us",
-            "put_p99_us",
-            "put_p999_us",
-            "query_p99_us",
-            "user_bytes",
-            "device_bytes_written",
-            "write_amplification",
-            "device_write_bytes_per_sec",
-            "ingest_fraction_of_raw",
-            "peak_rss_bytes",
-            "space_bytes_end",
-            "read_check_failures",
-        ])
-        .map_err(|e| e.to_string())?;
+pub fn write_csv(path: &Path, runs: &[RunRecord]) -> Result<()> {
+    let file = std::fs::File::create(path).map_err(|e| BenchError::io("creating", path, e))?;
+    let mut writer = csv::Writer::from_writer(file);
+    writer.write_record([
+        "engine",
+        "threads",
+        "durability",
+        "scenario",
+        "ops_per_sec",
+        "put_p50_us",
+        "put_p99_us",
+        "put_p999_us",
+        "query_p99_us",
+        "user_bytes",
+        "device_bytes_written",
+        "write_amplification",
+        "device_write_bytes_per_sec",
+        "ingest_fraction_of_raw",
+        "peak_rss_bytes",
+        "space_bytes_end",
+        "read_check_failures",
+    ])?;
     for r in runs {
-        writer
-            .write_record([
-                r.engine.clone(),
-                r.threads.to_string(),
-                r.durability.clone(),
-                r.scenario.clone(),
-                format!("{:.1}", r.ops_per_sec),
-                r.put_p50_us.to_string(),
-                r.put_p99_us.to_string(),
-                r.put_p999_us.to_string(),
-                r.query_p99_us.to_string(),
-                r.user_bytes.to_string(),
-                r.device_bytes_written.to_string(),
-                format!("{:.4}", r.write_amplification),
-                format!("{:.0}", r.device_write_bytes_per_sec),
-                format!("{:.4}", r.ingest_fraction_of_raw),
-                r.peak_rss_bytes.to_string(),
-                r.space_bytes_end.to_string(),
-                r.read_check_failures.to_string(),
-            ])
-            .map_err(|e| e.to_string())?;
+        writer.write_record([
+            r.engine.clone(),
+            r.threads.to_string(),
+            r.durability.clone(),
+            r.scenario.clone(),
+            format!("{:.1}", r.ops_per_sec),
+            r.put_p50_us.to_string(),
+            r.put_p99_us.to_string(),
+            r.put_p999_us.to_string(),
+            r.query_p99_us.to_string(),
+            r.user_bytes.to_string(),
+            r.device_bytes_written.to_string(),
+            format!("{:.4}", r.write_amplification),
+            format!("{:.0}", r.device_write_bytes_per_sec),
+            format!("{:.4}", r.ingest_fraction_of_raw),
+            r.peak_rss_bytes.to_string(),
+            r.space_bytes_end.to_string(),
+            r.read_check_failures.to_string(),
+        ])?;
     }
-    writer.flush().map_err(|e| e.to_string())
+    writer
+        .flush()
+        .map_err(|e| BenchError::io("writing", path, e))
 }
 
 fn groups(runs: &[RunRecord]) -> Vec<(String, String)> {
@@ -189,7 +189,7 @@ pub fn write_html(
     summary: &[String],
     notes: &[String],
     runs: &[RunRecord],
-) -> Result<(), String> {
+) -> Result<()> {
     let mut html = Html::new("roamkv bench: TPCx-IoT mobility", header);
     html.heading("Summary");
     for line in summary {
@@ -205,7 +205,7 @@ pub fn write_html(
     for note in notes {
         html.paragraph(note);
     }
-    html.write(path).map_err(|e| e.to_string())
+    Ok(html.write(path)?)
 }
 
 /// One scenario and durability's charts: throughput and device bandwidth by writer threads, and

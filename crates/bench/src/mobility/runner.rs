@@ -18,11 +18,10 @@ use std::time::Instant;
 use roamkv_testbed::devstat::DevStat;
 use roamkv_testbed::fixture::{Fixture, FsSpec};
 
+use crate::error::{BenchError, Result};
 use crate::mobility::engines::{Durability, EngineConfig, EngineKind};
 use crate::mobility::worker::{WorkerResult, WorkerSpec};
 use crate::mobility::workload::WorkloadConfig;
-
-pub type Result<T> = std::result::Result<T, String>;
 
 /// Where cgroup v1 mounts its memory controller.
 const CGROUP_V1_MEMORY: &str = "/sys/fs/cgroup/memory";
@@ -90,20 +89,16 @@ fn memory_cgroup_parent() -> Result<(PathBuf, CgroupVersion)> {
         let enabled = std::fs::read_to_string(&subtree)
             .is_ok_and(|s| s.split_whitespace().any(|c| c == "memory"));
         if !enabled {
-            std::fs::write(&subtree, "+memory").map_err(|e| {
-                format!(
-                    "enabling the memory controller in {}: {e}",
-                    subtree.display()
-                )
-            })?;
+            std::fs::write(&subtree, "+memory")
+                .map_err(|e| BenchError::io("enabling the memory controller in", &subtree, e))?;
         }
         return Ok((root.to_path_buf(), CgroupVersion::V2));
     }
-    Err(format!(
+    Err(BenchError::Usage(format!(
         "no memory cgroup controller: neither cgroup v1 at {CGROUP_V1_MEMORY} nor cgroup v2 with \
          the memory controller at {}",
         CGROUP_V2_ROOTS.join(" or ")
-    ))
+    )))
 }
 
 impl MemoryCgroup {
@@ -111,7 +106,7 @@ impl MemoryCgroup {
         let (parent, version) = memory_cgroup_parent()?;
         let path = parent.join(name);
         let _ = std::fs::remove_dir(&path);
-        std::fs::create_dir(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+        std::fs::create_dir(&path).map_err(|e| BenchError::io("creating", &path, e))?;
         let cgroup = MemoryCgroup { path, version };
         cgroup.write(version.limit_file(), &limit_bytes.to_string())?;
         if version == CgroupVersion::V2 {
@@ -130,8 +125,9 @@ impl MemoryCgroup {
     }
 
     fn write(&self, file: &str, value: &str) -> Result<()> {
-        std::fs::write(self.path.join(file), value)
-            .map_err(|e| format!("writing {value} to {}/{file}: {e}", self.path.display()))
+        let path = self.path.join(file);
+        std::fs::write(&path, value)
+            .map_err(|e| BenchError::io(format!("writing {value} to"), path, e))
     }
 
     fn read_u64(&self, file: &str) -> u64 {
@@ -205,15 +201,17 @@ pub fn check_cgroup_caps_page_cache(dir: &Path, limit_bytes: u64) -> Result<serd
         ))
         .stdin(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawning dd: {e}"))?;
+        .map_err(|e| BenchError::os("spawning dd", e))?;
     cgroup.add(child.id())?;
     child
         .stdin
         .take()
         .map(|mut s| s.write_all(b"go\n"))
         .transpose()
-        .map_err(|e| e.to_string())?;
-    let status = child.wait().map_err(|e| e.to_string())?;
+        .map_err(|e| BenchError::os("starting dd", e))?;
+    let status = child
+        .wait()
+        .map_err(|e| BenchError::os("waiting for dd", e))?;
     let written = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
     let _ = std::fs::remove_file(&file);
     let peak = cgroup.max_usage_bytes();
@@ -229,7 +227,7 @@ pub fn check_cgroup_caps_page_cache(dir: &Path, limit_bytes: u64) -> Result<serd
 /// 1 MiB O_DIRECT writes to a new file, then fdatasync. Returns bytes per second.
 pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> Result<f64> {
     use std::os::unix::fs::OpenOptionsExt;
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let fixture = Fixture::create(fs, image_bytes)?;
     let path = fixture.mount_dir().join("raw.bin");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -237,7 +235,7 @@ pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> R
         .truncate(true)
         .custom_flags(libc::O_DIRECT)
         .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        .map_err(|e| BenchError::io("opening", &path, e))?;
     // O_DIRECT wants an aligned buffer: over-allocate and pick an aligned 1 MiB window.
     let backing = vec![0x5au8; (2 << 20) + 4096];
     let offset = backing.as_ptr().align_offset(4096);
@@ -246,10 +244,11 @@ pub fn raw_sequential_write(fs: FsSpec, image_bytes: u64, total_bytes: u64) -> R
     let mut written = 0;
     while written < total_bytes {
         file.write_all(chunk)
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            .map_err(|e| BenchError::io("writing", &path, e))?;
         written += chunk.len() as u64;
     }
-    file.sync_data().map_err(|e| e.to_string())?;
+    file.sync_data()
+        .map_err(|e| BenchError::io("syncing", &path, e))?;
     Ok(written as f64 / started.elapsed().as_secs_f64())
 }
 
@@ -287,7 +286,7 @@ pub fn run_one(
         duration_ms,
         memory_limit_bytes,
     } = m;
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let fixture = Fixture::create(fs, image_bytes)?;
     let spec = WorkerSpec {
         engine,
         workload,
@@ -298,15 +297,15 @@ pub fn run_one(
         device_name: Some(fixture.device_name().to_string()),
         tick_ms: None,
     };
-    fixture.quiesce().map_err(|e| e.to_string())?;
-    let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    fixture.quiesce()?;
+    let before = DevStat::read(fixture.device_name())?;
     let worker = RunningWorker::start(&spec, memory_limit_bytes)?;
     let memory_capped = worker.memory_capped;
     let (worker, cgroup) = worker.finish(|_| {});
     let worker = worker?;
 
-    fixture.quiesce().map_err(|e| e.to_string())?;
-    let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    fixture.quiesce()?;
+    let after = DevStat::read(fixture.device_name())?;
     // Bill the device writes of the measured phase (and the final sync), not of the warm-up.
     let before = match worker.device_at_measure_start {
         Some((writes, sectors_written, flushes)) => DevStat {
@@ -340,10 +339,11 @@ pub struct RunningWorker {
 impl RunningWorker {
     /// Spawns the worker, places it in a fresh memory cgroup, then lets it start.
     pub fn start(spec: &WorkerSpec, memory_limit_bytes: u64) -> Result<RunningWorker> {
-        let spec_json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+        let spec_json = serde_json::to_string(spec)?;
         let name = format!("roamkv-bench-{}", std::process::id());
         let cgroup = MemoryCgroup::create(&name, memory_limit_bytes);
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe =
+            std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
         let mut child = Command::new(exe)
             .args(["bench", "worker", "--spec"])
             .arg(&spec_json)
@@ -351,7 +351,7 @@ impl RunningWorker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("spawning the worker: {e}"))?;
+            .map_err(|e| BenchError::os("spawning the worker", e))?;
         let memory_capped = match &cgroup {
             Ok(c) => c.add(child.id()).is_ok(),
             Err(_) => false,
@@ -359,7 +359,7 @@ impl RunningWorker {
         if !memory_capped {
             let why = match &cgroup {
                 Ok(c) => format!("could not join the {} memory group", c.describe()),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             };
             eprintln!(
                 "\n*** WARNING: the {} worker runs WITHOUT a memory cap ({why}): its page cache is \
@@ -372,7 +372,7 @@ impl RunningWorker {
             .take()
             .map(|mut s| s.write_all(b"go\n"))
             .transpose()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BenchError::os("starting the worker", e))?;
         Ok(RunningWorker {
             child,
             cgroup,
@@ -403,7 +403,11 @@ impl RunningWorker {
                 }
                 text
             });
-            let stdout = self.child.stdout.take().ok_or("no worker stdout")?;
+            let stdout = self
+                .child
+                .stdout
+                .take()
+                .ok_or_else(|| BenchError::Run("no worker stdout".into()))?;
             let mut last_line = None;
             for line in BufReader::new(stdout)
                 .lines()
@@ -415,7 +419,9 @@ impl RunningWorker {
                 }
             }
             let stderr_text = stderr_reader.join().unwrap_or_default();
-            let status = self.child.wait().map_err(|e| e.to_string())?;
+            let status = self.child.wait().map_err(|e| {
+                BenchError::os(format!("waiting for the {} worker", self.engine_name), e)
+            })?;
             if !status.success() {
                 use std::os::unix::process::ExitStatusExt;
                 let killed = match status.signal() {
@@ -425,11 +431,11 @@ impl RunningWorker {
                     Some(_) => " (killed by a signal)",
                     None => "",
                 };
-                return Err(format!(
+                return Err(BenchError::Run(format!(
                     "{} worker failed ({status}){killed}: {}",
                     self.engine_name,
                     stderr_text.trim()
-                ));
+                )));
             }
             last_line
                 .as_deref()
@@ -437,7 +443,7 @@ impl RunningWorker {
                 .and_then(|l| {
                     serde_json::from_str(l).map_err(|_| "the worker's last line is not a result")
                 })
-                .map_err(|e| format!("{e}: {}", stderr_text.trim()))
+                .map_err(|e| BenchError::Run(format!("{e}: {}", stderr_text.trim())))
         })();
         (result, self.cgroup)
     }
@@ -497,7 +503,9 @@ fn find_db_bench() -> Result<&'static str> {
                 .status()
                 .is_ok()
         })
-        .ok_or_else(|| "db_bench not found (Debian package rocksdb-tools)".to_string())
+        .ok_or_else(|| {
+            BenchError::Usage("db_bench not found (Debian package rocksdb-tools)".into())
+        })
 }
 
 /// RocksDB's own db_bench (Debian's rocksdb-tools, RocksDB 7.8) on the same file system with
@@ -515,7 +523,7 @@ pub fn db_bench_crosscheck(spec: DbBenchSpec) -> Result<(String, f64)> {
         sync,
     } = spec;
     let binary = find_db_bench()?;
-    let fixture = Fixture::create(fs, image_bytes).map_err(|e| e.to_string())?;
+    let fixture = Fixture::create(fs, image_bytes)?;
     let db = fixture.mount_dir().join("dbbench");
     let args = vec![
         "--benchmarks=fillrandom".to_string(),
@@ -560,11 +568,11 @@ pub fn db_bench_crosscheck(spec: DbBenchSpec) -> Result<(String, f64)> {
         .arg(binary)
         .args(&args)
         .output()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| BenchError::os(format!("running {binary}"), e))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let ops = parse_db_bench_ops(&text).ok_or_else(|| {
         let killed = cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0);
-        format!(
+        BenchError::Run(format!(
             "could not read db_bench's result{}: {}",
             if killed {
                 " (killed by its memory cgroup)"
@@ -572,7 +580,7 @@ pub fn db_bench_crosscheck(spec: DbBenchSpec) -> Result<(String, f64)> {
                 ""
             },
             String::from_utf8_lossy(&out.stderr)
-        )
+        ))
     })?;
     Ok((command, ops))
 }

@@ -6,6 +6,7 @@ use clap::Args;
 use roamkv_testbed::fixture::FsSpec;
 use roamkv_testbed::report::MachineHeader;
 
+use crate::error::{BenchError, Result};
 use crate::mobility::engines::{self, Durability, EngineKind};
 use crate::mobility::report::{self, RunRecord};
 use crate::mobility::runner;
@@ -60,7 +61,7 @@ struct Scenario {
     depart_probability: f64,
 }
 
-fn scenario(name: &str) -> Result<Scenario, String> {
+fn scenario(name: &str) -> Result<Scenario> {
     match name {
         "mobility" => Ok(Scenario {
             name: "mobility",
@@ -70,7 +71,9 @@ fn scenario(name: &str) -> Result<Scenario, String> {
             name: "stay",
             depart_probability: 0.0,
         }),
-        other => Err(format!("unknown scenario {other:?}; valid: mobility, stay")),
+        other => Err(BenchError::Usage(format!(
+            "unknown scenario {other:?}; valid: mobility, stay"
+        ))),
     }
 }
 
@@ -91,11 +94,8 @@ struct Sweep {
 }
 
 impl Sweep {
-    fn from_args(args: &MobilityArgs) -> Result<Sweep, String> {
-        let fs: FsSpec = args
-            .fs
-            .parse()
-            .map_err(|e: roamkv_testbed::Error| e.to_string())?;
+    fn from_args(args: &MobilityArgs) -> Result<Sweep> {
+        let fs: FsSpec = args.fs.parse()?;
         let quick = args.quick;
         let scenario_names = args.scenarios.clone().unwrap_or_else(|| {
             if quick {
@@ -133,16 +133,18 @@ impl Sweep {
             image_bytes: 16 << 30,
         };
         if sweep.threads.is_empty() || sweep.threads.contains(&0) || args.repeat == 0 {
-            return Err("--threads needs values >= 1 and --repeat >= 1".into());
+            return Err(BenchError::Usage(
+                "--threads needs values >= 1 and --repeat >= 1".into(),
+            ));
         }
         Ok(sweep)
     }
 }
 
-pub fn mobility(args: &MobilityArgs) -> Result<(), String> {
-    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
+pub fn mobility(args: &MobilityArgs) -> Result<()> {
+    roamkv_testbed::prerequisite::require_root()?;
     let sweep = Sweep::from_args(args)?;
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
     println!(
         "roamkv bench mobility: seed {}, {} s per run, {} repeat(s), memory budget {} MiB (cgroup), fs {}, values {} B, management time {} ms",
@@ -189,16 +191,16 @@ pub fn mobility(args: &MobilityArgs) -> Result<(), String> {
     if failures.is_empty() && runs.iter().all(|r| r.read_check_failures == 0) {
         Ok(())
     } else {
-        Err(format!(
+        Err(BenchError::Check(format!(
             "{} run(s) failed or read back wrong data; see above",
             failures.len() + runs.iter().filter(|r| r.read_check_failures > 0).count()
-        ))
+        )))
     }
 }
 
 /// The physical limit (raw sequential write bandwidth), and the proof that the memory cgroup
 /// caps the page cache.
-fn physical_limits(sweep: &Sweep) -> Result<(f64, serde_json::Value), String> {
+fn physical_limits(sweep: &Sweep) -> Result<(f64, serde_json::Value)> {
     let raw_bytes = if sweep.quick { 512 << 20 } else { 2 << 30 };
     let raw = runner::raw_sequential_write(sweep.fs, sweep.image_bytes, raw_bytes)?;
     println!(
@@ -207,10 +209,10 @@ fn physical_limits(sweep: &Sweep) -> Result<(f64, serde_json::Value), String> {
         raw / 1e6
     );
     let cache_check = {
-        let fixture = roamkv_testbed::fixture::Fixture::create(sweep.fs, 4 << 30)
-            .map_err(|e| e.to_string())?;
-        runner::check_cgroup_caps_page_cache(fixture.mount_dir(), 64 << 20)
-            .unwrap_or_else(|e| serde_json::json!({ "caps_page_cache": false, "error": e }))
+        let fixture = roamkv_testbed::fixture::Fixture::create(sweep.fs, 4 << 30)?;
+        runner::check_cgroup_caps_page_cache(fixture.mount_dir(), 64 << 20).unwrap_or_else(
+            |e| serde_json::json!({ "caps_page_cache": false, "error": e.to_string() }),
+        )
     };
     println!(
         "memory cgroup caps the page cache: {}",
@@ -225,7 +227,7 @@ fn run_sweep(
     args: &MobilityArgs,
     sweep: &Sweep,
     raw: f64,
-) -> Result<(Vec<RunRecord>, Vec<String>), String> {
+) -> Result<(Vec<RunRecord>, Vec<String>)> {
     let mut combos: Vec<(&Scenario, Durability, EngineKind, usize)> = Vec::new();
     for s in &sweep.scenarios {
         for d in &sweep.durabilities {
@@ -241,7 +243,7 @@ fn run_sweep(
         indicatif::ProgressStyle::with_template(
             "{bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left  {msg}",
         )
-        .map_err(|e| e.to_string())?,
+        .map_err(|e| BenchError::Run(e.to_string()))?,
     );
     let mut runs = Vec::new();
     let mut failures = Vec::new();
@@ -281,7 +283,7 @@ fn run_sweep(
                 Ok(o) => outcomes.push(o),
                 Err(e) => {
                     bar.println(format!("FAILED {label}: {e}"));
-                    failures.push(e);
+                    failures.push(e.to_string());
                 }
             }
             bar.inc(1);
@@ -351,7 +353,7 @@ fn median_record(
 struct Outputs<'a> {
     raw: f64,
     cache_check: serde_json::Value,
-    db_bench: Result<(String, f64), String>,
+    db_bench: Result<(String, f64)>,
     summary: Vec<String>,
     failures: &'a [String],
     runs: &'a [RunRecord],
@@ -362,7 +364,7 @@ fn write_outputs(
     sweep: &Sweep,
     header: &MachineHeader,
     o: Outputs<'_>,
-) -> Result<(), String> {
+) -> Result<()> {
     let Sweep {
         fs,
         seconds,
@@ -376,7 +378,7 @@ fn write_outputs(
         (o.raw, &o.cache_check, &o.summary, o.failures, o.runs);
     let db_bench_json = match &o.db_bench {
         Ok((command, ops)) => serde_json::json!({ "command": command, "ops_per_sec": ops }),
-        Err(e) => serde_json::json!({ "error": e }),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
     };
     let notes = vec![
         format!("Each run: a fresh {} file system on a loop device ({}, direct I/O to its backing file so writes reach the disk, not the host's page cache), one engine in a child process placed in a memory cgroup of {} MiB (heap and page cache), {} writer threads for {} s, then read checks; device bytes are the loop device's own counters (/sys/block/*/stat) after sync + syncfs.", fs.name(), "sparse image on the VM disk", memory_bytes >> 20, "N", seconds),
@@ -402,7 +404,7 @@ fn write_outputs(
         "failures": failures,
         "runs": runs,
     });
-    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     report::write_csv(&args.out.join("results.csv"), runs)?;
     report::write_html(&args.out.join("report.html"), header, summary, &notes, runs)?;
     println!(
@@ -414,11 +416,7 @@ fn write_outputs(
 
 /// The comparisons the benchmark is read for (ingest against the raw disk bandwidth, roamkv
 /// against each baseline, write amplification), computed from the runs (never asserted).
-fn summarize(
-    runs: &[RunRecord],
-    raw: f64,
-    db_bench: &Result<(String, f64), String>,
-) -> Vec<String> {
+fn summarize(runs: &[RunRecord], raw: f64, db_bench: &Result<(String, f64)>) -> Vec<String> {
     let best = |engine: &str, durability: &str, scenario: &str| {
         runs.iter()
             .filter(|r| r.engine == engine && r.durability == durability && r.scenario == scenario)

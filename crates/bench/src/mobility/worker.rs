@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::error::{BenchError, Result};
 use crate::mobility::engines::{self, BenchEngine, EngineConfig, Put};
 use crate::mobility::workload::{
     Generator, Op, ValuePool, WorkloadConfig, sensor_name, user_bytes,
@@ -118,28 +119,24 @@ fn histogram() -> Histogram<u64> {
 }
 
 /// Waits for "go" on stdin (the parent puts us in the cgroup first), runs, prints JSON.
-pub fn main(spec_json: &str) -> Result<(), String> {
+pub fn main(spec_json: &str) -> Result<()> {
     let spec: WorkerSpec =
-        serde_json::from_str(spec_json).map_err(|e| format!("bad worker spec: {e}"))?;
+        serde_json::from_str(spec_json).map_err(|e| BenchError::step("bad worker spec", e))?;
     let mut line = String::new();
     std::io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| BenchError::os("worker: reading stdin", e))?;
     if line.trim() != "go" {
-        return Err("worker: expected \"go\" on stdin".into());
+        return Err(BenchError::Run("worker: expected \"go\" on stdin".into()));
     }
     let result = run(&spec)?;
-    println!(
-        "{}",
-        serde_json::to_string(&result).map_err(|e| e.to_string())?
-    );
+    println!("{}", serde_json::to_string(&result)?);
     Ok(())
 }
 
-pub fn run(spec: &WorkerSpec) -> Result<WorkerResult, String> {
-    std::fs::create_dir_all(&spec.dir)
-        .map_err(|e| format!("creating {}: {e}", spec.dir.display()))?;
+pub fn run(spec: &WorkerSpec) -> Result<WorkerResult> {
+    std::fs::create_dir_all(&spec.dir).map_err(|e| BenchError::io("creating", &spec.dir, e))?;
     let engine = engines::open(&spec.engine, &spec.dir)?;
     let pool = ValuePool::new(spec.workload.value_bytes, spec.workload.seed);
     // One clock for device lifetimes across both phases.
@@ -207,7 +204,7 @@ fn run_phases(
     generators: &mut [Generator],
     epoch: Instant,
     progress: &Progress,
-) -> Result<(WorkerResult, Vec<Sample>), String> {
+) -> Result<(WorkerResult, Vec<Sample>)> {
     if spec.warmup_ms > 0 {
         let deadline = Instant::now() + Duration::from_millis(spec.warmup_ms);
         for outcome in run_phase(engine, pool, generators, epoch, deadline, progress) {
@@ -217,7 +214,7 @@ fn run_phases(
     let device_at_measure_start = match &spec.device_name {
         Some(name) => {
             sync_file_system(&spec.dir)?;
-            Some(roamkv_testbed::devstat::DevStat::read(name).map_err(|e| e.to_string())?)
+            Some(roamkv_testbed::devstat::DevStat::read(name)?)
         }
         None => None,
     };
@@ -242,10 +239,12 @@ fn run_phases(
         result.queries += o.queries;
         result.departures += o.departures;
         result.user_bytes += o.user_bytes;
-        put_latency.add(&o.put_latency).map_err(|e| e.to_string())?;
+        put_latency
+            .add(&o.put_latency)
+            .map_err(|e| BenchError::Run(e.to_string()))?;
         query_latency
             .add(&o.query_latency)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BenchError::Run(e.to_string()))?;
         samples.extend(o.samples);
     }
     result.put_p50_us = put_latency.value_at_quantile(0.5);
@@ -261,7 +260,7 @@ fn finish(
     engine: Box<dyn BenchEngine>,
     pool: &ValuePool,
     (mut result, samples): (WorkerResult, Vec<Sample>),
-) -> Result<WorkerResult, String> {
+) -> Result<WorkerResult> {
     // Read checks: readings of devices still present must read back exactly; readings of
     // departed devices must be gone.
     for (device, sensor, ts, present) in &samples {
@@ -296,7 +295,7 @@ fn run_phase(
     epoch: Instant,
     deadline: Instant,
     progress: &Progress,
-) -> Vec<Result<ThreadOutcome, String>> {
+) -> Vec<Result<ThreadOutcome>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = generators
             .iter_mut()
@@ -308,7 +307,7 @@ fn run_phase(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err("writer thread panicked".into()))
+                    .unwrap_or_else(|_| Err(BenchError::Run("writer thread panicked".into())))
             })
             .collect()
     })
@@ -316,16 +315,13 @@ fn run_phase(
 
 /// syncfs(2) on the file system holding `dir`, so the warm-up's dirty data is not billed to the
 /// measured phase.
-fn sync_file_system(dir: &std::path::Path) -> Result<(), String> {
+fn sync_file_system(dir: &std::path::Path) -> Result<()> {
     use std::os::fd::AsRawFd;
-    let d = std::fs::File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let d = std::fs::File::open(dir).map_err(|e| BenchError::io("opening", dir, e))?;
     // SAFETY: syncfs on a descriptor we own.
     if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-        return Err(format!(
-            "syncfs {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
+        let e = std::io::Error::last_os_error();
+        return Err(BenchError::io("syncfs", dir, e));
     }
     Ok(())
 }
@@ -342,7 +338,7 @@ fn writer(
     epoch: Instant,
     deadline: Instant,
     progress: &Progress,
-) -> Result<ThreadOutcome, String> {
+) -> Result<ThreadOutcome> {
     let now_ms = || epoch.elapsed().as_millis() as u64;
     // User bytes written per device slot since the device arrived: live until it departs.
     let mut slot_bytes = vec![0u64; generator.slots()];
