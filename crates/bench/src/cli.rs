@@ -51,7 +51,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Mobility(m) => mobility(m).map_err(String::from),
         BenchCommand::Steady(s) => match crate::steady::run(s) {
             Ok(code) => return code,
-            Err(e) => Err(e),
+            Err(e) => Err(String::from(e)),
         },
         BenchCommand::Worker { spec } => crate::mobility::worker::main(spec).map_err(String::from),
         BenchCommand::Crash(c) => return crate::faults::crash::run(c),

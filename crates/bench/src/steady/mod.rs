@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use roamkv_testbed::fixture::FsSpec;
 use roamkv_testbed::report::MachineHeader;
 
+use crate::error::{BenchError, Result};
 use crate::mobility::engines::EngineKind;
 
 use args::{config_json, describe_config};
@@ -38,23 +39,24 @@ pub use args::SteadyArgs;
 pub use results::{Diagnosis, Point, SteadyRun};
 pub use verdict::SPACE_TREND_PERCENT_PER_MIN_MAX;
 
-pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
-    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
-    let fs: FsSpec = args
-        .fs
-        .parse()
-        .map_err(|e: roamkv_testbed::Error| e.to_string())?;
+pub fn run(args: &SteadyArgs) -> Result<ExitCode> {
+    roamkv_testbed::prerequisite::require_root()?;
+    let fs: FsSpec = args.fs.parse()?;
     if args.threads.contains(&0) || args.seconds == 0 {
-        return Err("--threads and --seconds must be at least 1".into());
+        return Err(BenchError::Usage(
+            "--threads and --seconds must be at least 1".into(),
+        ));
     }
     if !(0.0..=1.0).contains(&args.depart_probability) {
-        return Err("--depart-probability must be within 0..=1".into());
+        return Err(BenchError::Usage(
+            "--depart-probability must be within 0..=1".into(),
+        ));
     }
     let engines_list = args
         .engines
         .clone()
         .unwrap_or_else(|| vec![EngineKind::Roamkv, EngineKind::Rocksdb, EngineKind::Leveldb]);
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
     println!("roamkv bench steady: {}", describe_config(args, fs));
     let mut runs = Vec::new();
@@ -82,7 +84,7 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
         "runs": runs,
         "db_bench": db_bench,
     });
-    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     write_timeseries(&args.out.join("timeseries.csv"), &points)?;
     write_report(&args.out.join("report.html"), &header, args, &runs, &points)?;
     println!(
@@ -101,10 +103,13 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode, String> {
     })
 }
 
-fn write_timeseries(path: &Path, points: &[Point]) -> Result<(), String> {
-    let mut writer = csv::Writer::from_path(path).map_err(|e| e.to_string())?;
+fn write_timeseries(path: &Path, points: &[Point]) -> Result<()> {
+    let file = std::fs::File::create(path).map_err(|e| BenchError::io("creating", path, e))?;
+    let mut writer = csv::Writer::from_writer(file);
     for p in points {
-        writer.serialize(p).map_err(|e| e.to_string())?;
+        writer.serialize(p)?;
     }
-    writer.flush().map_err(|e| e.to_string())
+    writer
+        .flush()
+        .map_err(|e| BenchError::io("writing", path, e))
 }

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
 
+use crate::error::Result;
+
 use super::args::SteadyArgs;
 use super::results::{LOG_ONLY_LABEL, Point, SteadyRun};
 use super::table::{describe_run, diagnosis_table};
@@ -15,7 +17,7 @@ pub(super) fn write_report(
     args: &SteadyArgs,
     runs: &[SteadyRun],
     points: &[Point],
-) -> Result<(), String> {
+) -> Result<()> {
     let mut html = Html::new("roamkv bench steady: the long run", header);
     html.heading("Runs");
     for run in runs {
@@ -38,7 +40,7 @@ pub(super) fn write_report(
     for run in runs {
         html.paragraph(&format!("{}: {}", run.engine, run.config));
     }
-    html.write(path).map_err(|e| e.to_string())
+    Ok(html.write(path)?)
 }
 
 /// Throughput and device writes against writer threads, one line per engine.

@@ -7,6 +7,7 @@ use std::time::Instant;
 use roamkv_testbed::devstat::DevStat;
 use roamkv_testbed::fixture::{Fixture, FsSpec};
 
+use crate::error::{BenchError, Result};
 use crate::mobility::engines::{self, EngineConfig, EngineKind};
 use crate::mobility::report::write_amplification;
 use crate::mobility::runner::{self, RunningWorker};
@@ -67,7 +68,7 @@ pub(super) fn run_engine(
     args: &SteadyArgs,
     fs: FsSpec,
     variant: &Variant,
-) -> Result<(SteadyRun, Vec<Point>), String> {
+) -> Result<(SteadyRun, Vec<Point>)> {
     let kind = variant.kind;
     let memory_bytes = args.memory_mib << 20;
     // As in `bench mobility`: the engine's own caches get a quarter of the budget.
@@ -80,11 +81,11 @@ pub(super) fn run_engine(
             args.management_time_ms,
         )
     };
-    let fixture = Fixture::create(fs, args.disk_gib << 30).map_err(|e| e.to_string())?;
+    let fixture = Fixture::create(fs, args.disk_gib << 30)?;
     let spec = worker_spec(args, variant, config.clone(), &fixture);
-    fixture.quiesce().map_err(|e| e.to_string())?;
+    fixture.quiesce()?;
     let base_used = used_bytes(fixture.mount_dir());
-    let before = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    let before = DevStat::read(fixture.device_name())?;
     let total_s = args.warmup_seconds + args.seconds;
     let bar = progress_bar(&variant.label, total_s)?;
 
@@ -110,8 +111,8 @@ pub(super) fn run_engine(
         first_measured,
         ..
     } = series;
-    fixture.quiesce().map_err(|e| e.to_string())?;
-    let after = DevStat::read(fixture.device_name()).map_err(|e| e.to_string())?;
+    fixture.quiesce()?;
+    let after = DevStat::read(fixture.device_name())?;
     let mut run = SteadyRun {
         engine: variant.label.clone(),
         engine_kind: kind.name().into(),
@@ -217,13 +218,13 @@ fn record_result(run: &mut SteadyRun, w: &WorkerResult, before: DevStat, after: 
     run.read_check_failures = w.read_check_failures;
 }
 
-fn progress_bar(engine: &str, total_s: u64) -> Result<indicatif::ProgressBar, String> {
+fn progress_bar(engine: &str, total_s: u64) -> Result<indicatif::ProgressBar> {
     let bar = indicatif::ProgressBar::new(total_s);
     bar.set_style(
         indicatif::ProgressStyle::with_template(&format!(
             "{engine:>14} {{bar:30}} {{pos}}/{{len}} s  {{msg}}"
         ))
-        .map_err(|e| e.to_string())?,
+        .map_err(|e| BenchError::Run(e.to_string()))?,
     );
     Ok(bar)
 }
