@@ -144,7 +144,7 @@ fn bench(args: &SinkBenchArgs) -> Result<SinkResults, String> {
     let phases = run_phases(&mut up, args, &plan, &mut results);
     // Whatever happened, the server stops, and the cloud is compared with the edge.
     let rows = match &up {
-        Up::Server(server) => server.cloud_rows_when_caught_up(),
+        Up::Server(server) => server.cloud_rows_when_caught_up().map_err(String::from),
         Up::Engine { .. } => Err("the sink runs in a server".into()),
     };
     let edge = up.finish(args.clients);

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::error::{BenchError, Result};
+
 /// The readings of one event: `readings` of them, all of device `dev-{client}` at one origin.
 #[derive(Debug, Clone, Copy)]
 pub struct EventSpec {
@@ -144,12 +146,15 @@ impl HttpClient {
         path: &str,
         content_type: &str,
         body: &[u8],
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer> {
         let outcome = self.try_request(method, path, content_type, body);
         if outcome.is_err() {
             self.conn = None;
         }
-        outcome.map_err(|e| format!("{method} {path} to {}: {e}", self.addr))
+        outcome.map_err(|source| BenchError::Http {
+            request: format!("{method} {path} to {}", self.addr),
+            source,
+        })
     }
 
     fn try_request(
@@ -257,7 +262,7 @@ fn read_chunked(reader: &mut BufReader<TcpStream>, line: &mut String) -> std::io
 
 /// One client of a system under test: sends one event's readings, returns when it is acked.
 pub trait Sender: Send {
-    fn send(&mut self, event: &EventSpec) -> Result<(), String>;
+    fn send(&mut self, event: &EventSpec) -> Result<()>;
 }
 
 /// When a run's clients send.
@@ -395,7 +400,7 @@ fn run_client(mut sender: Box<dyn Sender>, plan: ClientPlan) -> ClientOutcome {
             }
             Err(e) => {
                 out.errors += 1;
-                out.first_error.get_or_insert(e);
+                out.first_error.get_or_insert_with(|| e.to_string());
                 if out.errors > 100 && out.acked_events == 0 {
                     break; // the target is down: do not spin
                 }
@@ -458,7 +463,7 @@ pub struct HttpSender {
 }
 
 impl Sender for HttpSender {
-    fn send(&mut self, event: &EventSpec) -> Result<(), String> {
+    fn send(&mut self, event: &EventSpec) -> Result<()> {
         let body = (self.body)(event);
         let path = (self.path)(event);
         let answer = self
@@ -467,11 +472,11 @@ impl Sender for HttpSender {
         if (200..300).contains(&answer.status) {
             Ok(())
         } else {
-            Err(format!(
-                "POST {path}: {} {}",
-                answer.status,
-                String::from_utf8_lossy(&answer.body)
-            ))
+            Err(BenchError::HttpStatus {
+                request: format!("POST {path}"),
+                status: answer.status,
+                body: String::from_utf8_lossy(&answer.body).into_owned(),
+            })
         }
     }
 }

@@ -16,6 +16,8 @@ use clap::Args;
 use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg, say};
 use roamkv_testbed::stats::median;
 
+use crate::error::{BenchError, Result};
+
 pub mod load;
 pub mod targets;
 
@@ -73,7 +75,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn from_args(args: &ServeBenchArgs) -> Result<Plan, String> {
+    fn from_args(args: &ServeBenchArgs) -> Result<Plan> {
         let q = args.quick;
         let plan = Plan {
             targets: args
@@ -94,13 +96,17 @@ impl Plan {
             repeats: args.repeats.unwrap_or(if q { 1 } else { 3 }),
         };
         if plan.clients == 0 || plan.repeats == 0 || plan.targets.is_empty() {
-            return Err("--clients, --repeats and --engines need at least one".into());
+            return Err(BenchError::Usage(
+                "--clients, --repeats and --engines need at least one".into(),
+            ));
         }
         if plan.sizes.iter().any(|n| !(1..=10_000).contains(n)) {
-            return Err("--readings-per-event values must be in 1..=10000".into());
+            return Err(BenchError::Usage(
+                "--readings-per-event values must be in 1..=10000".into(),
+            ));
         }
         if plan.measured.is_zero() {
-            return Err("--seconds must be above 0".into());
+            return Err(BenchError::Usage("--seconds must be above 0".into()));
         }
         Ok(plan)
     }
@@ -180,13 +186,13 @@ pub fn run(args: &ServeBenchArgs) -> ExitCode {
     }
 }
 
-fn bench(args: &ServeBenchArgs) -> Result<bool, String> {
+fn bench(args: &ServeBenchArgs) -> Result<bool> {
     let plan = Plan::from_args(args)?;
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     std::fs::create_dir_all(&args.work_dir)
-        .map_err(|e| format!("{}: {e}", args.work_dir.display()))?;
+        .map_err(|e| BenchError::io("creating", &args.work_dir, e))?;
     if plan.targets.contains(&Target::Influxdb) && !influxd_installed() {
-        return Err(targets::INFLUXDB_MISSING.into());
+        return Err(BenchError::Usage(targets::INFLUXDB_MISSING.into()));
     }
     let header = MachineHeader::collect();
     println!(
@@ -208,7 +214,7 @@ fn bench(args: &ServeBenchArgs) -> Result<bool, String> {
         indicatif::ProgressStyle::with_template(
             "{bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left  {msg}",
         )
-        .map_err(|e| e.to_string())?,
+        .map_err(|e| BenchError::Run(e.to_string()))?,
     );
     let mut runs = peak_runs(&plan, args, &bar)?;
     if !args.skip_half_peak {
@@ -244,7 +250,7 @@ fn peak_runs(
     plan: &Plan,
     args: &ServeBenchArgs,
     bar: &indicatif::ProgressBar,
-) -> Result<Vec<ServeRun>, String> {
+) -> Result<Vec<ServeRun>> {
     let mut runs = Vec::new();
     for &size in &plan.sizes {
         for repeat in 0..plan.repeats {
@@ -270,7 +276,7 @@ fn half_peak_runs(
     args: &ServeBenchArgs,
     bar: &indicatif::ProgressBar,
     peaks: &[ServeRun],
-) -> Result<Vec<ServeRun>, String> {
+) -> Result<Vec<ServeRun>> {
     let mut runs = Vec::new();
     for &size in &plan.sizes {
         for repeat in 0..plan.repeats {
@@ -339,7 +345,7 @@ fn run_one(
     size: usize,
     pace: Pace,
     repeat: usize,
-) -> Result<ServeRun, String> {
+) -> Result<ServeRun> {
     let up = start(target, &args.work_dir, plan.clients)?;
     let senders = up.senders(plan.clients, size)?;
     let (server_cpu_0, client_cpu_0) = (up.cpu_seconds(), process_cpu_seconds("/proc/self/stat"));
@@ -438,7 +444,7 @@ fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
 /// The server's decode steps for one event of `size` readings, timed in this process (one
 /// thread, ~0.4 s per step): JSON parsing, the checks and CBOR encoding of each reading, and
 /// (for comparison) decoding the same readings as a binary batch.
-fn decode_cost(size: usize) -> Result<DecodeCost, String> {
+fn decode_cost(size: usize) -> Result<DecodeCost> {
     use roamkv_wire::edgex::{event_to_readings, parse_add_event};
     let json = edgex_json(&EventSpec {
         client: 0,
@@ -447,7 +453,7 @@ fn decode_cost(size: usize) -> Result<DecodeCost, String> {
         origin_ms: 1_700_000_000_000,
     });
     // The best of three 100 ms rounds after a warm-up round: the cost, not the noise.
-    let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         let mut best = f64::MAX;
         for round in 0..4 {
             let started = Instant::now();
@@ -466,13 +472,13 @@ fn decode_cost(size: usize) -> Result<DecodeCost, String> {
     let parse = time(&mut || {
         parse_add_event(json.as_bytes(), false)
             .map(drop)
-            .map_err(|e| e.into_message())
+            .map_err(BenchError::from)
     })?;
     let parse_and_convert = time(&mut || {
-        let request = parse_add_event(json.as_bytes(), false).map_err(|e| e.into_message())?;
+        let request = parse_add_event(json.as_bytes(), false)?;
         event_to_readings(request, None, usize::MAX)
             .map(drop)
-            .map_err(|e| e.into_message())
+            .map_err(BenchError::from)
     })?;
     let values = stored_values(size)?;
     let mut batch = Vec::new();
@@ -483,7 +489,7 @@ fn decode_cost(size: usize) -> Result<DecodeCost, String> {
     let binary = time(&mut || {
         roamkv_wire::batch::decode(&batch, usize::MAX)
             .map(drop)
-            .map_err(|e| e.into_message())
+            .map_err(BenchError::from)
     })?;
     Ok(DecodeCost {
         readings_per_event: size,
@@ -606,7 +612,7 @@ fn write_outputs(
     summaries: &[ServeSummary],
     costs: &[DecodeCost],
     verdict: &[String],
-) -> Result<(), String> {
+) -> Result<()> {
     let notes = notes(plan);
     let json = serde_json::json!({
         "machine": header,
@@ -627,7 +633,7 @@ fn write_outputs(
         "decode_cost": costs,
         "runs": runs,
     });
-    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     write_html(
         &args.out.join("report.html"),
         header,
@@ -658,7 +664,7 @@ fn write_html(
     summaries: &[ServeSummary],
     verdict: &[String],
     notes: &[String],
-) -> Result<(), String> {
+) -> Result<()> {
     let mut html = Html::new(
         "roamkv bench serve: HTTP ingest vs InfluxDB 1.6 and the engine",
         header,
@@ -674,7 +680,7 @@ fn write_html(
     for note in notes {
         html.paragraph(note);
     }
-    html.write(path).map_err(|e| e.to_string())
+    Ok(html.write(path)?)
 }
 
 /// Bar charts by readings per event, one bar per system: rate, p99 at peak and at half, CPU.

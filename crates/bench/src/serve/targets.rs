@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use roamkv_engine::{Durability, Engine, Options, Record};
 use roamkv_testbed::postgres::Cluster;
 
+use crate::error::{BenchError, Result};
 use crate::serve::load::{
     EventSpec, HttpClient, HttpSender, PROFILE, SOURCE, Sender, device_name, edgex_json,
     influx_lines, resource_name,
@@ -93,22 +94,22 @@ pub struct ServerProcess {
 }
 
 /// Starts `target` fresh under `work_dir` for `clients` clients.
-pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up, String> {
+pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up> {
     let dir = tempfile::Builder::new()
         .prefix(&format!("serve-{}-", target.name()))
         .tempdir_in(work_dir)
-        .map_err(|e| format!("making a directory under {}: {e}", work_dir.display()))?;
+        .map_err(|e| BenchError::io("making a directory under", work_dir, e))?;
     match target {
         Target::Roamkv | Target::RoamkvBinary => start_roamkv(target, dir, clients, None),
         Target::RoamkvSink => {
             let cloud = Cluster::create(dir.path(), dir.path(), "")
-                .map_err(|e| format!("starting the sink's PostgreSQL: {e}"))?;
+                .map_err(|e| BenchError::step("starting the sink's PostgreSQL", e))?;
             start_roamkv(target, dir, clients, Some(Box::new(cloud)))
         }
         Target::Influxdb => start_influxdb(dir),
         Target::Engine => {
             let engine = Engine::open(dir.path().join("data"), engine_options())
-                .map_err(|e| format!("opening the engine: {e}"))?;
+                .map_err(|e| BenchError::step("opening the engine", e))?;
             Ok(Up::Engine {
                 engine: Arc::new(engine),
                 _dir: dir,
@@ -130,8 +131,9 @@ fn start_roamkv(
     dir: tempfile::TempDir,
     clients: usize,
     cloud: Option<Box<Cluster>>,
-) -> Result<Up, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("finding the roamkv binary: {e}"))?;
+) -> Result<Up> {
+    let exe =
+        std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
     let data = dir.path().join("data");
     let mut command = Command::new(&exe);
     command
@@ -148,7 +150,7 @@ fn start_roamkv(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("starting {} serve: {e}", exe.display()))?;
+        .map_err(|e| BenchError::os(format!("starting {} serve", exe.display()), e))?;
     let stderr = child.stderr.take().expect("stderr is piped");
     // The server prints its address (it listens on a free port); the rest of its log is drained.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -172,17 +174,16 @@ fn start_roamkv(
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
+                return Err(BenchError::Run(format!(
                     "roamkv serve did not start within 60 s: {}",
                     log.join(" | ")
-                ));
+                )));
             }
         }
     };
-    let addr = addr
-        .trim()
-        .parse()
-        .map_err(|e| format!("roamkv serve printed a bad address {addr:?}: {e}"))?;
+    let addr = addr.trim().parse().map_err(|e| {
+        BenchError::Run(format!("roamkv serve printed a bad address {addr:?}: {e}"))
+    })?;
     Ok(Up::Server(ServerProcess {
         target,
         child,
@@ -193,11 +194,11 @@ fn start_roamkv(
 }
 
 /// A port nobody listens on now (bound, then released; the server binds it right after).
-fn free_port() -> Result<u16, String> {
+fn free_port() -> Result<u16> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("finding a free port: {e}"))
+        .map_err(|e| BenchError::os("finding a free port", e))
 }
 
 /// What to tell someone who runs the benchmark without InfluxDB.
@@ -246,16 +247,18 @@ bind-address = "127.0.0.1:{rpc_port}"
     )
 }
 
-fn start_influxdb(dir: tempfile::TempDir) -> Result<Up, String> {
+fn start_influxdb(dir: tempfile::TempDir) -> Result<Up> {
     let http_port = free_port()?;
     let rpc_port = free_port()?;
     let config = dir.path().join("influxdb.conf");
     std::fs::write(&config, influxdb_config(dir.path(), http_port, rpc_port))
-        .map_err(|e| format!("writing {}: {e}", config.display()))?;
+        .map_err(|e| BenchError::io("writing", &config, e))?;
     let log_path = dir.path().join("influxd.log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| BenchError::io("creating", &log_path, e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| BenchError::io("duplicating", &log_path, e))?;
     let child = Command::new("influxd")
         .arg("-config")
         .arg(&config)
@@ -263,8 +266,8 @@ fn start_influxdb(dir: tempfile::TempDir) -> Result<Up, String> {
         .stderr(log2)
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => INFLUXDB_MISSING.to_string(),
-            _ => format!("starting influxd: {e}"),
+            std::io::ErrorKind::NotFound => BenchError::Usage(INFLUXDB_MISSING.into()),
+            _ => BenchError::os("starting influxd", e),
         })?;
     let addr: SocketAddr = ([127, 0, 0, 1], http_port).into();
     let mut server = ServerProcess {
@@ -283,14 +286,16 @@ fn start_influxdb(dir: tempfile::TempDir) -> Result<Up, String> {
             break;
         }
         if let Ok(Some(status)) = server.child.try_wait() {
-            return Err(format!(
+            return Err(BenchError::Run(format!(
                 "influxd exited ({status}) at start; its log: {}",
                 std::fs::read_to_string(&log_path).unwrap_or_default()
-            ));
+            )));
         }
         if Instant::now() > deadline {
             let _ = server.stop();
-            return Err("influxd did not answer /ping within 60 s".into());
+            return Err(BenchError::Run(
+                "influxd did not answer /ping within 60 s".into(),
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -301,17 +306,17 @@ fn start_influxdb(dir: tempfile::TempDir) -> Result<Up, String> {
         b"",
     )?;
     if created.status != 200 {
-        return Err(format!(
+        return Err(BenchError::Run(format!(
             "influxd refused CREATE DATABASE: {}",
             String::from_utf8_lossy(&created.body)
-        ));
+        )));
     }
     Ok(Up::Server(server))
 }
 
 impl ServerProcess {
     /// SIGTERM, then wait (at most 120 s: a graceful stop syncs and closes).
-    fn stop(&mut self) -> Result<(), String> {
+    fn stop(&mut self) -> Result<()> {
         // SAFETY: kill(2) on our own child's pid; no memory is involved.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
@@ -323,7 +328,10 @@ impl ServerProcess {
                     return Ok(());
                 }
                 Ok(Some(status)) => {
-                    return Err(format!("{} exited with {status}", self.target.name()));
+                    return Err(BenchError::Run(format!(
+                        "{} exited with {status}",
+                        self.target.name()
+                    )));
                 }
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50));
@@ -331,16 +339,16 @@ impl ServerProcess {
                 _ => {
                     let _ = self.child.kill();
                     let _ = self.child.wait();
-                    return Err(format!(
+                    return Err(BenchError::Run(format!(
                         "{} did not stop within 120 s of SIGTERM",
                         self.target.name()
-                    ));
+                    )));
                 }
             }
         }
     }
 
-    fn influx_count(&self) -> Result<u64, String> {
+    fn influx_count(&self) -> Result<u64> {
         let mut client = HttpClient::new(self.addr);
         let answer = client.request(
             "GET",
@@ -349,21 +357,22 @@ impl ServerProcess {
             b"",
         )?;
         let json: serde_json::Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| format!("influxd's count answer is not JSON: {e}"))?;
+            .map_err(|e| BenchError::step("influxd's count answer is not JSON", e))?;
         let series = &json["results"][0]["series"];
         if series.is_null() {
             return Ok(0); // no points at all
         }
         series[0]["values"][0][1]
             .as_u64()
-            .ok_or_else(|| format!("influxd's count answer has no count: {json}"))
+            .ok_or_else(|| BenchError::Run(format!("influxd's count answer has no count: {json}")))
     }
 }
 
 /// The sink's state as `GET /api/roamkv/v1/sink` answers it.
-pub fn sink_view(addr: SocketAddr) -> Result<serde_json::Value, String> {
+pub fn sink_view(addr: SocketAddr) -> Result<serde_json::Value> {
     let answer = HttpClient::new(addr).request("GET", "/api/roamkv/v1/sink", "text/plain", b"")?;
-    serde_json::from_slice(&answer.body).map_err(|e| format!("the sink's status is not JSON: {e}"))
+    serde_json::from_slice(&answer.body)
+        .map_err(|e| BenchError::step("the sink's status is not JSON", e))
 }
 
 impl ServerProcess {
@@ -378,7 +387,7 @@ impl ServerProcess {
 
     /// For a server with a sink: waits (at most 120 s) until the sink has committed everything
     /// the log holds, then counts the cloud's readings. None without a sink.
-    pub fn cloud_rows_when_caught_up(&self) -> Result<Option<u64>, String> {
+    pub fn cloud_rows_when_caught_up(&self) -> Result<Option<u64>> {
         let Some(cloud) = &self.cloud else {
             return Ok(None);
         };
@@ -389,22 +398,24 @@ impl ServerProcess {
                 break;
             }
             if Instant::now() > deadline {
-                return Err(format!("the sink did not catch up within 120 s: {view}"));
+                return Err(BenchError::Run(format!(
+                    "the sink did not catch up within 120 s: {view}"
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let rows = cloud
             .psql(&["-c", "SELECT count(*) FROM roamkv_readings"])
-            .map_err(|e| format!("counting the cloud's readings: {e}"))?;
+            .map_err(|e| BenchError::step("counting the cloud's readings", e))?;
         rows.trim()
             .parse()
             .map(Some)
-            .map_err(|e| format!("the cloud's count {rows:?}: {e}"))
+            .map_err(|e| BenchError::Run(format!("the cloud's count {rows:?}: {e}")))
     }
 }
 
 /// Every reading of `clients` devices in the engine (paged scans).
-fn count_engine(engine: &Engine, clients: usize) -> Result<u64, String> {
+fn count_engine(engine: &Engine, clients: usize) -> Result<u64> {
     let mut total = 0;
     for client in 0..clients {
         let device = device_name(client);
@@ -412,7 +423,7 @@ fn count_engine(engine: &Engine, clients: usize) -> Result<u64, String> {
         loop {
             let page = engine
                 .scan_page(&device, None, i64::MIN, i64::MAX, after.as_ref(), 100_000)
-                .map_err(|e| format!("counting {device}: {e}"))?;
+                .map_err(|e| BenchError::step(format!("counting {device}"), e))?;
             total += page.readings.len() as u64;
             match page.next {
                 Some(next) => after = Some(next),
@@ -425,17 +436,15 @@ fn count_engine(engine: &Engine, clients: usize) -> Result<u64, String> {
 
 /// The values the server stores for one event's readings (CBOR `StoredReading`s), computed
 /// by the code the server runs (the wire crate's) from the JSON the roamkv clients send.
-pub fn stored_values(readings_per_event: usize) -> Result<Arc<Vec<Vec<u8>>>, String> {
+pub fn stored_values(readings_per_event: usize) -> Result<Arc<Vec<Vec<u8>>>> {
     let json = edgex_json(&EventSpec {
         client: 0,
         seq: 0,
         readings: readings_per_event,
         origin_ms: 1_700_000_000_000,
     });
-    let request = roamkv_wire::edgex::parse_add_event(json.as_bytes(), false)
-        .map_err(|e| e.into_message())?;
-    let readings = roamkv_wire::edgex::event_to_readings(request, None, usize::MAX)
-        .map_err(|e| e.into_message())?;
+    let request = roamkv_wire::edgex::parse_add_event(json.as_bytes(), false)?;
+    let readings = roamkv_wire::edgex::event_to_readings(request, None, usize::MAX)?;
     Ok(Arc::new(readings.into_iter().map(|r| r.value).collect()))
 }
 
@@ -447,12 +456,12 @@ struct EngineSender {
 }
 
 impl Sender for EngineSender {
-    fn send(&mut self, event: &EventSpec) -> Result<(), String> {
+    fn send(&mut self, event: &EventSpec) -> Result<()> {
         let device = event.device();
         let records: Vec<Record<'_>> = (0..event.readings)
             .map(|i| Record::at_ms(&device, &self.sensors[i], event.origin_ms, &self.values[i]))
             .collect();
-        self.engine.put_batch(&records).map_err(|e| e.to_string())
+        Ok(self.engine.put_batch(&records)?)
     }
 }
 
@@ -478,7 +487,7 @@ impl Up {
         &self,
         clients: usize,
         readings_per_event: usize,
-    ) -> Result<Vec<Box<dyn Sender>>, String> {
+    ) -> Result<Vec<Box<dyn Sender>>> {
         let sensors: Arc<Vec<String>> =
             Arc::new((0..readings_per_event).map(resource_name).collect());
         let values = stored_values(readings_per_event)?;
@@ -507,15 +516,16 @@ impl Up {
     }
 
     /// Stops the system and returns how many readings it holds.
-    pub fn finish(self, clients: usize) -> Result<u64, String> {
+    pub fn finish(self, clients: usize) -> Result<u64> {
         match self {
             Up::Engine { engine, _dir } => {
                 let count = count_engine(&engine, clients);
-                let engine = Arc::try_unwrap(engine)
-                    .map_err(|_| "the engine is still shared after the run".to_string())?;
+                let engine = Arc::try_unwrap(engine).map_err(|_| {
+                    BenchError::Run("the engine is still shared after the run".into())
+                })?;
                 engine
                     .close()
-                    .map_err(|e| format!("closing the engine: {e}"))?;
+                    .map_err(|e| BenchError::step("closing the engine", e))?;
                 count
             }
             Up::Server(mut server) if server.target == Target::Influxdb => {
@@ -527,16 +537,17 @@ impl Up {
                 let cloud_rows = server.cloud_rows_when_caught_up()?;
                 server.stop()?;
                 let data: PathBuf = server.dir.path().join("data");
-                let engine = Engine::open(&data, engine_options())
-                    .map_err(|e| format!("opening {} after the run: {e}", data.display()))?;
+                let engine = Engine::open(&data, engine_options()).map_err(|e| {
+                    BenchError::step(format!("opening {} after the run", data.display()), e)
+                })?;
                 let count = count_engine(&engine, clients);
                 engine
                     .close()
-                    .map_err(|e| format!("closing the engine: {e}"))?;
+                    .map_err(|e| BenchError::step("closing the engine", e))?;
                 match (cloud_rows, &count) {
-                    (Some(rows), Ok(count)) if rows != *count => Err(format!(
+                    (Some(rows), Ok(count)) if rows != *count => Err(BenchError::Check(format!(
                         "the cloud database holds {rows} readings, the edge {count}"
-                    )),
+                    ))),
                     _ => count,
                 }
             }
