@@ -59,7 +59,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Serve(s) => return crate::serve::run(s),
         BenchCommand::Sink(s) => return crate::sink::run(s),
         BenchCommand::Handoff(h) => return crate::handoff::run(h),
-        BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
+        BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g).map_err(String::from),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,6 +19,7 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::error::{BenchError, Result};
 use crate::faults::report::{CheckOutcome, FaultResults, RoundRow};
 use crate::faults::survival::{self, Ledger};
 
@@ -172,16 +173,16 @@ impl CrashSoak {
     }
 
     /// One round: load and kill, check, reopen and verify everything acknowledged so far.
-    pub fn round(&mut self) -> Result<RoundRow, String> {
+    pub fn round(&mut self) -> Result<RoundRow> {
         let start = self.next;
         let kill = self.next_kill();
         let killed = self.load_and_kill(start, kill)?;
         let (acked, sent) = (killed.acked, killed.sent);
         if acked > sent {
-            return Err(format!(
+            return Err(BenchError::Check(format!(
                 "round {}: the loader acknowledged {acked} records but was sent {sent}",
                 self.round
-            ));
+            )));
         }
         self.ledger.record_round(start, acked);
         self.next = start + sent + ROUND_GAP;
@@ -196,7 +197,7 @@ impl CrashSoak {
         };
         match survival::reopen_and_survey(&self.data) {
             Ok(survey) => row.judge(&self.ledger, &check, Ok(&survey)),
-            Err(e) => row.judge(&self.ledger, &check, Err(&e)),
+            Err(e) => row.judge(&self.ledger, &check, Err(&e.to_string())),
         }
         self.round += 1;
         Ok(row)
@@ -204,7 +205,7 @@ impl CrashSoak {
 
     /// Runs `roamkv load --ack`, feeds it records from `start` at the configured rate and
     /// SIGKILLs it when `kill` says.
-    fn load_and_kill(&mut self, start: u64, kill: Kill) -> Result<Killed, String> {
+    fn load_and_kill(&mut self, start: u64, kill: Kill) -> Result<Killed> {
         let mut child = ChildGuard(
             Command::new(&self.roamkv)
                 .args(["load", "--data"])
@@ -214,12 +215,15 @@ impl CrashSoak {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("starting {} load: {e}", self.roamkv.display()))?,
+                .map_err(|e| {
+                    BenchError::os(format!("starting {} load", self.roamkv.display()), e)
+                })?,
         );
         let started = Instant::now();
-        let stdin = child.0.stdin.take().ok_or("the loader has no stdin")?;
-        let stdout = child.0.stdout.take().ok_or("the loader has no stdout")?;
-        let stderr = child.0.stderr.take().ok_or("the loader has no stderr")?;
+        let missing = |stream: &str| BenchError::Run(format!("the loader has no {stream}"));
+        let stdin = child.0.stdin.take().ok_or_else(|| missing("stdin"))?;
+        let stdout = child.0.stdout.take().ok_or_else(|| missing("stdout"))?;
+        let stderr = child.0.stderr.take().ok_or_else(|| missing("stderr"))?;
         let acked = Arc::new(AtomicU64::new(0));
         let reader = {
             let acked = acked.clone();
@@ -257,14 +261,16 @@ impl CrashSoak {
         let after_ms = started.elapsed().as_millis() as u64;
         let _ = child.0.kill();
         let _ = child.0.wait();
-        let sent = writer.join().map_err(|_| "the feeding thread panicked")?;
+        let sent = writer
+            .join()
+            .map_err(|_| BenchError::Run("the feeding thread panicked".into()))?;
         let _ = reader.join();
         let stderr_text = errors.join().unwrap_or_default();
         if let Some(status) = exited_early {
-            return Err(format!(
+            return Err(BenchError::Run(format!(
                 "the loader exited by itself ({status}) before the kill: {}",
                 stderr_text.trim()
-            ));
+            )));
         }
         Ok(Killed {
             acked: acked.load(Ordering::SeqCst),
@@ -274,12 +280,12 @@ impl CrashSoak {
         })
     }
 
-    fn check(&self) -> Result<CheckOutcome, String> {
+    fn check(&self) -> Result<CheckOutcome> {
         let out = Command::new(&self.roamkv)
             .args(["check", "--data"])
             .arg(&self.data)
             .output()
-            .map_err(|e| format!("running roamkv check: {e}"))?;
+            .map_err(|e| BenchError::os("running roamkv check", e))?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         Ok(CheckOutcome::parse(text.lines(), out.status.success()))
@@ -326,26 +332,29 @@ pub fn run(args: &CrashArgs) -> ExitCode {
     }
 }
 
-fn soak(args: &CrashArgs) -> Result<FaultResults, String> {
+fn soak(args: &CrashArgs) -> Result<FaultResults> {
     if args.kill_after_ms_min >= args.kill_after_ms_max {
-        return Err("--kill-after-ms-min must be below --kill-after-ms-max".into());
-    }
-    let roamkv = std::env::current_exe().map_err(|e| format!("finding the roamkv binary: {e}"))?;
-    let data = args.out.join("data");
-    if data.exists() {
-        return Err(format!(
-            "{} exists (from an earlier run): remove it or choose another --out",
-            data.display()
+        return Err(BenchError::Usage(
+            "--kill-after-ms-min must be below --kill-after-ms-max".into(),
         ));
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let roamkv =
+        std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
+    let data = args.out.join("data");
+    if data.exists() {
+        return Err(BenchError::Usage(format!(
+            "{} exists (from an earlier run): remove it or choose another --out",
+            data.display()
+        )));
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let (mut soak, mut results) = begin(args, &roamkv, &data);
     let bar = indicatif::ProgressBar::new(args.rounds);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{bar:40} {pos}/{len} rounds, {elapsed} elapsed, ~{eta} left  {msg}",
         )
-        .map_err(|e| e.to_string())?,
+        .map_err(|e| BenchError::Run(e.to_string()))?,
     );
     let started = Instant::now();
     for _ in 0..args.rounds {
@@ -380,7 +389,7 @@ fn soak(args: &CrashArgs) -> Result<FaultResults, String> {
     results.write(&args.out)?;
     println!("wrote {}", args.out.join("results.json").display());
     if results.passed() && !args.keep_data {
-        std::fs::remove_dir_all(&data).map_err(|e| format!("removing {}: {e}", data.display()))?;
+        std::fs::remove_dir_all(&data).map_err(|e| BenchError::io("removing", &data, e))?;
     }
     Ok(results)
 }

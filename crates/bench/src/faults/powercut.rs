@@ -23,6 +23,7 @@ use clap::{Args, Subcommand};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::error::{BenchError, Result};
 use crate::faults::report::{CheckOutcome, FaultResults, RoundRow};
 use crate::faults::survival::{self, Ledger, Survey};
 use roamkv_testbed::vm::GuestImage;
@@ -92,7 +93,7 @@ pub enum GuestCommand {
 }
 
 /// Inside the guest.
-pub fn guest(args: &GuestArgs) -> Result<(), String> {
+pub fn guest(args: &GuestArgs) -> Result<()> {
     match &args.command {
         GuestCommand::Feed {
             from,
@@ -104,7 +105,7 @@ pub fn guest(args: &GuestArgs) -> Result<(), String> {
         }
         GuestCommand::Survey { data } => {
             let survey = survival::reopen_and_survey(data)?;
-            let line = serde_json::to_string(&survey).map_err(|e| e.to_string())?;
+            let line = serde_json::to_string(&survey)?;
             println!("{line}");
             Ok(())
         }
@@ -125,7 +126,7 @@ impl Drop for Qemu {
 #[derive(Debug, Default)]
 struct Boot {
     check_lines: Vec<String>,
-    survey: Option<Result<Survey, String>>,
+    survey: Option<Result<Survey>>,
     acked: u64,
     /// ms from "load-start" to the kill; None for the final, clean boot.
     cut_after_ms: Option<u64>,
@@ -143,7 +144,7 @@ struct Guest {
 impl Guest {
     /// Boots the guest. `load`: (first record number, cut the power this long after loading
     /// starts); None: check and survey only, then a clean power-off.
-    fn boot(&mut self, load: Option<(u64, u64)>) -> Result<Boot, String> {
+    fn boot(&mut self, load: Option<(u64, u64)>) -> Result<Boot> {
         let append = self.kernel_command_line(load);
         let mut qemu = self.start_qemu(&append)?;
         let lines = console_lines(&mut qemu);
@@ -170,7 +171,7 @@ impl Guest {
         append
     }
 
-    fn start_qemu(&self, append: &str) -> Result<Qemu, String> {
+    fn start_qemu(&self, append: &str) -> Result<Qemu> {
         let disks = [self.disk.clone()];
         let machine = roamkv_testbed::vm::Machine {
             image: &self.image,
@@ -183,7 +184,7 @@ impl Guest {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("starting qemu-system-x86_64: {e}"))?;
+            .map_err(|e| BenchError::os("starting qemu-system-x86_64", e))?;
         Ok(Qemu(child))
     }
 
@@ -195,7 +196,7 @@ impl Guest {
         lines: &mpsc::Receiver<String>,
         booted: Instant,
         cut_after_ms: Option<u64>,
-    ) -> Result<Boot, String> {
+    ) -> Result<Boot> {
         let mut boot = Boot::default();
         let mut cut_at: Option<(Instant, Instant)> = None;
         let mut last_news = Instant::now();
@@ -210,7 +211,7 @@ impl Guest {
                     let at_s = booted.elapsed().as_secs_f64();
                     let _ = writeln!(self.console_log, "{at_s:8.3} {line}");
                     if let Some(fatal) = self.take_line(&line, &mut boot) {
-                        return Err(fatal);
+                        return Err(BenchError::Run(fatal));
                     }
                     if line.ends_with(&format!("{MARK}load-start"))
                         && let Some(cut_after_ms) = cut_after_ms
@@ -227,20 +228,23 @@ impl Guest {
                         return Ok(boot);
                     }
                     if last_news.elapsed() > BOOT_TIMEOUT {
-                        return Err(format!(
+                        return Err(BenchError::Run(format!(
                             "the guest printed nothing for {} s (see console.log)",
                             BOOT_TIMEOUT.as_secs()
-                        ));
+                        )));
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    let status = qemu.0.wait().map_err(|e| e.to_string())?;
+                    let status = qemu
+                        .0
+                        .wait()
+                        .map_err(|e| BenchError::os("waiting for qemu", e))?;
                     return if cut_after_ms.is_none() && boot.survey.is_some() {
                         Ok(boot)
                     } else {
-                        Err(format!(
+                        Err(BenchError::Run(format!(
                             "qemu exited ({status}) before the power cut (see console.log)"
-                        ))
+                        )))
                     };
                 }
             }
@@ -279,9 +283,9 @@ impl Guest {
             boot.check_lines.push(check.to_string());
         } else if let Some(survey) = rest.strip_prefix("survey ") {
             boot.survey = Some(if survey.starts_with('{') {
-                serde_json::from_str(survey).map_err(|e| format!("the guest's survey: {e}"))
+                serde_json::from_str(survey).map_err(|e| BenchError::step("the guest's survey", e))
             } else {
-                Err(survey.to_string())
+                Err(BenchError::Run(survey.to_string()))
             });
         } else if let Some(fatal) = rest.strip_prefix("fatal ") {
             return Some(format!("the guest: {fatal} (see console.log)"));
@@ -324,10 +328,11 @@ fn console_lines(qemu: &mut Qemu) -> mpsc::Receiver<String> {
 
 /// Builds the guest (kernel + initramfs with this roamkv binary) unless the cached one was built
 /// from the same binary and scripts.
-fn ensure_guest(cache: &Path) -> Result<GuestImage, String> {
-    let roamkv = std::env::current_exe().map_err(|e| format!("finding the roamkv binary: {e}"))?;
+fn ensure_guest(cache: &Path) -> Result<GuestImage> {
+    let roamkv =
+        std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/powercut-guest.sh");
-    roamkv_testbed::vm::ensure_image(cache, &script, &roamkv).map_err(|e| e.to_string())
+    Ok(roamkv_testbed::vm::ensure_image(cache, &script, &roamkv)?)
 }
 
 /// First record number of the next round. The guest feeds at most `rate` records a second from
@@ -364,18 +369,20 @@ impl Drop for DiskImage {
 
 /// The run: boot after boot, each one judging the previous round and cutting the power on the
 /// next.
-fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
+fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults> {
     if args.cut_after_ms_min >= args.cut_after_ms_max {
-        return Err("--cut-after-ms-min must be below --cut-after-ms-max".into());
+        return Err(BenchError::Usage(
+            "--cut-after-ms-min must be below --cut-after-ms-max".into(),
+        ));
     }
     for (tool, package) in [
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("mkfs.ext4", "e2fsprogs"),
     ] {
-        roamkv_testbed::prerequisite::require_tool(tool, package).map_err(|e| e.to_string())?;
+        roamkv_testbed::prerequisite::require_tool(tool, package)?;
     }
     let image = ensure_guest(&args.cache)?;
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let mut disk = make_disk(args)?;
     let console_path = args.out.join("console.log");
     let mut guest = Guest {
@@ -384,7 +391,7 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
         memory_mib: args.memory_mib,
         records_per_second: args.records_per_second,
         console_log: std::fs::File::create(&console_path)
-            .map_err(|e| format!("{}: {e}", console_path.display()))?,
+            .map_err(|e| BenchError::io("creating", &console_path, e))?,
     };
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut ledger = Ledger::default();
@@ -445,24 +452,27 @@ fn cut_rounds(args: &PowercutArgs) -> Result<FaultResults, String> {
 
 /// The guest's data disk: a fresh sparse image with a fresh ext4, so that the rounds' record
 /// numbers start at 0. Kept until the run says otherwise.
-fn make_disk(args: &PowercutArgs) -> Result<DiskImage, String> {
+fn make_disk(args: &PowercutArgs) -> Result<DiskImage> {
     let disk = DiskImage {
         path: args.out.join("disk.img"),
         keep: true,
     };
     let _ = std::fs::remove_file(&disk.path);
     let file =
-        std::fs::File::create(&disk.path).map_err(|e| format!("{}: {e}", disk.path.display()))?;
+        std::fs::File::create(&disk.path).map_err(|e| BenchError::io("creating", &disk.path, e))?;
     file.set_len(args.disk_mib << 20)
-        .map_err(|e| format!("{}: {e}", disk.path.display()))?;
+        .map_err(|e| BenchError::io("sizing", &disk.path, e))?;
     drop(file);
     let mkfs = Command::new("mkfs.ext4")
         .args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
         .arg(&disk.path)
         .status()
-        .map_err(|e| format!("mkfs.ext4: {e}"))?;
+        .map_err(|e| BenchError::os("mkfs.ext4", e))?;
     if !mkfs.success() {
-        return Err(format!("mkfs.ext4 {} failed ({mkfs})", disk.path.display()));
+        return Err(BenchError::Run(format!(
+            "mkfs.ext4 {} failed ({mkfs})",
+            disk.path.display()
+        )));
     }
     Ok(disk)
 }
@@ -485,13 +495,13 @@ fn new_results(args: &PowercutArgs) -> FaultResults {
     )
 }
 
-fn progress_bar(args: &PowercutArgs) -> Result<indicatif::ProgressBar, String> {
+fn progress_bar(args: &PowercutArgs) -> Result<indicatif::ProgressBar> {
     let bar = indicatif::ProgressBar::new(args.rounds + 1);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{bar:40} {pos}/{len} boots, {elapsed} elapsed, ~{eta} left  {msg}",
         )
-        .map_err(|e| e.to_string())?,
+        .map_err(|e| BenchError::Run(e.to_string()))?,
     );
     Ok(bar)
 }
@@ -505,11 +515,16 @@ fn judge_round(
     results: &mut FaultResults,
 ) -> bool {
     let check = CheckOutcome::parse(boot.check_lines.iter().map(String::as_str), true);
-    let survey = boot
-        .survey
-        .clone()
-        .unwrap_or_else(|| Err("the guest printed no survey".into()));
-    row.judge(ledger, &check, survey.as_ref().map_err(String::as_str));
+    let survey = match &boot.survey {
+        Some(Ok(survey)) => Ok(survey),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("the guest printed no survey".to_string()),
+    };
+    row.judge(
+        ledger,
+        &check,
+        survey.as_ref().copied().map_err(String::as_str),
+    );
     let failed = row.lost > 0 || !row.corrupt.is_empty() || row.wrong > 0;
     results.add(row, ledger);
     failed

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use roamkv_testbed::report::{Html, MachineHeader, write_json};
 
+use crate::error::Result;
 use crate::faults::survival::{EXAMPLES_MAX, Ledger, Survey};
 
 /// What `roamkv check` printed about a data directory.
@@ -254,9 +255,9 @@ impl FaultResults {
     }
 
     /// Writes DIR/results.json and DIR/report.html.
-    pub fn write(&self, out: &Path) -> Result<(), String> {
-        let value = serde_json::to_value(self).map_err(|e| e.to_string())?;
-        write_json(out, "results", &value).map_err(|e| e.to_string())?;
+    pub fn write(&self, out: &Path) -> Result<()> {
+        let value = serde_json::to_value(self)?;
+        write_json(out, "results", &value)?;
         let mut html = Html::new(&format!("roamkv bench {}", self.kind), &self.machine);
         html.table(&["", ""], &self.summary_rows());
         html.heading("Configuration");
@@ -291,8 +292,7 @@ impl FaultResults {
             ],
             &rows,
         );
-        html.write(&out.join("report.html"))
-            .map_err(|e| e.to_string())
+        Ok(html.write(&out.join("report.html"))?)
     }
 }
 

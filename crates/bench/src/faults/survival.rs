@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use roamkv_engine::{Engine, Options};
 
+use crate::error::{BenchError, Result};
+
 /// Segment size the soaks' loaders use (`--segment-mib 1`): small, so that rounds switch and
 /// recycle segments often. A reopening for a survey must use the same.
 pub const SEGMENT_BYTES: u64 = 1 << 20;
@@ -139,7 +141,7 @@ impl Survey {
 
 /// Reads every device of the stream back through the engine and sorts what it finds into
 /// present records and wrong ones.
-pub fn survey(engine: &Engine) -> Result<Survey, String> {
+pub fn survey(engine: &Engine) -> Result<Survey> {
     let mut found = Vec::new();
     let mut survey = Survey {
         recovery_cut: engine.stats().recovery_cut,
@@ -149,7 +151,7 @@ pub fn survey(engine: &Engine) -> Result<Survey, String> {
         let device = format!("car-{d}");
         let readings = engine
             .scan(&device, None, i64::MIN, i64::MAX)
-            .map_err(|e| format!("scanning {device}: {e}"))?;
+            .map_err(|e| BenchError::step(format!("scanning {device}"), e))?;
         for r in readings {
             let problem = match u64::try_from(r.ts_ms()) {
                 Err(_) => Some("a negative timestamp".to_string()),
@@ -188,7 +190,7 @@ pub fn survey(engine: &Engine) -> Result<Survey, String> {
 
 /// Opens a soak's data directory as the next process would (recovery cuts a torn tail) and
 /// surveys it. A directory that does not exist yet holds nothing.
-pub fn reopen_and_survey(data: &Path) -> Result<Survey, String> {
+pub fn reopen_and_survey(data: &Path) -> Result<Survey> {
     if !data.exists() {
         return Ok(Survey::default());
     }
@@ -197,11 +199,11 @@ pub fn reopen_and_survey(data: &Path) -> Result<Survey, String> {
         background_maintenance: false,
         ..Options::default()
     };
-    let engine = Engine::open(data, options).map_err(|e| e.to_string())?;
+    let engine = Engine::open(data, options)?;
     let survey = survey(&engine)?;
     engine
         .close()
-        .map_err(|e| format!("closing after the survey: {e}"))?;
+        .map_err(|e| BenchError::step("closing after the survey", e))?;
     Ok(survey)
 }
 
