@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
 
+use crate::error::{BenchError, Result};
 use crate::serve::load::{Pace, drive};
 use crate::serve::targets::{self, Target, Up, sink_view};
 
@@ -125,10 +126,10 @@ pub fn run(args: &SinkBenchArgs) -> ExitCode {
     }
 }
 
-fn bench(args: &SinkBenchArgs) -> Result<SinkResults, String> {
-    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
+fn bench(args: &SinkBenchArgs) -> Result<SinkResults> {
+    roamkv_testbed::prerequisite::require_root()?;
     let plan = Plan::from_args(args);
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
     println!(
         "roamkv bench sink: {} clients, {} readings/event, backlog {} s, half-rate {} s, outage {} s; PostgreSQL under {}",
@@ -144,18 +145,18 @@ fn bench(args: &SinkBenchArgs) -> Result<SinkResults, String> {
     let phases = run_phases(&mut up, args, &plan, &mut results);
     // Whatever happened, the server stops, and the cloud is compared with the edge.
     let rows = match &up {
-        Up::Server(server) => server.cloud_rows_when_caught_up().map_err(String::from),
-        Up::Engine { .. } => Err("the sink runs in a server".into()),
+        Up::Server(server) => server.cloud_rows_when_caught_up(),
+        Up::Engine { .. } => Err(BenchError::Run("the sink runs in a server".into())),
     };
     let edge = up.finish(args.clients);
     phases?;
     results.cloud_readings = rows?.unwrap_or(0);
     let edge = edge?;
     if edge != results.acked_readings {
-        return Err(format!(
+        return Err(BenchError::Check(format!(
             "the edge holds {edge} readings, the clients were acknowledged {}",
             results.acked_readings
-        ));
+        )));
     }
     report(args, &header, &results)?;
     Ok(results)
@@ -166,7 +167,7 @@ fn run_phases(
     args: &SinkBenchArgs,
     plan: &Plan,
     results: &mut SinkResults,
-) -> Result<(), String> {
+) -> Result<()> {
     let (addr, _) = server_parts(up)?;
     wait_caught_up(addr, Duration::from_secs(60))?;
     capacity_phase(up, args, plan, results)?;
@@ -180,9 +181,9 @@ fn capacity_phase(
     args: &SinkBenchArgs,
     plan: &Plan,
     results: &mut SinkResults,
-) -> Result<(), String> {
+) -> Result<()> {
     let (addr, cloud) = server_parts(up)?;
-    cloud.kill_postmaster().map_err(|e| e.to_string())?;
+    cloud.kill_postmaster()?;
     let senders = up.senders(args.clients, args.readings_per_event)?;
     let load = drive(
         senders,
@@ -196,7 +197,7 @@ fn capacity_phase(
     results.acked_readings += load.acked_readings;
     let before = rows_total(addr)?;
     let (_, cloud) = server_parts(up)?;
-    cloud.restart().map_err(|e| e.to_string())?;
+    cloud.restart()?;
     let back = Instant::now();
     let resumed = wait_for_rows_above(addr, before, Duration::from_secs(60))?;
     wait_caught_up(addr, Duration::from_secs(600))?;
@@ -219,7 +220,7 @@ fn half_rate_phase(
     args: &SinkBenchArgs,
     plan: &Plan,
     results: &mut SinkResults,
-) -> Result<(), String> {
+) -> Result<()> {
     let (addr, _) = server_parts(up)?;
     let (rate, rule) = match args.rate {
         Some(rate) => (rate, "given (--rate)"),
@@ -267,7 +268,7 @@ fn outage_phase(
     args: &SinkBenchArgs,
     plan: &Plan,
     results: &mut SinkResults,
-) -> Result<(), String> {
+) -> Result<()> {
     let (addr, _) = server_parts(up)?;
     let rate = results.rate_readings_per_sec;
     let senders = up.senders(args.clients, args.readings_per_event)?;
@@ -289,11 +290,11 @@ fn outage_phase(
     });
     std::thread::sleep(lead);
     let (_, cloud) = server_parts(up)?;
-    cloud.kill_postmaster().map_err(|e| e.to_string())?;
+    cloud.kill_postmaster()?;
     std::thread::sleep(plan.outage);
     let before = rows_total(addr)?;
     let (_, cloud) = server_parts(up)?;
-    cloud.restart().map_err(|e| e.to_string())?;
+    cloud.restart()?;
     let resumed = wait_for_rows_above(addr, before, Duration::from_secs(60))?;
     let drained = resumed + wait_lag_below(addr, 1.0, Duration::from_secs(600))?;
     results.outage_s = plan.outage.as_secs_f64();
@@ -301,7 +302,7 @@ fn outage_phase(
     results.drained_after_outage_s = drained.as_secs_f64();
     let load = ingest
         .join()
-        .map_err(|_| "the ingest thread panicked".to_string())?;
+        .map_err(|_| BenchError::Run("the ingest thread panicked".into()))?;
     results.acked_readings += load.acked_readings;
     let samples = sampler.stop();
     results.lag_series.push((
@@ -316,16 +317,14 @@ fn outage_phase(
 }
 
 /// The server's address and its cloud database.
-fn server_parts(
-    up: &mut Up,
-) -> Result<(SocketAddr, &mut roamkv_testbed::postgres::Cluster), String> {
+fn server_parts(up: &mut Up) -> Result<(SocketAddr, &mut roamkv_testbed::postgres::Cluster)> {
     let Up::Server(server) = up else {
-        return Err("the sink runs in a server".into());
+        return Err(BenchError::Run("the sink runs in a server".into()));
     };
     let addr = server.addr();
     let cloud = server
         .cloud()
-        .ok_or("the server was started without a sink")?;
+        .ok_or_else(|| BenchError::Run("the server was started without a sink".into()))?;
     Ok((addr, cloud))
 }
 
@@ -334,20 +333,18 @@ fn phase_base_ms(phase: i64) -> i64 {
     1_700_000_000_000 + phase * 1_000_000_000
 }
 
-fn rows_total(addr: SocketAddr) -> Result<u64, String> {
+fn rows_total(addr: SocketAddr) -> Result<u64> {
     Ok(sink_view(addr)?["sink"]["rows_total"].as_u64().unwrap_or(0))
 }
 
 /// Waits until the sink committed more than `before` rows; returns how long that took.
-fn wait_for_rows_above(
-    addr: SocketAddr,
-    before: u64,
-    within: Duration,
-) -> Result<Duration, String> {
+fn wait_for_rows_above(addr: SocketAddr, before: u64, within: Duration) -> Result<Duration> {
     let started = Instant::now();
     while rows_total(addr)? <= before {
         if started.elapsed() > within {
-            return Err(format!("the sink committed nothing within {within:?}"));
+            return Err(BenchError::Run(format!(
+                "the sink committed nothing within {within:?}"
+            )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -357,7 +354,7 @@ fn wait_for_rows_above(
 /// Waits until the sink is tailing with nothing behind, and its lag sampler has seen so (the
 /// next phase's first lag sample is then its own, not the drain's last; at most one sampling
 /// interval, 100 ms, later).
-fn wait_caught_up(addr: SocketAddr, within: Duration) -> Result<Duration, String> {
+fn wait_caught_up(addr: SocketAddr, within: Duration) -> Result<Duration> {
     let started = Instant::now();
     loop {
         let view = sink_view(addr)?;
@@ -368,16 +365,16 @@ fn wait_caught_up(addr: SocketAddr, within: Duration) -> Result<Duration, String
             return Ok(started.elapsed());
         }
         if started.elapsed() > within {
-            return Err(format!(
+            return Err(BenchError::Run(format!(
                 "the sink did not catch up within {within:?}: {view}"
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// Waits until the sink's lag is below `seconds` (with ingest going on it never reaches 0).
-fn wait_lag_below(addr: SocketAddr, seconds: f64, within: Duration) -> Result<Duration, String> {
+fn wait_lag_below(addr: SocketAddr, seconds: f64, within: Duration) -> Result<Duration> {
     let started = Instant::now();
     loop {
         let view = sink_view(addr)?;
@@ -390,9 +387,9 @@ fn wait_lag_below(addr: SocketAddr, seconds: f64, within: Duration) -> Result<Du
             return Ok(started.elapsed());
         }
         if started.elapsed() > within {
-            return Err(format!(
+            return Err(BenchError::Run(format!(
                 "the sink did not catch up within {within:?}: {view}"
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -429,7 +426,7 @@ impl LagSampler {
     }
 }
 
-fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Result<(), String> {
+fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Result<()> {
     let mut table = comfy_table::Table::new();
     table.set_header(vec!["figure", "value"]);
     let rows = [
@@ -479,7 +476,7 @@ fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Resu
         "readings_per_event": args.readings_per_event,
         "results": r,
     });
-    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     let mut html = Html::new("roamkv bench sink: the cloud sink into PostgreSQL", header);
     html.preformatted(&table.to_string());
     html.svg(&line_chart_svg(
@@ -488,8 +485,7 @@ fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Resu
         "lag (s)",
         &r.lag_series,
     ));
-    html.write(&args.out.join("report.html"))
-        .map_err(|e| e.to_string())?;
+    html.write(&args.out.join("report.html"))?;
     println!(
         "wrote {0}/results.json, {0}/report.html",
         args.out.display()
