@@ -20,6 +20,7 @@ use roamkv_testbed::devstat::DevStat;
 use roamkv_testbed::fixture::{Fixture, FsSpec};
 use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg};
 
+use crate::error::{BenchError, Result};
 use crate::serve::load::HttpClient;
 use crate::serve::targets::process_cpu_seconds;
 
@@ -79,9 +80,10 @@ impl Drop for Edge {
 }
 
 impl Edge {
-    fn start() -> Result<Edge, String> {
-        let fixture = Fixture::create(FsSpec::Ext4, 8 << 30).map_err(|e| e.to_string())?;
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    fn start() -> Result<Edge> {
+        let fixture = Fixture::create(FsSpec::Ext4, 8 << 30)?;
+        let exe =
+            std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
         let mut child = Command::new(exe)
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(fixture.mount_dir().join("data"))
@@ -89,18 +91,20 @@ impl Edge {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("starting roamkv serve: {e}"))?;
+            .map_err(|e| BenchError::os("starting roamkv serve", e))?;
         let stderr = child.stderr.take().expect("stderr is piped");
         let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
         let addr = loop {
             let Some(Ok(line)) = lines.next() else {
-                return Err("roamkv serve exited before it listened".into());
+                return Err(BenchError::Run(
+                    "roamkv serve exited before it listened".into(),
+                ));
             };
             if let Some(a) = line.split("listening on http://").nth(1) {
                 break a
                     .trim()
                     .parse()
-                    .map_err(|e| format!("address {a:?}: {e}"))?;
+                    .map_err(|e| BenchError::Run(format!("address {a:?}: {e}")))?;
             }
         };
         std::thread::spawn(move || lines.for_each(drop));
@@ -119,12 +123,7 @@ impl Edge {
         process_cpu_seconds(&format!("/proc/{}/stat", self.child.id()))
     }
 
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-    ) -> Result<(u16, serde_json::Value), String> {
+    fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<(u16, serde_json::Value)> {
         let answer = HttpClient::new(self.addr).request(method, path, "application/json", body)?;
         Ok((
             answer.status,
@@ -133,7 +132,7 @@ impl Edge {
     }
 
     /// Writes `n` readings of `device` (batches of 1,000 native JSON lines).
-    fn write(&self, device: &str, n: usize, value_bytes: usize) -> Result<(), String> {
+    fn write(&self, device: &str, n: usize, value_bytes: usize) -> Result<()> {
         let value = "v".repeat(value_bytes);
         let mut client = HttpClient::new(self.addr);
         for start in (0..n).step_by(1_000) {
@@ -152,7 +151,11 @@ impl Edge {
                 body.as_bytes(),
             )?;
             if answer.status != 201 {
-                return Err(format!("writing {device}: {}", answer.status));
+                return Err(BenchError::HttpStatus {
+                    request: format!("writing {device}"),
+                    status: answer.status,
+                    body: String::from_utf8_lossy(&answer.body).into_owned(),
+                });
             }
         }
         Ok(())
@@ -160,7 +163,7 @@ impl Edge {
 }
 
 /// Hands `device` from A to B and waits for A's record to be done; returns how long it took.
-fn hand(a: &Edge, b: &Edge, device: &str) -> Result<Duration, String> {
+fn hand(a: &Edge, b: &Edge, device: &str) -> Result<Duration> {
     let started = Instant::now();
     let body = format!("{{\"to\":\"{}\"}}", b.url());
     let (status, record) = a.call(
@@ -169,25 +172,33 @@ fn hand(a: &Edge, b: &Edge, device: &str) -> Result<Duration, String> {
         body.as_bytes(),
     )?;
     if status != 202 {
-        return Err(format!("handoff of {device}: {status} {record}"));
+        return Err(BenchError::HttpStatus {
+            request: format!("handoff of {device}"),
+            status,
+            body: record.to_string(),
+        });
     }
     let id = record["id"].as_str().unwrap_or_default().to_string();
     loop {
         let (_, h) = a.call("GET", &format!("/api/roamkv/v1/handoffs/{id}"), b"")?;
         match h["handoff"]["state"].as_str() {
             Some("done") => return Ok(started.elapsed()),
-            Some("aborted") => return Err(format!("handoff {id} was called off")),
+            Some("aborted") => {
+                return Err(BenchError::Run(format!("handoff {id} was called off")));
+            }
             _ => {}
         }
         if started.elapsed() > Duration::from_secs(600) {
-            return Err(format!("handoff {id} not done after 600 s: {h}"));
+            return Err(BenchError::Run(format!(
+                "handoff {id} not done after 600 s: {h}"
+            )));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
 }
 
 /// B's readings of `device` (a paged scan), to check a handoff.
-fn readings_at(edge: &Edge, device: &str) -> Result<u64, String> {
+fn readings_at(edge: &Edge, device: &str) -> Result<u64> {
     let mut total = 0;
     let mut after = String::new();
     loop {
@@ -197,7 +208,7 @@ fn readings_at(edge: &Edge, device: &str) -> Result<u64, String> {
             b"",
         )?;
         if status != 200 {
-            return Err(format!("scanning {device}: {status}"));
+            return Err(BenchError::Run(format!("scanning {device}: {status}")));
         }
         total += page["readings"].as_array().map_or(0, |r| r.len() as u64);
         match page["next"].as_str() {
@@ -217,14 +228,14 @@ pub fn run(args: &HandoffBenchArgs) -> ExitCode {
     }
 }
 
-fn bench(args: &HandoffBenchArgs) -> Result<(), String> {
-    roamkv_testbed::prerequisite::require_root().map_err(|e| e.to_string())?;
+fn bench(args: &HandoffBenchArgs) -> Result<()> {
+    roamkv_testbed::prerequisite::require_root()?;
     let (rounds, bulk_mib) = if args.quick {
         (args.rounds.min(5), args.bulk_mib.min(64))
     } else {
         (args.rounds, args.bulk_mib)
     };
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
     let (a, b) = (Edge::start()?, Edge::start()?);
     println!(
@@ -238,10 +249,10 @@ fn bench(args: &HandoffBenchArgs) -> Result<(), String> {
         let took = hand(&a, &b, &device)?;
         let at_b = readings_at(&b, &device)?;
         if at_b != args.readings as u64 || readings_at(&a, &device)? != 0 {
-            return Err(format!(
+            return Err(BenchError::Check(format!(
                 "{device}: B holds {at_b} readings of {}",
                 args.readings
-            ));
+            )));
         }
         results.latency_ms.push(took.as_secs_f64() * 1e3);
     }
@@ -266,18 +277,20 @@ fn bulk(
     args: &HandoffBenchArgs,
     mib: u64,
     r: &mut HandoffResults,
-) -> Result<(), String> {
+) -> Result<()> {
     let readings = (mib << 20) as usize / args.value_bytes;
     a.write("truck", readings, args.value_bytes)?;
-    a.fixture.quiesce().map_err(|e| e.to_string())?;
-    let before = DevStat::read(a.fixture.device_name()).map_err(|e| e.to_string())?;
+    a.fixture.quiesce()?;
+    let before = DevStat::read(a.fixture.device_name())?;
     let (cpu_a, cpu_b) = (a.cpu_seconds(), b.cpu_seconds());
     let took = hand(a, b, "truck")?;
-    a.fixture.quiesce().map_err(|e| e.to_string())?;
-    let after = DevStat::read(a.fixture.device_name()).map_err(|e| e.to_string())?;
+    a.fixture.quiesce()?;
+    let after = DevStat::read(a.fixture.device_name())?;
     let at_b = readings_at(b, "truck")?;
     if at_b != readings as u64 {
-        return Err(format!("truck: B holds {at_b} readings of {readings}"));
+        return Err(BenchError::Check(format!(
+            "truck: B holds {at_b} readings of {readings}"
+        )));
     }
     r.bulk_readings = readings as u64;
     r.bulk_bytes = (readings * (args.value_bytes + 16)) as u64;
@@ -301,11 +314,7 @@ fn bulk(
     Ok(())
 }
 
-fn report(
-    args: &HandoffBenchArgs,
-    header: &MachineHeader,
-    r: &HandoffResults,
-) -> Result<(), String> {
+fn report(args: &HandoffBenchArgs, header: &MachineHeader, r: &HandoffResults) -> Result<()> {
     let json = serde_json::json!({
         "machine": header,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -313,7 +322,7 @@ fn report(
         "value_bytes": args.value_bytes,
         "results": r,
     });
-    roamkv_testbed::report::write_json(&args.out, "results", &json).map_err(|e| e.to_string())?;
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     let mut html = Html::new("roamkv bench handoff: devices from edge to edge", header);
     html.paragraph(&format!(
         "{} handoffs of {} readings: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms. One of {:.0} MB: {:.1} MB/s; A's device wrote {:.3} % of the bytes moved.",
@@ -327,8 +336,7 @@ fn report(
         &categories,
         &[("handoff".to_string(), r.latency_ms.clone())],
     ));
-    html.write(&args.out.join("report.html"))
-        .map_err(|e| e.to_string())?;
+    html.write(&args.out.join("report.html"))?;
     println!(
         "wrote {0}/results.json, {0}/report.html",
         args.out.display()
