@@ -48,18 +48,18 @@ pub enum BenchCommand {
 
 pub fn run(args: &BenchArgs) -> ExitCode {
     let outcome = match &args.command {
-        BenchCommand::Mobility(m) => mobility(m).map_err(String::from),
+        BenchCommand::Mobility(m) => mobility(m),
         BenchCommand::Steady(s) => match crate::steady::run(s) {
             Ok(code) => return code,
-            Err(e) => Err(String::from(e)),
+            Err(e) => Err(e),
         },
-        BenchCommand::Worker { spec } => crate::mobility::worker::main(spec).map_err(String::from),
+        BenchCommand::Worker { spec } => crate::mobility::worker::main(spec),
         BenchCommand::Crash(c) => return crate::faults::crash::run(c),
         BenchCommand::Powercut(p) => return crate::faults::powercut::run(p),
         BenchCommand::Serve(s) => return crate::serve::run(s),
         BenchCommand::Sink(s) => return crate::sink::run(s),
         BenchCommand::Handoff(h) => return crate::handoff::run(h),
-        BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g).map_err(String::from),
+        BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -98,11 +98,3 @@ impl BenchError {
         }
     }
 }
-
-/// While the crate moves to `BenchError` folder by folder: code still on `String` errors can
-/// call code already moved.
-impl From<BenchError> for String {
-    fn from(e: BenchError) -> String {
-        e.to_string()
-    }
-}
