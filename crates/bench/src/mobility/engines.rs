@@ -262,6 +262,12 @@ impl BenchEngine for RoamkvEngine {
         if let (Some(all), serde_json::Value::Object(lower)) = (sample.as_object_mut(), lower) {
             all.extend(lower);
         }
+        // The write path's counters (beside the macro's: its recursion limit is reached above).
+        if let Some(all) = sample.as_object_mut() {
+            all.insert("group_commits".into(), s.group_commits.into());
+            all.insert("fdatasyncs".into(), s.fdatasyncs.into());
+            all.insert("log_head_reads".into(), s.log_head_reads.into());
+        }
         sample
     }
     fn close(self: Box<Self>) -> Result<()> {

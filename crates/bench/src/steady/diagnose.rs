@@ -22,6 +22,9 @@ pub(super) fn diagnose(first: &Tick, last: &Tick, user_bytes: u64) -> Diagnosis 
         compaction_read_bytes: delta("lower_compaction_read_bytes"),
         compaction_write_bytes: delta("lower_compaction_write_bytes"),
         lower_write_stall_us: delta("lower_write_stall_us"),
+        group_commits: delta("group_commits"),
+        fdatasyncs: delta("fdatasyncs"),
+        log_head_reads: delta("log_head_reads"),
         ingested_files_by_level: last
             .engine
             .get("ingested_files_by_level")

@@ -11,6 +11,7 @@
 //! variants in turn and writes the outputs.
 
 mod args;
+mod ceilings;
 mod crosscheck;
 mod diagnose;
 mod page;
@@ -33,7 +34,7 @@ use args::{config_json, describe_config};
 use crosscheck::db_bench_beside;
 use page::write_report;
 use run::{run_engine, variants};
-use table::{describe_run, diagnosis_table, terminal_table};
+use table::{ceiling_table, describe_run, diagnosis_table, terminal_table};
 
 pub use args::SteadyArgs;
 pub use results::{Diagnosis, Point, SteadyRun};
@@ -59,6 +60,9 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
     println!("roamkv bench steady: {}", describe_config(args, fs));
+    println!("measuring the ceilings (disk probe, fdatasync latency)…");
+    let ceilings = ceilings::measure(fs, args.disk_gib << 30)?;
+    println!("{}", ceilings::describe(&ceilings));
     let mut runs = Vec::new();
     let mut points = Vec::new();
     let mut db_bench = Vec::new();
@@ -77,16 +81,24 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode> {
         println!("{line}");
     }
     println!("{}", diagnosis_table(&runs));
+    println!("{}", ceiling_table(&runs, &ceilings, args.seconds));
     let json = serde_json::json!({
         "machine": header,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "config": config_json(args, fs),
+        "ceilings": ceilings,
         "runs": runs,
         "db_bench": db_bench,
     });
     roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     write_timeseries(&args.out.join("timeseries.csv"), &points)?;
-    write_report(&args.out.join("report.html"), &header, args, &runs, &points)?;
+    write_report(
+        &args.out.join("report.html"),
+        &header,
+        args,
+        (&runs, &ceilings),
+        &points,
+    )?;
     println!(
         "wrote {0}/results.json, {0}/timeseries.csv, {0}/report.html",
         args.out.display()

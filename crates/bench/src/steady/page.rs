@@ -8,14 +8,15 @@ use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
 use crate::error::Result;
 
 use super::args::SteadyArgs;
+use super::ceilings::Ceilings;
 use super::results::{LOG_ONLY_LABEL, Point, SteadyRun};
-use super::table::{describe_run, diagnosis_table};
+use super::table::{ceiling_table, describe_run, diagnosis_table};
 
 pub(super) fn write_report(
     path: &Path,
     header: &MachineHeader,
     args: &SteadyArgs,
-    runs: &[SteadyRun],
+    (runs, ceilings): (&[SteadyRun], &Ceilings),
     points: &[Point],
 ) -> Result<()> {
     let mut html = Html::new("roamkv bench steady: the long run", header);
@@ -25,6 +26,8 @@ pub(super) fn write_report(
     }
     html.heading("Where the work went (measured phase)");
     html.preformatted(&diagnosis_table(runs));
+    html.heading("Against the ceilings (CPU, disk, fdatasync; measured in this run)");
+    html.preformatted(&ceiling_table(runs, ceilings, args.seconds));
     if args.threads.len() > 1 {
         html.heading("Writer threads at steady state (cf. paper 002, Fig. 7 and 8)");
         sweep_charts(&mut html, runs, args.seconds);

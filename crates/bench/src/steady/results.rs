@@ -86,6 +86,11 @@ pub struct SteadyRun {
     pub put_p99_us: u64,
     pub query_p50_us: u64,
     pub query_p99_us: u64,
+    /// CPU time of the worker process (all its threads, user + system) per reading or query of
+    /// the measured phase, and the cores it kept busy on average: set against the machine's
+    /// cores (`Ceilings::cpus`), the CPU ceiling.
+    pub cpu_us_per_op: f64,
+    pub cpu_cores: f64,
     pub queries: u64,
     pub user_bytes: u64,
     pub device_bytes_written: u64,
@@ -109,6 +114,11 @@ pub struct Diagnosis {
     pub compaction_read_bytes: u64,
     pub compaction_write_bytes: u64,
     pub lower_write_stall_us: u64,
+    /// roamkv: group commits, fdatasyncs of the log, and writes that read their first block
+    /// back before writing it whole (at most once after open: docs/FORMAT.md, "Whole blocks").
+    pub group_commits: u64,
+    pub fdatasyncs: u64,
+    pub log_head_reads: u64,
     /// roamkv: files ingested per level over the whole run (index = level).
     pub ingested_files_by_level: Vec<u64>,
     pub lock_holds: u64,

@@ -1,6 +1,7 @@
 //! The terminal's view of a steady run: a line per run, the table of runs with roamkv's ratios,
 //! and the diagnosis table (the HTML page repeats the lines and the diagnosis).
 
+use super::ceilings::Ceilings;
 use super::results::SteadyRun;
 
 pub(super) fn describe_run(run: &SteadyRun) -> String {
@@ -136,6 +137,51 @@ fn ratio_lines(runs: &[SteadyRun]) -> String {
         ));
     }
     text
+}
+
+/// Each run against what bounds it (measured in the same command, `ceilings.rs`): the cores its
+/// worker kept busy of the machine's, CPU per operation, the device's write rate against the
+/// disk probe's, what the device read per byte written, and a batch's round trip (put p50)
+/// beside one fdatasync's.
+pub(super) fn ceiling_table(runs: &[SteadyRun], ceilings: &Ceilings, seconds: u64) -> String {
+    let mut table = comfy_table::Table::new();
+    table.set_header(vec![
+        "engine",
+        "ops/s",
+        "CPU µs/op",
+        "cores busy",
+        "of the CPUs",
+        "device write MB/s",
+        "of the disk",
+        "device read/written",
+        "put p50 µs",
+        "put p50 / fdatasync p50",
+    ]);
+    let disk_mb_s = ceilings.disk_write_bytes_per_sec / 1e6;
+    for r in runs.iter().filter(|r| r.completed) {
+        let write_mb_s = r.device_bytes_written as f64 / 1e6 / seconds.max(1) as f64;
+        table.add_row(vec![
+            r.engine.clone(),
+            format!("{:.0}", r.ops_per_sec),
+            format!("{:.2}", r.cpu_us_per_op),
+            format!("{:.2}", r.cpu_cores),
+            format!("{:.0} %", 100.0 * r.cpu_cores / ceilings.cpus.max(1) as f64),
+            format!("{write_mb_s:.0}"),
+            format!("{:.0} %", 100.0 * write_mb_s / disk_mb_s.max(1e-9)),
+            format!("{:.3}", r.diagnosis.read_write_ratio),
+            format!("{}", r.diagnosis.put_p50_us),
+            format!(
+                "{:.1}",
+                r.diagnosis.put_p50_us as f64 / ceilings.fdatasync_p50_us.max(1) as f64
+            ),
+        ]);
+    }
+    format!(
+        "{}
+{}",
+        super::ceilings::describe(ceilings),
+        table
+    )
 }
 
 /// The measured phase's diagnosis of each engine, as a table.
