@@ -35,7 +35,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use self::catalog::{check_windows, drop_orphan_windows, load_catalog, place_cataloged_devices};
-use self::tail::{cut_torn_tail, list_segments, missing_segment, replay_log};
+use self::tail::{Replayed, cut_torn_tail, list_segments, missing_segment, replay_log};
 use crate::commit_log::log_state::LogState;
 use crate::commit_log::position::LogPosition;
 use crate::commit_log::segment::{self, Segment};
@@ -86,12 +86,7 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     );
     let replayed = replay_log(&segments, &mut st, &counters)?;
     let (cut_at, cut) = cut_torn_tail(&options, &log_dir, &segments, &replayed, &mut st)?;
-    st.log.applied_last_start = replayed
-        .last_record
-        .filter(|(start, len)| {
-            LogPosition::at(start.segment_seq, start.offset + len) == st.log.applied_end
-        })
-        .map(|(start, _)| start);
+    st.log.applied_last_start = start_of_record_ending_at(&replayed, st.log.applied_end);
     check_windows(lower.as_ref(), &st)?;
     let (ready, next_seq) = take_spares(segments, cut_at, next_seq, &mut st)?;
     place_feed(&mut st, feed, held);
@@ -136,6 +131,15 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         shutdown_signal: Condvar::new(),
         recovery,
     })
+}
+
+/// Where the last replayed record starts, if it ends where the applied log ends (a change
+/// feed's position names it: `Feed::end`).
+fn start_of_record_ending_at(replayed: &Replayed, end: LogPosition) -> Option<LogPosition> {
+    replayed
+        .last_record
+        .filter(|(start, len)| LogPosition::at(start.segment_seq, start.offset + len) == end)
+        .map(|(start, _)| start)
 }
 
 /// Segments a feed slot holds although their readings left the log.
