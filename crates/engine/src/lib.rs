@@ -57,8 +57,10 @@ mod upper;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 /// The commit log's record codec, segment files and storage seam, public for the fuzzers and
-/// the format tests (they live in `commit_log/`).
-pub use commit_log::{record, segment, storage};
+/// the format tests (they live in `commit_log/`). The codec is `log_record` outside the engine:
+/// beside `Record`, the reading a caller writes, a bare `record` read as the same thing.
+pub use commit_log::record as log_record;
+pub use commit_log::{segment, storage};
 pub use dir::LowerTierKind;
 pub use engine::Engine;
 pub use error::{Error, Result};

@@ -12,7 +12,7 @@ use roamkv_engine::keys::{self, DeviceRecord, Place};
 use roamkv_engine::limits::{
     DEVICE_ID_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX,
 };
-use roamkv_engine::record::{self, Decode};
+use roamkv_engine::log_record::{self as record, Decode};
 use roamkv_engine::segment::{self, Segment};
 use roamkv_engine::{Error, LowerId, SegmentSeq, WindowId};
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place};
-use roamkv_engine::record::{self, Body, Decode};
+use roamkv_engine::log_record::{self as record, Body, Decode};
 use roamkv_engine::segment::{self, Segment};
 use roamkv_engine::{LowerId, LowerTierKind, SegmentSeq, WindowId, limits};
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use roamkv_engine::record::{self, Decode};
+use roamkv_engine::log_record::{self as record, Decode};
 use roamkv_engine::segment::{self, Segment};
 use roamkv_engine::{LowerId, SegmentSeq, WindowId};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use common::*;
 use parking_lot::Mutex;
 use roamkv_engine::limits::LOG_BLOCK_BYTES;
-use roamkv_engine::record;
+use roamkv_engine::log_record as record;
 use roamkv_engine::storage::{PlainFiles, Storage, StorageFile};
 use roamkv_engine::{Engine, Options};
 

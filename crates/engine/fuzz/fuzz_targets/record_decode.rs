@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roamkv_engine::record::{self, Body, Decode};
+use roamkv_engine::log_record::{self as record, Body, Decode};
 
 fuzz_target!(|data: &[u8]| {
     let seq_low = data.get(8..12).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
