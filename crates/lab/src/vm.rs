@@ -86,14 +86,16 @@ pub fn default_cache_dir() -> PathBuf {
     PathBuf::from("/var/cache/roamkv-lab/vm")
 }
 
-fn build_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/build-guest.sh")
-}
+/// The guest's build script, carried in the binary (testbed's `GuestScript`).
+const BUILD_SCRIPT: vm::GuestScript = vm::GuestScript {
+    name: "build-guest.sh",
+    text: include_str!("../vm/build-guest.sh"),
+};
 
 /// Builds the guest (kernel + initramfs with this binary) if not cached.
 pub fn ensure_guest(cache: &Path) -> Result<vm::GuestImage, LabError> {
     let lab_binary = std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?;
-    vm::ensure_image(cache, &build_script(), &lab_binary)
+    vm::ensure_image(cache, BUILD_SCRIPT, &lab_binary)
 }
 
 /// Boots the guest once for all `fs_names`; returns what it measured.

@@ -17,20 +17,45 @@ pub struct GuestImage {
     pub initramfs: PathBuf,
 }
 
-/// The shared part of every guest script, passed to it as `$ROAMKV_GUEST_BASE`.
-pub fn base_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/guest-base.sh")
+/// The shared part of every guest script, passed to it as `$ROAMKV_GUEST_BASE`. The scripts are
+/// carried in the binary and written out beside the image they build: a binary copied away from
+/// its source tree, or installed from a package, has no `vm/` directory to read them from.
+const BASE_SCRIPT: &str = include_str!("../vm/guest-base.sh");
+
+/// A guest's build script: its file name and its text (`include_str!` of the crate's `vm/` file).
+#[derive(Clone, Copy, Debug)]
+pub struct GuestScript {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+/// Writes `text` to `dir/name` unless it is there already; returns the path.
+fn write_script(dir: &Path, name: &str, text: &str) -> Result<PathBuf, Error> {
+    let path = dir.join(name);
+    if std::fs::read_to_string(&path).is_ok_and(|t| t == text) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    Ok(path)
 }
 
 /// Builds the image in `cache` with `bash script CACHE PAYLOAD` unless the cached one was built
 /// from the same script, base and payload binary.
-pub fn ensure_image(cache: &Path, script: &Path, payload: &Path) -> Result<GuestImage, Error> {
+pub fn ensure_image(
+    cache: &Path,
+    script: GuestScript,
+    payload: &Path,
+) -> Result<GuestImage, Error> {
     let image = GuestImage {
         kernel: cache.join("vmlinuz"),
         initramfs: cache.join("initramfs.img"),
     };
     let stamp = cache.join("image.stamp");
-    let base = base_script();
+    let scripts = cache.join("scripts");
+    let base = write_script(&scripts, "guest-base.sh", BASE_SCRIPT)?;
+    let script = write_script(&scripts, script.name, script.text)?;
+    let script = script.as_path();
     let identity = files_identity(&[payload, script, &base]);
     let fresh = image.kernel.is_file()
         && image.initramfs.is_file()

@@ -331,8 +331,11 @@ fn console_lines(qemu: &mut Qemu) -> mpsc::Receiver<String> {
 fn ensure_guest(cache: &Path) -> Result<GuestImage> {
     let roamkv =
         std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vm/powercut-guest.sh");
-    Ok(roamkv_testbed::vm::ensure_image(cache, &script, &roamkv)?)
+    let script = roamkv_testbed::vm::GuestScript {
+        name: "powercut-guest.sh",
+        text: include_str!("../../vm/powercut-guest.sh"),
+    };
+    Ok(roamkv_testbed::vm::ensure_image(cache, script, &roamkv)?)
 }
 
 /// First record number of the next round. The guest feeds at most `rate` records a second from

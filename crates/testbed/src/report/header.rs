@@ -30,14 +30,8 @@ impl MachineHeader {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|kib| kib.parse::<u64>().ok())
             .map_or(0, |kib| kib * 1024);
-        let git_sha = std::process::Command::new("git")
-            .args(["rev-parse", "--short=12", "HEAD"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_else(|| "unknown".to_string());
+        // The commit this binary was built from (build.rs), not whatever its source tree holds now.
+        let git_sha = env!("ROAMKV_GIT_SHA").to_string();
         MachineHeader {
             cpu,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
