@@ -22,7 +22,7 @@ use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg};
 
 use crate::error::{BenchError, Result};
 use crate::serve::load::HttpClient;
-use crate::serve::targets::process_cpu_seconds;
+use roamkv_testbed::command::process_cpu_seconds;
 
 #[derive(Args, Debug)]
 pub struct HandoffBenchArgs {

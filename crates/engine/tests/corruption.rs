@@ -4,21 +4,11 @@
 mod common;
 
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use roamkv_engine::limits::SEGMENT_HEADER_BYTES;
 use roamkv_engine::{Engine, Error};
-
-fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("log"))
-        .expect("ls")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
-        .collect();
-    files.sort();
-    files
-}
 
 /// Writes `n` readings of one device and closes; returns the data directory.
 fn populated(n: i64) -> tempfile::TempDir {
@@ -49,7 +39,7 @@ fn flip(path: &Path, offset: u64) {
 #[test]
 fn a_flipped_byte_in_the_middle_of_the_log_names_file_and_offset() {
     let dir = populated(50);
-    let segment = &segments(dir.path())[0];
+    let segment = &segment_files(dir.path())[0];
     let offset = SEGMENT_HEADER_BYTES + 1000;
     flip(segment, offset);
     match Engine::open(dir.path(), options(&clock())) {
@@ -74,7 +64,7 @@ fn a_flipped_byte_in_the_middle_of_the_log_names_file_and_offset() {
 #[test]
 fn a_torn_tail_is_cut_and_the_rest_survives() {
     let dir = populated(50);
-    let segment = &segments(dir.path())[0];
+    let segment = &segment_files(dir.path())[0];
     // Find the end of the data: the last record is the 50th; tear it by zeroing its second half.
     let data = std::fs::read(segment).expect("read");
     let end = data.iter().rposition(|&b| b != 0).expect("data") as u64 + 1;
@@ -113,7 +103,7 @@ fn a_torn_tail_is_cut_and_the_rest_survives() {
 #[test]
 fn a_truncated_segment_file_is_an_error_not_a_panic() {
     let dir = populated(20);
-    let segment = &segments(dir.path())[0];
+    let segment = &segment_files(dir.path())[0];
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(segment)
@@ -140,7 +130,7 @@ fn every_single_byte_flip_of_the_log_is_detected_or_harmless() {
     // Flip each byte of the first records' region in turn: open must either fail with Corrupt,
     // or succeed with the data intact up to a cut point at the very end. Never panic.
     let dir = populated(6);
-    let segment = segments(dir.path())[0].clone();
+    let segment = segment_files(dir.path())[0].clone();
     let data = std::fs::read(&segment).expect("read");
     let end = data.iter().rposition(|&b| b != 0).expect("data") as u64 + 1;
     let pristine = tempfile::tempdir().expect("tempdir");
@@ -189,7 +179,7 @@ fn a_missing_segment_in_the_middle_of_the_log_is_reported_not_replayed_around() 
     // rename after a power cut would leave it. Replaying around the gap could revive records
     // whose DEPART was in the lost segment: open must refuse, naming it.
     let dir = populated(24_000);
-    let files = segments(dir.path());
+    let files = segment_files(dir.path());
     assert!(files.len() >= 3, "{files:?}");
     std::fs::remove_file(&files[1]).expect("remove");
     match Engine::open(dir.path(), options(&clock())) {

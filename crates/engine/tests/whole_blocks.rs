@@ -96,13 +96,7 @@ impl StorageFile for RecordingFile {
 }
 
 fn active_segment(dir: &Path) -> PathBuf {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("log"))
-        .expect("ls")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
-        .collect();
-    files.sort();
-    files.into_iter().next().expect("a segment")
+    segment_files(dir).into_iter().next().expect("a segment")
 }
 
 /// Readings of odd sizes, one group each (`Sync`, one writer): most groups end inside a block.

@@ -2,6 +2,7 @@
 //! then read checks. Runs as a child (`roamkv bench worker`) so that it can be placed in a
 //! memory cgroup before it opens the engine and so that its peak RSS is its own.
 
+use roamkv_testbed::command::process_cpu_seconds;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -82,11 +83,9 @@ pub struct WorkerResult {
     #[serde(default)]
     pub device_sectors_read_at_measure_start: Option<u64>,
     /// CPU time of the whole worker process (every thread: writers, the engine's own threads,
-    /// RocksDB's compactions) over the measured phase, user and system, in µs.
+    /// RocksDB's compactions) over the measured phase, user + system, in seconds.
     #[serde(default)]
-    pub cpu_user_us: u64,
-    #[serde(default)]
-    pub cpu_system_us: u64,
+    pub cpu_seconds: f64,
 }
 
 /// A reading remembered for the read check: (device, sensor, ts, still present?).
@@ -226,15 +225,14 @@ fn run_phases(
     };
     progress.measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
-    let cpu_at_start = process_cpu_us();
+    let cpu_at_start = process_cpu_seconds("/proc/self/stat");
     let deadline = started + Duration::from_millis(spec.duration_ms);
     let outcomes = run_phase(engine, pool, generators, epoch, deadline, progress);
     let elapsed_s = started.elapsed().as_secs_f64();
-    let cpu_at_end = process_cpu_us();
+    let cpu_at_end = process_cpu_seconds("/proc/self/stat");
     let mut result = WorkerResult {
         elapsed_s,
-        cpu_user_us: cpu_at_end.0.saturating_sub(cpu_at_start.0),
-        cpu_system_us: cpu_at_end.1.saturating_sub(cpu_at_start.1),
+        cpu_seconds: (cpu_at_end - cpu_at_start).max(0.0),
         device_at_measure_start: device_at_measure_start
             .map(|s| (s.writes, s.sectors_written, s.flushes)),
         device_sectors_read_at_measure_start: device_at_measure_start.map(|s| s.sectors_read),
@@ -464,19 +462,6 @@ fn count_puts(
 }
 
 /// VmHWM of this process, from /proc/self/status.
-/// CPU time this process has used so far, (user, system), in µs: getrusage(RUSAGE_SELF) counts
-/// every thread of the process.
-fn process_cpu_us() -> (u64, u64) {
-    // SAFETY: rusage is plain data (integers and timevals): all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct we pass and keeps no pointer to it.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return (0, 0);
-    }
-    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    (us(usage.ru_utime), us(usage.ru_stime))
-}
-
 fn peak_rss_bytes() -> u64 {
     proc_status_bytes("VmHWM:")
 }

@@ -22,7 +22,8 @@ pub mod load;
 pub mod targets;
 
 use load::{EventSpec, Pace, drive, edgex_json};
-use targets::{Target, process_cpu_seconds, start, stored_values};
+use roamkv_testbed::command::process_cpu_seconds;
+use targets::{Target, start, stored_values};
 
 #[derive(Args, Debug)]
 pub struct ServeBenchArgs {

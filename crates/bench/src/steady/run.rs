@@ -209,7 +209,7 @@ fn record_result(run: &mut SteadyRun, w: &WorkerResult, before: DevStat, after: 
     run.ops_per_sec = (w.puts + w.queries) as f64 / w.elapsed_s.max(1e-9);
     run.write_amplification = write_amplification(device_bytes, w.user_bytes);
     run.put_p99_us = w.put_p99_us;
-    let cpu_us = (w.cpu_user_us + w.cpu_system_us) as f64;
+    let cpu_us = w.cpu_seconds * 1e6;
     run.cpu_us_per_op = cpu_us / (w.puts + w.queries).max(1) as f64;
     run.cpu_cores = cpu_us / (w.elapsed_s.max(1e-9) * 1e6);
     run.query_p50_us = w.query_p50_us;

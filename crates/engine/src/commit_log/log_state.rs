@@ -436,8 +436,7 @@ impl Group {
     pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<()> {
         let mut bytes = 0;
         for chunk in &self.chunks {
-            let pieces: Vec<&[u8]> = chunk.pieces.iter().map(Vec::as_slice).collect();
-            if chunk.segment.write_blocks(&pieces, chunk.offset)? {
+            if chunk.segment.write_blocks(&chunk.pieces, chunk.offset)? {
                 Counters::add(&counters.log_head_reads, 1);
             }
             bytes += chunk.bytes as u64;

@@ -383,7 +383,7 @@ impl Segment {
     /// old or new, and both hold the same records there (the assumption PostgreSQL's WAL makes
     /// when it rewrites its last partial page). Returns whether those bytes had to be read from
     /// the file: only the first write into a block this process did not write (after open).
-    pub fn write_blocks(&self, pieces: &[&[u8]], offset: u64) -> Result<bool> {
+    pub fn write_blocks(&self, pieces: &[Vec<u8>], offset: u64) -> Result<bool> {
         let end = offset + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
         let block_start = offset - offset % LOG_BLOCK_BYTES;
         let padded_end = end.next_multiple_of(LOG_BLOCK_BYTES);
@@ -398,7 +398,7 @@ impl Segment {
         let head = &tail.bytes[..head_len];
         let mut bufs: Vec<&[u8]> = Vec::with_capacity(pieces.len() + 2);
         bufs.push(head);
-        bufs.extend_from_slice(pieces);
+        bufs.extend(pieces.iter().map(Vec::as_slice));
         bufs.push(&ZERO_BLOCK[..(padded_end - end) as usize]);
         storage::write_all_vectored_at(&*self.file, &bufs, block_start)
             .context(|| format!("writing {} at {block_start}", self.path.display()))?;

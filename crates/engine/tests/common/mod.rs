@@ -39,6 +39,17 @@ pub fn open_with(dir: &Path, clock: &Arc<ManualClock>, lower: LowerTierKind) -> 
     .expect("open")
 }
 
+/// The segment files of a data directory, in log order.
+pub fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.join("log"))
+        .expect("ls")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    files.sort();
+    files
+}
+
 pub fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(START_MS))
 }
