@@ -3,7 +3,8 @@
 //! after it — leaves a state that opens with every acknowledged reading. Free when unused: one
 //! atomic load per step.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -39,6 +40,7 @@ pub struct FailPoints {
     pass_step: AtomicU32,
     group_commit_panic: AtomicBool,
     catalog_write: AtomicBool,
+    index_apply_delay_us: AtomicU64,
     hook: parking_lot::Mutex<Option<(u32, StepHook)>>,
 }
 
@@ -48,6 +50,7 @@ impl std::fmt::Debug for FailPoints {
             .field("pass_step", &self.pass_step)
             .field("group_commit_panic", &self.group_commit_panic)
             .field("catalog_write", &self.catalog_write)
+            .field("index_apply_delay_us", &self.index_apply_delay_us)
             .field("hook_armed", &self.hook.lock().is_some())
             .finish()
     }
@@ -86,6 +89,28 @@ impl FailPoints {
     /// Makes the next group commit panic while its syncer holds the state lock (once).
     pub fn panic_in_next_group_commit(&self) {
         self.group_commit_panic.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes the index's thread wait `delay` before it applies each group (until set back to
+    /// zero): the index lags the log, as it does on a loaded machine, for tests of
+    /// read-your-writes and of recovery from a log the index had not caught up with.
+    pub fn slow_index_apply(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.index_apply_delay_us.store(us, Ordering::SeqCst);
+    }
+
+    /// The index's thread, before it applies a group: waits out `slow_index_apply`'s delay, in
+    /// steps short enough to see the engine stop (`stopped`).
+    pub(crate) fn delay_index_apply(&self, stopped: impl Fn() -> bool) {
+        let delay_us = self.index_apply_delay_us.load(Ordering::Relaxed);
+        if delay_us == 0 {
+            return;
+        }
+        let started = Instant::now();
+        let delay = Duration::from_micros(delay_us);
+        while !stopped() && started.elapsed() < delay {
+            std::thread::sleep((delay - started.elapsed()).min(Duration::from_millis(5)));
+        }
     }
 
     pub(crate) fn check_group_commit_panic(&self) {

@@ -6,19 +6,20 @@
 //! - the **writer** takes everything queued as one group, releases the lock and writes it
 //!   (`Group::write`: one pwritev per segment touched), then hands it on, in log order;
 //! - the **syncer** takes every group written so far, releases the lock, fdatasyncs their
-//!   segments once (`Sync` mode; the other modes sync elsewhere), retakes the lock, applies the
-//!   groups in log order and wakes their writers.
+//!   segments once (`Sync` mode; the other modes sync elsewhere), retakes the lock, marks the
+//!   groups committed, wakes their writers and hands the groups to the index's thread
+//!   (`index_apply`), which applies them to the mapping table and the indexes in log order.
 //!
-//! So the next group is written while this one's fdatasync runs, and one fdatasync covers every
-//! group written before it. `Periodic` and `None` modes sync here too (`sync_unsynced`): on the
-//! flush thread's interval, before a pass drops windows, and at close.
+//! So the next group is written while this one's fdatasync runs, one fdatasync covers every
+//! group written before it, and the next fdatasync starts as soon as this one returns: no
+//! writer and no syncer waits for the index. `Periodic` and `None` modes sync here too
+//! (`sync_unsynced`): on the flush thread's interval, before a pass drops windows, and at close.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::commit_log::log_state::{self, Group};
-use crate::commit_log::record::{self, Decode};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::limits::{WRITE_STALL_POLL_MS, WRITER_YIELD_US};
@@ -187,15 +188,21 @@ pub(crate) fn seal_if_old(inner: &Inner, force: bool) -> Result<()> {
 /// With nothing to do, a writer first yields its CPU for up to `WRITER_YIELD_US` (RocksDB's write
 /// thread does the same) and only then parks: a group commits in tens of microseconds, and
 /// parking and waking every waiter of every group cost a third of the write path's CPU on 2
-/// cores (docs/BENCHMARKS.md, "Diagnosis").
+/// cores (docs/BENCHMARKS.md, "Diagnosis"). The yield is adaptive: while commits take longer
+/// than the yield on average (an fdatasync each, under `Sync`), yielding only burns the CPU
+/// the other writers need (issue 23: 30 -> 60 µs per reading at one reading per commit), and a
+/// writer parks at once.
 pub(crate) fn wait_for<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
     ticket: u64,
 ) -> Result<()> {
+    let started = Instant::now();
     let mut yielded = false;
     loop {
         if st.log.committed_ticket >= ticket {
+            drop(st);
+            note_commit_wait(inner, started);
             return Ok(());
         }
         inner.check_poisoned(&st)?;
@@ -205,15 +212,15 @@ pub(crate) fn wait_for<'a>(
             .back()
             .is_some_and(|g| g.last_ticket >= ticket);
         if !st.log.syncer_active && mine_written {
-            st = sync_and_apply(inner, st)?;
+            st = sync_and_commit(inner, st)?;
         } else if !st.log.writer_active && !st.log.queue.is_empty() && !mine_written {
             st = write_group(inner, st)?;
         } else if !st.log.syncer_active && !st.log.written.is_empty() {
             // Written groups ahead of ours: syncing them is the way to ours.
-            st = sync_and_apply(inner, st)?;
+            st = sync_and_commit(inner, st)?;
         } else {
             let epoch = inner.group_epoch.load(Ordering::Acquire);
-            if !yielded {
+            if !yielded && commits_are_quick(inner) {
                 yielded = true;
                 st.unlocked(|| yield_while_unchanged(inner, epoch));
                 continue;
@@ -226,6 +233,20 @@ pub(crate) fn wait_for<'a>(
             yielded = false;
         }
     }
+}
+
+/// Whether a commit takes, on average, no longer than a writer yields before it parks.
+fn commits_are_quick(inner: &Inner) -> bool {
+    inner.commit_wait_us_avg.load(Ordering::Relaxed) <= WRITER_YIELD_US
+}
+
+/// Folds one writer's wait for its commit into the running average (weight 1/8: a few dozen
+/// commits follow a change of load). Writers race on it; an estimate is all it needs to be.
+fn note_commit_wait(inner: &Inner, started: Instant) {
+    let waited_us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
+    let avg = inner.commit_wait_us_avg.load(Ordering::Relaxed);
+    let next = avg - avg / 8 + waited_us / 8;
+    inner.commit_wait_us_avg.store(next, Ordering::Relaxed);
 }
 
 /// Yields the CPU until the group commit's state changes (`group_epoch` moves on) or
@@ -269,8 +290,9 @@ fn write_group<'a>(
 }
 
 /// The syncer's role: takes every written group, fdatasyncs their segments once (Sync mode),
-/// applies them in log order and wakes their writers.
-fn sync_and_apply<'a>(
+/// marks them committed (their writers return) and hands them to the index's thread. Nothing
+/// here waits for the index: the next fdatasync may start as soon as this one returns.
+fn sync_and_commit<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
 ) -> Result<TimedGuard<'a, State>> {
@@ -287,16 +309,11 @@ fn sync_and_apply<'a>(
     let mut st = inner.state.lock();
     st.log.syncer_active = false;
     inner.options.fail_points.check_group_commit_panic();
-    let outcome = synced.and_then(|synced| {
-        for group in &groups {
-            apply_group(inner, &mut st, group)?;
-        }
-        Ok(synced)
-    });
     std::mem::forget(guard);
-    match outcome {
+    match synced {
         Ok(synced) => {
-            st.log.groups_committed(&groups, &synced);
+            st.log.groups_committed(groups, &synced);
+            inner.index_wanted.notify_one();
             inner.groups_changed();
             Ok(st)
         }
@@ -307,32 +324,6 @@ fn sync_and_apply<'a>(
             Err(e)
         }
     }
-}
-
-/// Applies a written group to the mapping table and indexes, in log order. The records were
-/// sealed by this process: their checksums are not computed again (`decode_trusted`).
-fn apply_group(inner: &Inner, st: &mut State, group: &Group) -> Result<()> {
-    for queued in &group.records {
-        let segment = &group.chunks[queued.chunk].segment;
-        let position = group.position(queued);
-        let Decode::Record(decoded) =
-            record::decode_trusted(group.record(queued), segment.seq_low())
-        else {
-            return Err(Error::Poisoned(format!(
-                "internal: a record the engine just encoded for {} at {} does not decode",
-                segment.path.display(),
-                position.offset
-            )));
-        };
-        st.apply(
-            &inner.counters,
-            queued.device,
-            &decoded.body,
-            position,
-            queued.len as u32,
-        );
-    }
-    Ok(())
 }
 
 /// fdatasyncs every segment written since its last sync (Periodic and None modes). A failure

@@ -40,6 +40,7 @@ mod format;
 mod group_commit;
 mod hold;
 mod ids;
+mod index_apply;
 pub mod limits;
 mod lower;
 mod maintenance;

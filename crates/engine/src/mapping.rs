@@ -43,6 +43,9 @@ pub struct DeviceEntry {
     /// deleted but still on disk (reads skip them; the pass that takes the TRIM's segment
     /// deletes them).
     pub settled_trim_pending: Option<i64>,
+    /// The ticket of its newest queued record (a PUT or a TRIM): a read of the device waits
+    /// until the index has applied it, once it is acknowledged (index_apply.rs).
+    pub last_ticket: u64,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +94,7 @@ impl MappingTable {
                 lower: None,
                 trims: Vec::new(),
                 settled_trim_pending: None,
+                last_ticket: 0,
             },
         );
         id

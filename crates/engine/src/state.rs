@@ -2,7 +2,8 @@
 //! logged record changes that state (`State::apply`, the same on the live path and in recovery).
 //!
 //! Concurrency: one `TimedMutex<State>` guards the mapping table, the log's index, the log's
-//! bookkeeping and the lower tier's bookkeeping (which windows hold what). **The lock rule**:
+//! bookkeeping and the lower tier's bookkeeping (which windows hold what). What each thread
+//! owns: docs/ARCHITECTURE.md, "Threads". **The lock rule**:
 //! no file I/O while it is held — no log write, read or sync, no lower-tier read or write, and
 //! no wait for a ready segment (`make_room` releases it to wait). What runs under it is
 //! bookkeeping in memory; `Stats::state_lock` measures every hold, and names the call sites
@@ -183,6 +184,17 @@ pub(crate) struct Inner {
     /// Bumped, under the state lock, at every `group_done` signal: a writer that yields
     /// instead of parking (group_commit::wait_for) watches it without the lock.
     pub group_epoch: AtomicU64,
+    /// Running average of a writer's wait for its commit, in microseconds: writers yield
+    /// before they park only while commits are quicker than the yield (group_commit.rs).
+    pub commit_wait_us_avg: AtomicU64,
+    /// Signalled when groups are committed (the index's thread has work) or the engine stops.
+    pub index_wanted: Condvar,
+    /// Signalled when the index's thread applied a group (or the engine is poisoned or stops):
+    /// readers waiting for their writes, and writers waiting for the index's lag, wait on it.
+    pub index_applied: Condvar,
+    /// Set, under the state lock, when the engine stops: the index's thread ends, and nobody
+    /// waits for it any more.
+    pub index_stopped: AtomicBool,
     /// Signalled when segments retire (writers stalled for log room wait on it).
     pub space_freed: Condvar,
     /// A writer is stalled or the log is under pressure: maintenance should run now.
@@ -214,6 +226,7 @@ impl Inner {
     pub(crate) fn poison(&self, st: &mut State, reason: &str) {
         st.poisoned.get_or_insert_with(|| reason.to_string());
         self.groups_changed();
+        self.index_applied.notify_all();
     }
 
     /// Wakes every writer waiting on the group commit (called with the state lock held, so a

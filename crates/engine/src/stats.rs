@@ -109,6 +109,14 @@ pub struct Stats {
     /// Encoded bytes queued for the next group commit, and the bound past which writers wait.
     pub pending_bytes: u64,
     pub pending_bytes_max: u64,
+    /// Bytes of the groups committed (acknowledged) and not yet applied to the index by its own
+    /// thread, and the bound past which writers wait (`INDEX_LAG_BYTES_MAX`).
+    pub index_lag_bytes: u64,
+    pub index_lag_bytes_max: u64,
+    /// Reads (and listings, stats, passes) that waited for the index to apply an acknowledged
+    /// write, and writers that waited for the index's lag to fall under its bound.
+    pub index_waits: u64,
+    pub index_lag_waits: u64,
     /// Devices in the mapping table, and the limit.
     pub devices: u64,
     pub devices_max: u64,
@@ -213,6 +221,8 @@ pub(crate) struct Counters {
     pub fdatasyncs: AtomicU64,
     pub group_commits: AtomicU64,
     pub log_head_reads: AtomicU64,
+    pub index_waits: AtomicU64,
+    pub index_lag_waits: AtomicU64,
     pub segments_recycled: AtomicU64,
     pub maintenance_read_bytes: AtomicU64,
     pub passes: AtomicU64,

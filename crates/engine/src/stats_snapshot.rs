@@ -48,13 +48,17 @@ fn lower_space(inner: &Inner, stats: &mut Stats) {
 pub(crate) fn stats(inner: &Inner) -> Stats {
     let now_ms = inner.options.clock.now_ms();
     let mut stats = {
-        let st = inner.state.lock();
+        let mut st = inner.state.lock();
+        // What every acknowledged write did is counted (a poisoned or closing engine reports
+        // what it has).
+        let _ = crate::index_apply::wait_for_committed(inner, &mut st);
         let placed = st.map.placed();
         let (window_file_bytes, window_live_bytes) = st.lower.window_bytes();
         let mut stats = Stats {
             index_bytes: st.index_account.bytes,
             live_segments: st.log.segments.len() as u64,
             pending_bytes: st.log.queued_bytes as u64,
+            index_lag_bytes: st.log.unapplied_bytes as u64,
             devices: st.map.len() as u64,
             mapping_table_scans: st.map.scans(),
             last_maintenance_error: st.last_maintenance_error.clone(),
@@ -104,6 +108,9 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     stats.segments_recycled = Counters::get(&c.segments_recycled);
     stats.segments_retired = Counters::get(&c.segments_retired);
     stats.pending_bytes_max = limits::PENDING_BYTES_MAX as u64;
+    stats.index_lag_bytes_max = limits::INDEX_LAG_BYTES_MAX as u64;
+    stats.index_waits = Counters::get(&c.index_waits);
+    stats.index_lag_waits = Counters::get(&c.index_lag_waits);
     stats.devices_max = inner.options.devices_max;
     stats.window_bytes_max = limits::WINDOW_BYTES_MAX;
     stats.log_dirty_bytes_max = 2 * inner.options.log_writeback_bytes;

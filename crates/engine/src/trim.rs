@@ -15,6 +15,7 @@
 use crate::commit_log::record;
 use crate::error::Result;
 use crate::group_commit::{self, Stall};
+use crate::index_apply;
 use crate::query;
 use crate::reading::validate_device;
 use crate::state::Inner;
@@ -43,6 +44,9 @@ pub(crate) fn trim_before(inner: &Inner, device: &str, before_ns: i64) -> Result
     let mut bytes = Vec::with_capacity(len);
     record::encode_trim(&mut bytes, segment.seq_low(), device, before_ns);
     let ticket = st.log.enqueue(segment, offset, bytes, vec![(id, 0, len)]);
+    if let Some(entry) = st.map.entry_mut(id) {
+        entry.last_ticket = ticket;
+    }
     group_commit::wait_for(inner, st, ticket)?;
     Counters::add(&inner.counters.trims, 1);
     Ok(true)
@@ -52,7 +56,8 @@ pub(crate) fn trim_before(inner: &Inner, device: &str, before_ns: i64) -> Result
 /// state lock) in the lower tier.
 fn has_readings_before(inner: &Inner, device: &str, before_ns: i64) -> Result<bool> {
     {
-        let st = inner.state.lock();
+        let mut st = inner.state.lock();
+        index_apply::wait_for_device(inner, &mut st, device)?;
         match st.map.lookup(device) {
             None => return Ok(false),
             Some((_, entry)) if entry.index.has_before(before_ns) => return Ok(true),

@@ -2,10 +2,11 @@
 //!
 //! `LogState` (live segments and what they hold, placement in the active segment, the segment
 //! switch, the queue of sealed records and its tickets, groups written and waiting for their
-//! sync, what may retire) lives in `state::State`, beside the mapping table, so that
-//! registering a device and placing its records are one step. `Group::write` and `sync_groups`
-//! run without the lock, on a writer's thread: `group_commit` is the one module that calls
-//! them, so it is the one place that writes and syncs the log.
+//! sync, groups committed and waiting for the index, what may retire) lives in `state::State`,
+//! beside the mapping table, so that registering a device and placing its records are one step.
+//! `Group::write` and `sync_segments` run without the lock, on a writer's thread:
+//! `group_commit` is the one module that calls them, so it is the one place that writes and
+//! syncs the log. `index_apply` is the one module that applies committed groups.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -95,15 +96,23 @@ pub(crate) struct LogState {
     pub queued_records: Vec<QueuedRecord>,
     pub queued_bytes: usize,
     pub next_ticket: u64,
-    /// Every ticket up to this one is written, synced (under `Sync`) and applied.
+    /// Every ticket up to this one is written and synced (under `Sync`): its writer may return.
     pub committed_ticket: u64,
+    /// Every ticket up to this one is applied to the mapping table and the indexes
+    /// (`index_apply`); never ahead of `committed_ticket`.
+    pub applied_ticket: u64,
     /// A writer is writing a group (at most one at a time: groups are written in log order).
     pub writer_active: bool,
-    /// A syncer is syncing and applying written groups (at most one at a time: they are
-    /// applied in log order).
+    /// A syncer is syncing written groups (at most one at a time: they commit in log order).
     pub syncer_active: bool,
-    /// Groups written and waiting to be synced and applied, in log order.
+    /// Groups written and waiting to be synced, in log order.
     pub written: VecDeque<Group>,
+    /// Groups committed (their writers acknowledged) and waiting for the index's thread, in
+    /// log order.
+    pub unapplied: VecDeque<Group>,
+    /// Bytes of the groups committed and not yet applied (in `unapplied` or being applied):
+    /// writers wait while it is over `INDEX_LAG_BYTES_MAX`.
+    pub unapplied_bytes: usize,
     /// End of the last record written and applied. Index entries added later lie beyond it.
     pub applied_end: LogPosition,
     /// Where the record that ends at `applied_end` starts, when it is a device's record (a
@@ -127,7 +136,7 @@ pub(crate) struct LogState {
     pub active_since_ms: Option<u64>,
 }
 
-/// Everything queued when a writer took over: written, synced and applied together.
+/// Everything queued when a writer took over: written, synced, committed and applied together.
 pub(crate) struct Group {
     pub chunks: Vec<Chunk>,
     pub records: Vec<QueuedRecord>,
@@ -157,9 +166,12 @@ impl LogState {
             queued_bytes: 0,
             next_ticket: 0,
             committed_ticket: 0,
+            applied_ticket: 0,
             writer_active: false,
             syncer_active: false,
             written: VecDeque::new(),
+            unapplied: VecDeque::new(),
+            unapplied_bytes: 0,
             unsynced: BTreeSet::new(),
             spare_wanted: false,
             sealed: false,
@@ -342,25 +354,35 @@ impl LogState {
         }
     }
 
-    /// The groups are synced (if `synced`) and applied: their writers may return.
-    pub fn groups_committed(&mut self, groups: &[Group], synced: &[(SegmentSeq, u64)]) {
+    /// The groups are written and synced (if `synced`): their writers may return. They wait for
+    /// the index's thread in `unapplied`.
+    pub fn groups_committed(&mut self, groups: Vec<Group>, synced: &[(SegmentSeq, u64)]) {
         for group in groups {
-            self.note_written(group, !synced.is_empty());
-            if let Some(last) = group.chunks.last() {
-                self.applied_end = LogPosition {
-                    segment_seq: last.segment.seq,
-                    offset: last.offset + last.bytes as u64,
-                };
-                self.applied_last_start = group.records.last().and_then(|r| {
-                    let start = group.position(r);
-                    (LogPosition::at(start.segment_seq, start.offset + r.len as u64)
-                        == self.applied_end)
-                        .then_some(start)
-                });
-            }
+            self.note_written(&group, !synced.is_empty());
             self.committed_ticket = group.last_ticket;
+            self.unapplied_bytes += group.bytes();
+            self.unapplied.push_back(group);
         }
         self.mark_synced(synced);
+    }
+
+    /// The group (the oldest committed one not yet applied) is applied: reads see it, and
+    /// maintenance and the change feed may go as far as its end.
+    pub fn group_applied(&mut self, group: &Group) {
+        if let Some(last) = group.chunks.last() {
+            self.applied_end = LogPosition {
+                segment_seq: last.segment.seq,
+                offset: last.offset + last.bytes as u64,
+            };
+            self.applied_last_start = group.records.last().and_then(|r| {
+                let start = group.position(r);
+                (LogPosition::at(start.segment_seq, start.offset + r.len as u64)
+                    == self.applied_end)
+                    .then_some(start)
+            });
+        }
+        self.applied_ticket = group.last_ticket;
+        self.unapplied_bytes -= group.bytes();
     }
 
     /// Segments written since their last fdatasync, forgotten as such, each with the end of
@@ -449,6 +471,11 @@ impl Group {
         Counters::add(&counters.log_bytes_written, bytes);
         Counters::add(&counters.group_commits, 1);
         Ok(())
+    }
+
+    /// Bytes of its records (what it holds in memory until it is applied).
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.bytes).sum()
     }
 
     /// The record's bytes.

@@ -33,6 +33,7 @@ use crate::error::Result;
 use crate::failpoints::PassStep;
 use crate::group_commit;
 use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
+use crate::index_apply;
 use crate::limits::{
     CONSOLIDATION_BYTES_MAX, INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT,
     WINDOW_RECLAIM_START_PERCENT, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
@@ -71,7 +72,11 @@ pub(crate) fn maintain(inner: &Inner) -> Result<()> {
         if *inner.shutdown.lock() {
             break;
         }
-        if let Err(e) = group_commit::seal_if_old(inner, false) {
+        // What was sealed is taken once the index holds it whole: catching up first keeps a
+        // round's work what the log holds, not what the index's thread has reached.
+        if let Err(e) =
+            group_commit::seal_if_old(inner, false).and_then(|()| index_apply::catch_up(inner))
+        {
             outcome = Err(e);
             break;
         }
@@ -265,6 +270,7 @@ pub(crate) fn age_for_memory(inner: &Inner) -> Result<()> {
     let _one_at_a_time = inner.maintenance.lock();
     let mut sealed = false;
     loop {
+        index_apply::catch_up(inner)?;
         match next_work(inner, true, false) {
             Work::AgeOut { seq, reason } => {
                 age_out::pass(inner, seq, reason)?;

@@ -20,6 +20,7 @@ use self::log::{ReadError, read_log};
 use self::lower::{LowerView, get_lower, latest_lower, page_lower};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
+use crate::index_apply;
 use crate::limits::{READ_ATTEMPTS_MAX, SCAN_PAGE_READINGS_MAX};
 use crate::lower::keys::Place;
 use crate::lower::oldest_per_sensor;
@@ -87,15 +88,17 @@ enum Located {
     },
 }
 
-/// Looks the device up; `choose` picks the index entries to read.
+/// Looks the device up, once the index holds every write to it acknowledged so far
+/// (index_apply.rs); `choose` picks the index entries to read.
 fn locate(
     inner: &Inner,
     device: &str,
     choose: impl FnOnce(&DeviceIndex) -> Vec<(&str, IndexEntry)>,
-) -> Located {
-    let st = inner.state.lock();
+) -> Result<Located> {
+    let mut st = inner.state.lock();
+    index_apply::wait_for_device(inner, &mut st, device)?;
     let Some((_, entry)) = st.map.lookup(device) else {
-        return Located::Absent;
+        return Ok(Located::Absent);
     };
     let log = choose(&entry.index)
         .into_iter()
@@ -121,7 +124,7 @@ fn locate(
             settled_hidden_before: entry.settled_trim_pending,
         }
     });
-    Located::Present { log, lower }
+    Ok(Located::Present { log, lower })
 }
 
 /// `Engine::get` (`point`: the one reading at `from_ns`) and `Engine::scan`.
@@ -139,7 +142,7 @@ pub(crate) fn read(
         let located = locate(inner, device, |index| match (point, sensor) {
             (true, Some(sensor)) => index.get(sensor, from_ns).into_iter().collect(),
             _ => index.range(sensor, from_ns, to_ns),
-        });
+        })?;
         let Located::Present { log, lower } = located else {
             return Ok(Vec::new());
         };
@@ -169,7 +172,9 @@ pub(crate) fn read(
 /// `Engine::devices`.
 pub(crate) fn devices(inner: &Inner) -> Vec<DeviceInfo> {
     let now_ms = inner.options.clock.now_ms();
-    let st = inner.state.lock();
+    let mut st = inner.state.lock();
+    // Every acknowledged write is counted (a poisoned or closing engine lists what it has).
+    let _ = index_apply::wait_for_committed(inner, &mut st);
     let mut devices: Vec<DeviceInfo> = st
         .map
         .entries()
@@ -206,7 +211,7 @@ pub(crate) fn latest(inner: &Inner, device: &str, sensor: Option<&str>) -> Resul
     validate_device(device)?;
     validate_optional_sensor(sensor)?;
     retry_moved(inner, |inner| {
-        let Located::Present { log, lower } = locate(inner, device, |index| index.latest(sensor))
+        let Located::Present { log, lower } = locate(inner, device, |index| index.latest(sensor))?
         else {
             return Ok(Vec::new());
         };
@@ -256,7 +261,7 @@ pub(crate) fn scan_page(
     let mut readings = retry_moved(inner, |inner| {
         let located = locate(inner, device, |index| {
             index.page(sensor, from_ns, to_ns, after, limit + 1)
-        });
+        })?;
         let Located::Present { log, lower } = located else {
             return Ok(Vec::new());
         };
@@ -345,7 +350,7 @@ pub(crate) fn lower_has_before(inner: &Inner, device: &str, before_ns: i64) -> R
     let _windows_stay = inner.window_gate.read();
     let Located::Present {
         lower: Some(lower), ..
-    } = locate(inner, device, |_| Vec::new())
+    } = locate(inner, device, |_| Vec::new())?
     else {
         return Ok(false);
     };

@@ -1,0 +1,211 @@
+//! The index's own thread (`roamkv-index`): applies committed groups to the mapping table and
+//! the devices' indexes, in log order, after their writers were acknowledged. A writer returns
+//! once its group is written (and fdatasync'd, under `Sync`); the CPU of indexing its records
+//! is not on its path, and the next group's fdatasync does not wait for it (issue 31).
+//!
+//! **Read-your-writes.** Every device entry keeps the ticket of its newest queued record
+//! (`DeviceEntry::last_ticket`). A read of a device waits until the index has applied
+//! `min(last_ticket, committed_ticket)`: every write to the device acknowledged before the read
+//! began is applied, and the read never waits for a write that is not acknowledged yet, nor
+//! for other devices' groups behind it (`wait_for_device`). Calls that look at every device
+//! (listing, stats, maintenance) wait for everything committed (`wait_for_committed`).
+//!
+//! **The lock.** Records are decoded outside the state lock; their effects are applied under it
+//! a slice at a time (`APPLY_SLICE_RECORDS`, cut only between batches, so a batch is seen
+//! whole), so no hold lasts a whole group. Writers wait while the groups not yet applied hold
+//! more than `INDEX_LAG_BYTES_MAX`.
+//!
+//! **Crashes.** Nothing here touches a file: what is durable is the log, and recovery rebuilds
+//! the index from it (recovery/), however far the index lagged when the process died.
+//! Maintenance takes a segment only once it is applied whole (`LogState::oldest_unaged`), and
+//! the change feed reads only as far as the index has applied (`LogState::applied_end`).
+
+use std::sync::atomic::Ordering;
+
+use crate::commit_log::log_state::Group;
+use crate::commit_log::position::LogPosition;
+use crate::commit_log::record::{self, Body, Decode};
+use crate::error::{Error, Result};
+use crate::ids::DeviceId;
+use crate::limits::APPLY_SLICE_RECORDS;
+use crate::state::{Inner, State};
+use crate::stats::Counters;
+use crate::timed_mutex::TimedGuard;
+
+/// One decoded record of a group, ready to apply.
+struct Decoded<'g> {
+    device: DeviceId,
+    body: Body<'g>,
+    position: LogPosition,
+    len: u32,
+    /// Which writer's buffer it came from (chunk, piece): a batch is one piece, never split
+    /// between slices.
+    piece: (usize, usize),
+}
+
+/// Poisons the engine if the index's thread unwinds: readers would otherwise wait forever for
+/// a group it will never apply.
+struct ApplierGuard<'a> {
+    inner: &'a Inner,
+}
+
+impl Drop for ApplierGuard<'_> {
+    fn drop(&mut self) {
+        fail(self.inner, "the index's thread panicked; reopen to recover");
+    }
+}
+
+/// The index can go no further: the engine is poisoned (writes refused) and the thread stops
+/// (reads that need more than it applied fail).
+fn fail(inner: &Inner, reason: &str) {
+    let mut st = inner.state.lock();
+    inner.poison(&mut st, reason);
+    inner.index_stopped.store(true, Ordering::Relaxed);
+    inner.index_applied.notify_all();
+}
+
+/// The `roamkv-index` thread: applies committed groups until the engine stops. A poisoned
+/// engine (a failed write or fdatasync) still has its acknowledged groups applied: reads go on.
+pub(crate) fn run(inner: &Inner) {
+    let guard = ApplierGuard { inner };
+    while let Some(group) = next_group(inner) {
+        inner
+            .options
+            .fail_points
+            .delay_index_apply(|| inner.index_stopped.load(Ordering::Relaxed));
+        if let Err(e) = apply_group(inner, &group) {
+            fail(inner, &e.to_string());
+            break;
+        }
+    }
+    std::mem::forget(guard);
+}
+
+/// The oldest committed group not yet applied; None once the engine stops.
+fn next_group(inner: &Inner) -> Option<Group> {
+    let mut st = inner.state.lock();
+    loop {
+        if inner.index_stopped.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Some(group) = st.log.unapplied.pop_front() {
+            return Some(group);
+        }
+        st.wait(&inner.index_wanted);
+    }
+}
+
+/// Stops the index's thread (at engine close or abandon): groups not applied stay so, as in a
+/// killed process; recovery applies them from the log at the next open.
+pub(crate) fn stop(inner: &Inner) {
+    let _st = inner.state.lock();
+    inner.index_stopped.store(true, Ordering::Relaxed);
+    inner.index_wanted.notify_all();
+    inner.index_applied.notify_all();
+}
+
+/// Applies one group: decodes its records without the lock, applies them a slice at a time
+/// under it, and marks the group applied with its last slice.
+fn apply_group(inner: &Inner, group: &Group) -> Result<()> {
+    let decoded = decode_group(group)?;
+    let mut start = 0;
+    loop {
+        let mut end = (start + APPLY_SLICE_RECORDS).min(decoded.len());
+        while end < decoded.len() && decoded[end].piece == decoded[end - 1].piece {
+            end += 1;
+        }
+        let mut st = inner.state.lock();
+        for d in &decoded[start..end] {
+            st.apply(&inner.counters, d.device, &d.body, d.position, d.len);
+        }
+        if end == decoded.len() {
+            st.log.group_applied(group);
+            inner.index_applied.notify_all();
+            return Ok(());
+        }
+        drop(st);
+        start = end;
+    }
+}
+
+/// The group's records, decoded. They were sealed by this process: their checksums are not
+/// computed again (`decode_trusted`).
+fn decode_group(group: &Group) -> Result<Vec<Decoded<'_>>> {
+    group
+        .records
+        .iter()
+        .map(|queued| {
+            let segment = &group.chunks[queued.chunk].segment;
+            let position = group.position(queued);
+            match record::decode_trusted(group.record(queued), segment.seq_low()) {
+                Decode::Record(decoded) => Ok(Decoded {
+                    device: queued.device,
+                    body: decoded.body,
+                    position,
+                    len: queued.len as u32,
+                    piece: (queued.chunk, queued.piece),
+                }),
+                _ => Err(Error::Poisoned(format!(
+                    "internal: a record the engine just encoded for {} at {} does not decode",
+                    segment.path.display(),
+                    position.offset
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// Waits until every acknowledged write to `device` is applied (see the module's doc). An
+/// unknown device has nothing to wait for.
+pub(crate) fn wait_for_device(
+    inner: &Inner,
+    st: &mut TimedGuard<'_, State>,
+    device: &str,
+) -> Result<()> {
+    let Some((_, entry)) = st.map.lookup(device) else {
+        return Ok(());
+    };
+    let ticket = entry.last_ticket.min(st.log.committed_ticket);
+    wait_applied(inner, st, ticket)
+}
+
+/// Waits until every group committed so far is applied.
+pub(crate) fn wait_for_committed(inner: &Inner, st: &mut TimedGuard<'_, State>) -> Result<()> {
+    let ticket = st.log.committed_ticket;
+    wait_applied(inner, st, ticket)
+}
+
+/// `wait_for_committed`, taking the lock.
+pub(crate) fn catch_up(inner: &Inner) -> Result<()> {
+    wait_for_committed(inner, &mut inner.state.lock())
+}
+
+fn wait_applied(inner: &Inner, st: &mut TimedGuard<'_, State>, ticket: u64) -> Result<()> {
+    if st.log.applied_ticket >= ticket {
+        return Ok(());
+    }
+    Counters::add(&inner.counters.index_waits, 1);
+    while st.log.applied_ticket < ticket {
+        if inner.index_stopped.load(Ordering::Relaxed) {
+            inner.check_poisoned(st)?;
+            return Err(Error::Poisoned(
+                "the engine is closing: the index's thread has stopped".into(),
+            ));
+        }
+        st.wait(&inner.index_applied);
+    }
+    Ok(())
+}
+
+/// Writers wait here, before queueing, while the index lags by more than its bound.
+pub(crate) fn wait_for_lag(inner: &Inner, st: &mut TimedGuard<'_, State>) -> Result<()> {
+    while st.log.unapplied_bytes > crate::limits::INDEX_LAG_BYTES_MAX {
+        inner.check_poisoned(st)?;
+        if inner.index_stopped.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Counters::add(&inner.counters.index_lag_waits, 1);
+        st.wait(&inner.index_applied);
+    }
+    Ok(())
+}
