@@ -1,5 +1,5 @@
-//! Ctrl-C in the middle of `roamkv lab commit` leaves no loop device, mount, write throttle or
-//! PostgreSQL server behind. Runs the real binary as root with Debian's postgresql; fails without
+//! Ctrl-C in the middle of `roamkv lab commit` leaves no loop device, mount, write throttle,
+//! PostgreSQL server or work directory behind. Runs the real binary as root with Debian's postgresql; fails without
 //! them, or skips when asked (`roamkv_testbed::prerequisite`).
 use roamkv_testbed::prerequisite::{met, require_root};
 use std::io::{BufRead, BufReader};
@@ -127,6 +127,11 @@ fn ctrl_c_during_lab_commit_leaves_nothing_behind() {
     for image in &during {
         let dir = image.trim_end_matches("data.img");
         assert!(!mounts.contains(dir), "{dir} still mounted");
+        // Its work directory (images, mount point) goes with the last undo step.
+        assert!(
+            !std::path::Path::new(dir).exists(),
+            "{dir} (the run's work directory) left behind"
+        );
         assert!(
             !postgres_commands().iter().any(|c| c.contains(dir)),
             "a postgres server on {dir} still runs (was: {pg_during:?})"

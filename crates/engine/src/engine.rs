@@ -16,7 +16,7 @@ use crate::ids::DeviceId;
 use crate::index_apply;
 use crate::limits::{self, SEGMENT_HEADER_BYTES};
 use crate::maintenance;
-use crate::options::{Durability, Options};
+use crate::options::{Durability, IndexApply, Options};
 use crate::query::{self, DeviceInfo, ScanCursor, ScanPage};
 use crate::reading::{Reading, Record, user_bytes, validate_device, validate_record};
 use crate::recovery;
@@ -53,11 +53,13 @@ impl Engine {
                     source: e,
                 })
         };
-        let applier = Arc::clone(&inner);
-        threads.push(spawn(
-            "roamkv-index",
-            Box::new(move || index_apply::run(&applier)),
-        )?);
+        if inner.options.index_apply == IndexApply::AfterAck {
+            let applier = Arc::clone(&inner);
+            threads.push(spawn(
+                "roamkv-index",
+                Box::new(move || index_apply::run(&applier)),
+            )?);
+        }
         let preparer = Arc::clone(&inner);
         threads.push(spawn(
             "roamkv-segments",
@@ -167,15 +169,7 @@ impl Engine {
         let ticket = st
             .log
             .enqueue(segment, offset + register_bytes as u64, batch.bytes, placed);
-        let mut last_id = None;
-        for id in ids {
-            if last_id != Some(id) {
-                last_id = Some(id);
-                if let Some(entry) = st.map.entry_mut(id) {
-                    entry.last_ticket = ticket;
-                }
-            }
-        }
+        st.map.note_last_ticket(&ids, ticket);
         let over_index_cap = st.index_account.bytes > inner.options.index_bytes_max;
         group_commit::wait_for(inner, st, ticket)?;
 

@@ -7,13 +7,12 @@
 //!   (`Group::write`: one pwritev per segment touched), then hands it on, in log order;
 //! - the **syncer** takes every group written so far, releases the lock, fdatasyncs their
 //!   segments once (`Sync` mode; the other modes sync elsewhere), retakes the lock, marks the
-//!   groups committed, wakes their writers and hands the groups to the index's thread
-//!   (`index_apply`), which applies them to the mapping table and the indexes in log order.
+//!   groups committed and has them applied to the mapping table and the indexes (`index_apply`:
+//!   before their writers wake, by default, or after).
 //!
-//! So the next group is written while this one's fdatasync runs, one fdatasync covers every
-//! group written before it, and the next fdatasync starts as soon as this one returns: no
-//! writer and no syncer waits for the index. `Periodic` and `None` modes sync here too
-//! (`sync_unsynced`): on the flush thread's interval, before a pass drops windows, and at close.
+//! So the next group is written while this one's fdatasync runs, and one fdatasync covers every
+//! group written before it. `Periodic` and `None` modes sync here too (`sync_unsynced`): on the
+//! flush thread's interval, before a pass drops windows, and at close.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,8 +21,9 @@ use std::time::{Duration, Instant};
 use crate::commit_log::log_state::{self, Group};
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
+use crate::index_apply;
 use crate::limits::{WRITE_STALL_POLL_MS, WRITER_YIELD_US};
-use crate::options::Durability;
+use crate::options::{Durability, IndexApply};
 use crate::state::{Inner, State};
 use crate::stats::Counters;
 use crate::timed_mutex::TimedGuard;
@@ -290,8 +290,9 @@ fn write_group<'a>(
 }
 
 /// The syncer's role: takes every written group, fdatasyncs their segments once (Sync mode),
-/// marks them committed (their writers return) and hands them to the index's thread. Nothing
-/// here waits for the index: the next fdatasync may start as soon as this one returns.
+/// marks them committed and has them applied to the index: under the lock before their writers
+/// return (`IndexApply::BeforeAck`), or after, without the syncer's role, so that the next
+/// fdatasync may start as soon as this one returns (`IndexApply::AfterAck`).
 fn sync_and_commit<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
@@ -313,8 +314,18 @@ fn sync_and_commit<'a>(
     match synced {
         Ok(synced) => {
             st.log.groups_committed(groups, &synced);
-            inner.index_wanted.notify_one();
-            inner.groups_changed();
+            match inner.options.index_apply {
+                IndexApply::BeforeAck => {
+                    // The lock is held from the commit through the apply: no writer sees its
+                    // ticket committed before its records are indexed.
+                    index_apply::apply_all_locked(inner, &mut st)?;
+                    inner.groups_changed();
+                }
+                IndexApply::AfterAck => {
+                    inner.groups_changed();
+                    index_apply::apply_committed(inner, &mut st)?;
+                }
+            }
             Ok(st)
         }
         Err(e) => {

@@ -100,6 +100,20 @@ impl MappingTable {
         id
     }
 
+    /// The devices (`ids`, in a batch's order) have records queued under `ticket`: reads of them
+    /// wait for it once it is acknowledged (index_apply.rs).
+    pub fn note_last_ticket(&mut self, ids: &[DeviceId], ticket: u64) {
+        let mut last = None;
+        for id in ids {
+            if last != Some(*id) {
+                last = Some(*id);
+                if let Some(entry) = self.devices.get_mut(id) {
+                    entry.last_ticket = ticket;
+                }
+            }
+        }
+    }
+
     /// Unmaps the name (new puts start a new incarnation); the entry stays until `remove`.
     pub fn unmap(&mut self, name: &str) -> Option<DeviceId> {
         self.names.remove(name)

@@ -124,6 +124,24 @@ pub struct Options {
     /// slot's hold is released (its reader finds a gap) rather than make writers wait. `None`: a
     /// quarter of the log budget.
     pub feed_hold_bytes_max: Option<u64>,
+    /// When a committed group reaches the in-memory index: before its writers return (the
+    /// default) or after (docs/ENGINE.md, "The index and the acknowledgement").
+    pub index_apply: IndexApply,
+}
+
+/// When a committed group is applied to the in-memory index (index_apply.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexApply {
+    /// The syncer applies the groups under the state lock, then their writers return. Reads
+    /// never wait. On two cores this measured fastest: docs/BENCHMARKS.md, "The index off the
+    /// writer's path".
+    #[default]
+    BeforeAck,
+    /// Writers return once their group is written (and fdatasync'd, under `Sync`); the syncer
+    /// applies it after, if the applier's role is free, or leaves it to the `roamkv-index`
+    /// thread. The next fdatasync does not wait for the index; a read waits until its device's
+    /// acknowledged writes are applied (read-your-writes).
+    AfterAck,
 }
 
 impl Default for Options {
@@ -148,6 +166,7 @@ impl Default for Options {
             fail_points: Arc::default(),
             storage: PlainFiles::shared(),
             feed_hold_bytes_max: None,
+            index_apply: IndexApply::BeforeAck,
         }
     }
 }

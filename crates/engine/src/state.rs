@@ -214,6 +214,37 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// What recovery opened, shared by the engine's threads; every signal and flag starts clear.
+    pub(crate) fn new(
+        (dir, options): (DataDir, Options),
+        state: State,
+        (spares, lower): (Spares, Box<dyn LowerTier>),
+        counters: Arc<Counters>,
+        recovery: Recovery,
+    ) -> Inner {
+        Inner {
+            spares,
+            dir,
+            options,
+            state: TimedMutex::new(state),
+            group_done: Condvar::new(),
+            group_epoch: AtomicU64::new(0),
+            commit_wait_us_avg: AtomicU64::new(0),
+            index_wanted: Condvar::new(),
+            index_applied: Condvar::new(),
+            index_stopped: AtomicBool::new(false),
+            space_freed: Condvar::new(),
+            maintenance_wanted: AtomicBool::new(false),
+            lower,
+            window_gate: RwLock::new(()),
+            counters,
+            maintenance: Mutex::new(()),
+            shutdown: Mutex::new(false),
+            shutdown_signal: Condvar::new(),
+            recovery,
+        }
+    }
+
     pub(crate) fn check_poisoned(&self, st: &State) -> Result<()> {
         match &st.poisoned {
             Some(reason) => Err(Error::Poisoned(reason.clone())),

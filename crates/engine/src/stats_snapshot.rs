@@ -42,6 +42,13 @@ fn lower_space(inner: &Inner, stats: &mut Stats) {
         (stats.window_file_bytes + stats.settled_file_bytes).saturating_sub(stats.lower_live_bytes);
 }
 
+/// The index's lag behind the acknowledgement (`IndexApply::AfterAck`): its bound and the waits.
+fn index_lag(c: &Counters, stats: &mut Stats) {
+    stats.index_lag_bytes_max = limits::INDEX_LAG_BYTES_MAX as u64;
+    stats.index_waits = Counters::get(&c.index_waits);
+    stats.index_lag_waits = Counters::get(&c.index_lag_waits);
+}
+
 /// `Engine::stats`: counters, tiers, and every limit beside its current value. Under the state
 /// lock it reads kept totals and walks the log's segments and the windows, never the mapping
 /// table.
@@ -108,9 +115,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     stats.segments_recycled = Counters::get(&c.segments_recycled);
     stats.segments_retired = Counters::get(&c.segments_retired);
     stats.pending_bytes_max = limits::PENDING_BYTES_MAX as u64;
-    stats.index_lag_bytes_max = limits::INDEX_LAG_BYTES_MAX as u64;
-    stats.index_waits = Counters::get(&c.index_waits);
-    stats.index_lag_waits = Counters::get(&c.index_lag_waits);
+    index_lag(c, &mut stats);
     stats.devices_max = inner.options.devices_max;
     stats.window_bytes_max = limits::WINDOW_BYTES_MAX;
     stats.log_dirty_bytes_max = 2 * inner.options.log_writeback_bytes;

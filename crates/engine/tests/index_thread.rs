@@ -1,6 +1,7 @@
-//! The index on its own thread (index_apply.rs): writers are acknowledged before their records
-//! are indexed, so these tests slow that thread down (`FailPoints::slow_index_apply`) to make
-//! the index lag its log for real, and check what must hold all the same:
+//! The index applied after the acknowledgement (`IndexApply::AfterAck`, index_apply.rs): writers
+//! return before their records are indexed, by the syncer or by the `roamkv-index` thread, so
+//! these tests slow every apply down (`FailPoints::slow_index_apply`) to make the index lag its
+//! log for real, and check what must hold all the same:
 //!
 //! - read-your-writes: every read sees every write acknowledged before it began, to its own
 //!   device (point reads, scans, the newest reading, trims), from the writer's thread and from
@@ -17,7 +18,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{clock, options, value};
-use roamkv_engine::{Durability, Engine, Options, Record};
+use roamkv_engine::{Durability, Engine, IndexApply, Options, Record};
 
 const WRITERS: usize = 4;
 const BATCHES_PER_WRITER: i64 = 150;
@@ -59,6 +60,7 @@ fn reads_see_every_acknowledged_write_while_the_index_lags() {
         let clock = clock();
         let opts = Options {
             durability,
+            index_apply: IndexApply::AfterAck,
             ..options(&clock)
         };
         // Every group waits 300 µs before the index takes it: groups queue up behind it.
@@ -67,18 +69,21 @@ fn reads_see_every_acknowledged_write_while_the_index_lags() {
         let engine = Engine::open(dir.path(), opts).expect("open");
         // (device, sensor, ts) -> value, as acknowledged; filled from every writer's model.
         let mut acknowledged: BTreeMap<(String, String, i64), Vec<u8>> = BTreeMap::new();
-        let (told, heard) = mpsc::channel::<(String, i64)>();
+        // A writer tells the reader what it was acknowledged for and waits for the check (its
+        // next trim could otherwise delete what the reader is about to look for).
+        let (told, heard) = mpsc::channel::<(String, i64, mpsc::Sender<()>)>();
         std::thread::scope(|scope| {
             // Another thread reads what the writers tell it they were acknowledged for (a
             // server answers a GET on another thread than the POST's).
             let reader = scope.spawn(|| {
                 let mut checked = 0u64;
-                for (device, batch) in heard {
+                for (device, batch, done) in heard {
                     for (sensor, ts, v) in batch_values(&device, batch) {
                         let got = engine.get(&device, &sensor, ts).expect("get");
                         assert_eq!(got.as_deref(), Some(&v[..]), "{device}/{sensor}@{ts}");
                     }
                     checked += 1;
+                    done.send(()).expect("the writer waits");
                 }
                 checked
             });
@@ -94,7 +99,10 @@ fn reads_see_every_acknowledged_write_while_the_index_lags() {
                             for (sensor, ts, v) in batch_values(&device, batch) {
                                 model.insert((device.clone(), sensor, ts), v);
                             }
-                            told.send((device.clone(), batch)).expect("reader is there");
+                            let (done, checked) = mpsc::channel();
+                            told.send((device.clone(), batch, done))
+                                .expect("reader is there");
+                            checked.recv().expect("the reader checked");
                             check_device(engine, &device, &model);
                             if batch % 50 == 49 {
                                 // A trim, acknowledged, hides what it trimmed from the next read.
@@ -169,12 +177,13 @@ const CHILD_DIR_ENV: &str = "ROAMKV_INDEX_THREAD_CHILD_DIR";
 fn child_options(clock: &std::sync::Arc<roamkv_engine::ManualClock>) -> Options {
     Options {
         durability: Durability::Sync,
+        index_apply: IndexApply::AfterAck,
         ..options(clock)
     }
 }
 
 /// The child: writers put batches as fast as they are acknowledged, printing each
-/// acknowledgement, while the index's thread applies nothing (it waits an hour per group).
+/// acknowledgement, while the index applies nothing (every apply waits an hour first).
 fn child(dir: &str) {
     let clock = clock();
     let opts = child_options(&clock);

@@ -82,6 +82,10 @@ pub struct EngineConfig {
     /// roamkv's move rule (docs/ENGINE.md): false = `AtManagementTime`, true = `Lazy`.
     #[serde(default)]
     pub lazy_move_rule: bool,
+    /// roamkv applies committed groups to its index after its writers return
+    /// (`IndexApply::AfterAck`) instead of before.
+    #[serde(default)]
+    pub index_after_ack: bool,
 }
 
 /// One reading to write.
@@ -113,13 +117,18 @@ pub fn describe(config: &EngineConfig) -> String {
     let sync = config.durability == Durability::Sync;
     match config.kind {
         EngineKind::Roamkv | EngineKind::RoamkvLeveldb => format!(
-            "durability {}; management time {} ms; move rule {}; segments 64 MiB; index cap {} MiB; lower tier {} with {} MiB (memtables + block cache), its WAL off",
+            "durability {}; management time {} ms; move rule {}; index applied {} the acknowledgement; segments 64 MiB; index cap {} MiB; lower tier {} with {} MiB (memtables + block cache), its WAL off",
             if sync { "sync" } else { "none" },
             config.management_time_ms,
             if config.lazy_move_rule {
                 "lazy"
             } else {
                 "at management time"
+            },
+            if config.index_after_ack {
+                "after"
+            } else {
+                "before"
             },
             (m / 2) >> 20,
             if config.kind == EngineKind::Roamkv {
@@ -165,6 +174,11 @@ pub fn open(config: &EngineConfig, dir: &Path) -> Result<Box<dyn BenchEngine>> {
                     roamkv_engine::MoveRule::AtManagementTime
                 },
                 index_bytes_max: (m / 2).max(1 << 20),
+                index_apply: if config.index_after_ack {
+                    roamkv_engine::IndexApply::AfterAck
+                } else {
+                    roamkv_engine::IndexApply::BeforeAck
+                },
                 lower_memory_bytes: m / 2,
                 lower_tier: if config.kind == EngineKind::Roamkv {
                     LowerTierKind::RocksDb

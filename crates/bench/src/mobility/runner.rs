@@ -609,6 +609,7 @@ pub fn engine_config(
         engine_memory_bytes,
         management_time_ms,
         lazy_move_rule: false,
+        index_after_ack: false,
     }
 }
 

@@ -59,6 +59,11 @@ pub struct SteadyArgs {
     /// one management time after it was written) or `lazy` (only under log or memory pressure).
     #[arg(long, default_value = "management-time", value_parser = ["management-time", "lazy"])]
     pub move_rule: String,
+    /// When roamkv applies a committed group to its in-memory index (docs/ENGINE.md): before
+    /// its writers return (`before-ack`, the default) or after (`after-ack`: reads wait for
+    /// their device's acknowledged writes).
+    #[arg(long, default_value = "before-ack", value_parser = ["before-ack", "after-ack"])]
+    pub index_apply: String,
     #[arg(long, default_value_t = 2022)]
     pub seed: u64,
 }
@@ -66,7 +71,7 @@ pub struct SteadyArgs {
 /// The run's settings, in a line.
 pub(super) fn describe_config(args: &SteadyArgs, fs: FsSpec) -> String {
     format!(
-        "{} s warm-up + {} s measured per engine, {:?} threads, departure probability {}, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, move rule {}, seed {}",
+        "{} s warm-up + {} s measured per engine, {:?} threads, departure probability {}, durability {}, {} GiB {} file system, memory budget {} MiB (cgroup), values {} B, management time {} ms, move rule {}, index apply {}, seed {}",
         args.warmup_seconds,
         args.seconds,
         args.threads,
@@ -78,6 +83,7 @@ pub(super) fn describe_config(args: &SteadyArgs, fs: FsSpec) -> String {
         args.value_bytes,
         args.management_time_ms,
         args.move_rule,
+        args.index_apply,
         args.seed
     )
 }
@@ -90,6 +96,6 @@ pub(super) fn config_json(args: &SteadyArgs, fs: FsSpec) -> serde_json::Value {
         "depart_probability": args.depart_probability,
         "durability": args.durability.name(), "memory_budget_bytes": args.memory_mib << 20,
         "value_bytes": args.value_bytes, "management_time_ms": args.management_time_ms,
-        "move_rule": args.move_rule, "seed": args.seed,
+        "move_rule": args.move_rule, "index_apply": args.index_apply, "seed": args.seed,
     })
 }

@@ -40,6 +40,33 @@ pub use args::SteadyArgs;
 pub use results::{Diagnosis, Point, SteadyRun};
 pub use verdict::SPACE_TREND_PERCENT_PER_MIN_MAX;
 
+/// results.json, timeseries.csv and report.html for the engines run so far.
+fn write_outputs(
+    (args, fs): (&SteadyArgs, FsSpec),
+    header: &MachineHeader,
+    ceilings: &ceilings::Ceilings,
+    (runs, points): (&[SteadyRun], &[Point]),
+    db_bench: &[String],
+) -> Result<()> {
+    let json = serde_json::json!({
+        "machine": header,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "config": config_json(args, fs),
+        "ceilings": ceilings,
+        "runs": runs,
+        "db_bench": db_bench,
+    });
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
+    write_timeseries(&args.out.join("timeseries.csv"), points)?;
+    write_report(
+        &args.out.join("report.html"),
+        header,
+        args,
+        (runs, ceilings),
+        points,
+    )
+}
+
 pub fn run(args: &SteadyArgs) -> Result<ExitCode> {
     roamkv_testbed::prerequisite::require_root()?;
     let fs: FsSpec = args.fs.parse()?;
@@ -75,6 +102,9 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode> {
         }
         runs.push(run);
         points.extend(series);
+        // After every engine, not only at the end: a run of hours that is stopped keeps the
+        // engines it finished.
+        write_outputs((args, fs), &header, &ceilings, (&runs, &points), &db_bench)?;
     }
     println!("{}", terminal_table(&runs));
     for line in &db_bench {
@@ -82,23 +112,6 @@ pub fn run(args: &SteadyArgs) -> Result<ExitCode> {
     }
     println!("{}", diagnosis_table(&runs));
     println!("{}", ceiling_table(&runs, &ceilings, args.seconds));
-    let json = serde_json::json!({
-        "machine": header,
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "config": config_json(args, fs),
-        "ceilings": ceilings,
-        "runs": runs,
-        "db_bench": db_bench,
-    });
-    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
-    write_timeseries(&args.out.join("timeseries.csv"), &points)?;
-    write_report(
-        &args.out.join("report.html"),
-        &header,
-        args,
-        (&runs, &ceilings),
-        &points,
-    )?;
     println!(
         "wrote {0}/results.json, {0}/timeseries.csv, {0}/report.html",
         args.out.display()

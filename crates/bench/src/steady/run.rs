@@ -74,6 +74,7 @@ pub(super) fn run_engine(
     // As in `bench mobility`: the engine's own caches get a quarter of the budget.
     let config = engines::EngineConfig {
         lazy_move_rule: args.move_rule == "lazy",
+        index_after_ack: args.index_apply == "after-ack",
         ..runner::engine_config(
             kind,
             args.durability,

@@ -110,6 +110,9 @@ pub(crate) struct LogState {
     /// Groups committed (their writers acknowledged) and waiting for the index's thread, in
     /// log order.
     pub unapplied: VecDeque<Group>,
+    /// A group is being applied (at most one at a time: they are applied in log order), by the
+    /// index's thread or by a reader that needed it (index_apply.rs).
+    pub applier_active: bool,
     /// Bytes of the groups committed and not yet applied (in `unapplied` or being applied):
     /// writers wait while it is over `INDEX_LAG_BYTES_MAX`.
     pub unapplied_bytes: usize,
@@ -171,6 +174,7 @@ impl LogState {
             syncer_active: false,
             written: VecDeque::new(),
             unapplied: VecDeque::new(),
+            applier_active: false,
             unapplied_bytes: 0,
             unsynced: BTreeSet::new(),
             spare_wanted: false,

@@ -29,10 +29,7 @@ pub use check::{CheckReport, check};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Instant;
-
-use parking_lot::{Condvar, Mutex, RwLock};
 
 use self::catalog::{check_windows, drop_orphan_windows, load_catalog, place_cataloged_devices};
 use self::tail::{Replayed, cut_torn_tail, list_segments, missing_segment, replay_log};
@@ -51,7 +48,6 @@ use crate::lower::open::open_lower;
 use crate::options::Options;
 use crate::state::{Inner, Recovery, State};
 use crate::stats::Counters;
-use crate::timed_mutex::TimedMutex;
 
 /// `Engine::open`: opens or creates the data directory, replays its log and readies the
 /// shared state (the caller starts the background threads).
@@ -114,27 +110,13 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     spares
         .live_bytes
         .store(live_bytes, std::sync::atomic::Ordering::Relaxed);
-    Ok(Inner {
-        spares,
-        dir,
-        options,
-        state: TimedMutex::new(st),
-        group_done: Condvar::new(),
-        group_epoch: AtomicU64::new(0),
-        commit_wait_us_avg: AtomicU64::new(0),
-        index_wanted: Condvar::new(),
-        index_applied: Condvar::new(),
-        index_stopped: AtomicBool::new(false),
-        space_freed: Condvar::new(),
-        maintenance_wanted: AtomicBool::new(false),
-        lower,
-        window_gate: RwLock::new(()),
+    Ok(Inner::new(
+        (dir, options),
+        st,
+        (spares, lower),
         counters,
-        maintenance: Mutex::new(()),
-        shutdown: Mutex::new(false),
-        shutdown_signal: Condvar::new(),
         recovery,
-    })
+    ))
 }
 
 /// Where the last replayed record starts, if it ends where the applied log ends (a change
