@@ -7,23 +7,23 @@ CARGO ?= cargo
 .PHONY: demo test build bench-quick lab-quick clean
 
 demo:
-	scripts/install-deps
+	scripts/install-deps build
 	$(CARGO) run --release --locked -p roamkv -- demo
 
 test:
-	scripts/install-deps
+	scripts/install-deps test
 	$(CARGO) test --release --workspace --locked
 
 build:
-	scripts/install-deps
+	scripts/install-deps build
 	$(CARGO) build --release --locked -p roamkv
 
 bench-quick:
-	scripts/install-deps
+	scripts/install-deps bench
 	$(CARGO) run --release --locked -p roamkv -- bench mobility --quick
 
 lab-quick:
-	scripts/install-deps
+	scripts/install-deps lab
 	$(CARGO) run --release --locked -p roamkv -- lab fs --quick
 
 clean:
