@@ -8,6 +8,8 @@ use std::time::Duration;
 use roamkv_engine::Durability;
 use serde::Deserialize;
 
+use crate::tls::TlsFiles;
+
 /// Default EdgeX message-bus topic filter for events (EdgeX publishes on
 /// edgex/events/device/{service}/{profile}/{device}/{source}).
 pub const MQTT_TOPIC_DEFAULT: &str = "edgex/events/device/#";
@@ -90,6 +92,13 @@ pub struct ServeArgs {
     /// PEM file of CA certificates to trust for the sink's TLS, besides the system's.
     #[arg(long, env = "ROAMKV_SINK_CA_FILE")]
     pub sink_ca_file: Option<PathBuf>,
+    /// PEM file of the server's certificate chain: serve HTTPS instead of HTTP (with
+    /// --tls-key-file; SIGHUP reloads both).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the private key that goes with --tls-cert-file.
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
     /// How other edges reach this one, `http://host:port`: a receiver of a handoff from here is
     /// told it [default: http:// and the address it listens on].
     #[arg(long)]
@@ -128,6 +137,8 @@ struct FileConfig {
     sink_ca_file: Option<PathBuf>,
     on_depart: Option<String>,
     advertise_url: Option<String>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
 }
 
 /// Resolved settings, every default applied and every value checked.
@@ -158,6 +169,8 @@ pub struct Config {
     pub on_depart: OnDepart,
     /// How other edges reach this one (None: from the address it listens on).
     pub advertise_url: Option<String>,
+    /// HTTPS, when a certificate and key are given.
+    pub tls: Option<TlsFiles>,
 }
 
 /// The cloud sink's settings (the edge id comes from the data directory, `edge.rs`).
@@ -254,6 +267,7 @@ impl Config {
                 .clone()
                 .or(file.advertise_url.clone())
                 .map(|u| u.trim_end_matches('/').to_string()),
+            tls: resolve_tls(args, &file)?,
         })
         .and_then(|config| {
             if config.on_depart == OnDepart::Cloud && config.sink.is_none() {
@@ -293,7 +307,30 @@ impl Config {
             "retentionIntervalS": self.retention_interval.as_secs(),
             "sink": self.sink.as_ref().map(|s| roamkv_sink::redact(&s.url)),
             "onDepart": self.on_depart.name(),
+            "tls": self.tls.as_ref().map(|t| serde_json::json!({
+                "certFile": t.cert_file.display().to_string(),
+                "keyFile": t.key_file.display().to_string(),
+            })),
         })
+    }
+}
+
+/// Both files or neither: half a TLS setting is a mistake, not plain HTTP.
+fn resolve_tls(args: &ServeArgs, file: &FileConfig) -> Result<Option<TlsFiles>, String> {
+    let cert_file = args.tls_cert_file.clone().or(file.tls_cert_file.clone());
+    let key_file = args.tls_key_file.clone().or(file.tls_key_file.clone());
+    match (cert_file, key_file) {
+        (Some(cert_file), Some(key_file)) => Ok(Some(TlsFiles {
+            cert_file,
+            key_file,
+        })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(
+            "--tls-cert-file needs --tls-key-file (or `tls_key_file` in the config file)".into(),
+        ),
+        (None, Some(_)) => Err(
+            "--tls-key-file needs --tls-cert-file (or `tls_cert_file` in the config file)".into(),
+        ),
     }
 }
 

@@ -28,6 +28,7 @@ pub mod retention_store;
 mod router;
 mod state;
 pub mod status;
+pub mod tls;
 mod v3;
 
 use std::net::SocketAddr;
@@ -52,6 +53,8 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// A server that is up: its address, and the handle to stop it.
 pub struct Running {
     pub addr: SocketAddr,
+    /// "https" with TLS, "http" without.
+    pub scheme: &'static str,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<(), String>>,
 }
@@ -72,6 +75,11 @@ impl Running {
 
 /// Opens the engine, binds the listener, starts MQTT ingest and the status sampler.
 pub async fn start(config: Config) -> Result<Running, String> {
+    // TLS first: a certificate that cannot be used stops the start before anything is opened.
+    let tls = match &config.tls {
+        Some(files) => Some(Arc::new(tls::Tls::load(files.clone())?)),
+        None => None,
+    };
     let options = Options {
         durability: config.durability,
         management_time_ms: config.management_time_ms,
@@ -108,10 +116,11 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let addr = listener
         .local_addr()
         .map_err(|e| format!("listening on {}: {e}", config.listen))?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let advertise_url = config
         .advertise_url
         .clone()
-        .unwrap_or_else(|| format!("http://{addr}"));
+        .unwrap_or_else(|| format!("{scheme}://{addr}"));
     let state: Shared = Arc::new(AppState {
         engine,
         in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
@@ -129,16 +138,25 @@ pub async fn start(config: Config) -> Result<Running, String> {
     });
     // Devices a handoff is moving (or moved) take no writes, from before the first request.
     handoff::send::refence(&state)?;
-    let task = tokio::spawn(serve(state, listener, stop_rx));
-    tracing::info!(%addr, "roamkv serve listening");
-    Ok(Running { addr, stop, task })
+    if let Some(tls) = &tls {
+        reload_on_hangup(Arc::clone(tls), stop_rx.clone())?;
+    }
+    let task = tokio::spawn(serve(state, (listener, tls), stop_rx));
+    tracing::info!(%addr, scheme, "roamkv serve listening");
+    Ok(Running {
+        addr,
+        scheme,
+        stop,
+        task,
+    })
 }
 
 /// The accept loop, then the shutdown sequence. Connections are served by hyper directly (not
-/// axum::serve) for its header-read timeout, which cuts off clients that trickle headers.
+/// axum::serve) for its header-read timeout, which cuts off clients that trickle headers; with
+/// TLS, the handshake runs in the connection's task, bounded by the same timeout.
 async fn serve(
     state: Shared,
-    listener: TcpListener,
+    (listener, tls): (TcpListener, Option<Arc<tls::Tls>>),
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let background = spawn_background(&state, &stop);
@@ -162,8 +180,25 @@ async fn serve(
             }
         };
         let service = TowerToHyperService::new(app.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let watcher = graceful.watcher();
+        let http = http.clone();
+        let Some(tls) = &tls else {
+            let connection = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+            continue;
+        };
+        let (acceptor, timeout) = (tls.acceptor(), state.config.header_timeout);
         tokio::spawn(async move {
+            let stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let connection = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
@@ -294,35 +329,80 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
     runtime.block_on(async move {
-        let running = start(config).await?;
-        eprintln!("roamkv serve: listening on http://{}", running.addr);
-        wait_for_signal().await?;
+        // The handlers go in before the engine opens: a SIGTERM during a long recovery is a
+        // clean stop too (a service manager counts a death by the signal's default action as a
+        // failure).
+        let mut signals = StopSignals::install()?;
+        let running = tokio::select! {
+            running = start(config) => running?,
+            _ = signals.next() => {
+                tracing::info!("signal received while starting: not starting");
+                return Ok(());
+            }
+        };
+        eprintln!(
+            "roamkv serve: listening on {}://{}",
+            running.scheme, running.addr
+        );
+        signals.next().await;
         tracing::info!("signal received: shutting down (a second signal exits at once)");
         running.shutdown();
-        tokio::spawn(async {
-            if wait_for_signal().await.is_ok() {
-                eprintln!("roamkv serve: second signal, exiting now");
-                // _exit, not process::exit: exit() runs C++ static destructors (RocksDB's) while
-                // RocksDB's and the engine's threads still run, which crashed the process with
-                // SIGSEGV now and then (CI saw it). Exiting at once is the promise; the engine's
-                // recovery covers what was in flight, as after kill -9.
-                // SAFETY: _exit takes no pointers and does not return; nothing runs after it.
-                unsafe { libc::_exit(130) }
-            }
+        tokio::spawn(async move {
+            signals.next().await;
+            eprintln!("roamkv serve: second signal, exiting now");
+            // _exit, not process::exit: exit() runs C++ static destructors (RocksDB's) while
+            // RocksDB's and the engine's threads still run, which crashed the process with
+            // SIGSEGV now and then (CI saw it). Exiting at once is the promise; the engine's
+            // recovery covers what was in flight, as after kill -9.
+            // SAFETY: _exit takes no pointers and does not return; nothing runs after it.
+            unsafe { libc::_exit(130) }
         });
         running.wait().await
     })
 }
 
-async fn wait_for_signal() -> Result<(), String> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term =
-        signal(SignalKind::terminate()).map_err(|e| format!("installing SIGTERM handler: {e}"))?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| format!("installing SIGINT handler: {e}"))?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = interrupt.recv() => {}
+/// SIGTERM and SIGINT, the signals that stop the server.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals, String> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())
+                .map_err(|e| format!("installing SIGTERM handler: {e}"))?,
+            interrupt: signal(SignalKind::interrupt())
+                .map_err(|e| format!("installing SIGINT handler: {e}"))?,
+        })
     }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
+}
+
+/// SIGHUP reloads the TLS certificate and key (new connections get them; a pair that fails to
+/// load is reported and the old one kept) until the server stops.
+fn reload_on_hangup(tls: Arc<tls::Tls>, mut stop: watch::Receiver<bool>) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|e| format!("installing SIGHUP handler: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = hangup.recv() => {}
+            }
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS certificate and key reloaded"),
+                Err(e) => tracing::warn!(error = %e, "SIGHUP: kept the old TLS certificate"),
+            }
+        }
+    });
     Ok(())
 }

@@ -352,6 +352,8 @@ impl RunningWorker {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| BenchError::os("spawning the worker", e))?;
+        // Ctrl-C terminates it before the file system under it is unmounted.
+        roamkv_testbed::fixture::set_waited_child(child.id());
         let memory_capped = match &cgroup {
             Ok(c) => c.add(child.id()).is_ok(),
             Err(_) => false,
@@ -422,6 +424,7 @@ impl RunningWorker {
             let status = self.child.wait().map_err(|e| {
                 BenchError::os(format!("waiting for the {} worker", self.engine_name), e)
             })?;
+            roamkv_testbed::fixture::set_waited_child(0);
             if !status.success() {
                 use std::os::unix::process::ExitStatusExt;
                 let killed = match status.signal() {

@@ -127,6 +127,11 @@ fn histogram() -> Histogram<u64> {
 pub fn main(spec_json: &str) -> Result<()> {
     let spec: WorkerSpec =
         serde_json::from_str(spec_json).map_err(|e| BenchError::step("bad worker spec", e))?;
+    // The worker dies with its parent: a bench stopped by Ctrl-C or kill must not leave a worker
+    // writing into the file system it is unmounting (one ran on for minutes, orphaned). If the
+    // parent is gone already, the read of "go" below finds stdin closed and the worker stops.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and no pointers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let mut line = String::new();
     std::io::stdin()
         .lock()
