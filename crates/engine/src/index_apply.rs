@@ -77,21 +77,13 @@ fn fail(inner: &Inner, reason: &str) {
 pub(crate) fn run(inner: &Inner) {
     let guard = ApplierGuard { inner };
     let mut st = inner.state.lock();
-    loop {
-        if inner.index_stopped.load(Ordering::Relaxed) {
-            break;
+    while !inner.index_stopped.load(Ordering::Relaxed) {
+        match help_apply(inner, &mut st) {
+            Ok(true) => {}
+            Ok(false) => st.wait(&inner.index_wanted),
+            // help_apply poisoned the engine and stopped the index.
+            Err(_) => break,
         }
-        if let Some(group) = take_group(&mut st) {
-            let applied = st.unlocked(|| apply_group(inner, &group));
-            if let Err(e) = applied {
-                drop(st);
-                fail(inner, &e.to_string());
-                std::mem::forget(guard);
-                return;
-            }
-            continue;
-        }
-        st.wait(&inner.index_wanted);
     }
     drop(st);
     std::mem::forget(guard);
