@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test build bench-quick lab-quick clean
+.PHONY: demo test build deb bench-quick lab-quick clean
 
 demo:
 	scripts/install-deps build
@@ -17,6 +17,11 @@ test:
 build:
 	scripts/install-deps build
 	$(CARGO) build --release --locked -p roamkv
+
+# The Debian package: target/debian/roamkv_<version>-1_<arch>.deb (docs/SERVER.md, "The package").
+deb:
+	scripts/install-deps package
+	$(CARGO) deb --locked -p roamkv
 
 bench-quick:
 	scripts/install-deps bench

@@ -19,66 +19,91 @@ pub const MQTT_TOPIC_DEFAULT: &str = "edgex/events/device/#";
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ServeArgs {
     /// TOML file with any of the settings below; flags given here win over it.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_CONFIG")]
     pub config: Option<PathBuf>,
     /// Data directory of the engine (created if missing).
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_DATA")]
     pub data: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:59880, EdgeX core-data's port].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// When a write is acknowledged: sync, periodic[:MS] or none [default: sync].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_DURABILITY")]
     pub durability: Option<String>,
     /// How long a new device stays in the upper tier before it settles, in ms [default: 60000].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_MANAGEMENT_TIME_MS")]
     pub management_time_ms: Option<u64>,
-    /// The log's space budget, in MiB [default: derived from the management time, at most half
-    /// the free disk]. Near it the engine settles devices early, then stalls writers, then
+    /// The log's space budget, in MiB [default: 1024, at most half the free disk]. Near it the engine settles devices early, then stalls writers, then
     /// answers 507 (no space) until space returns.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_LOG_BUDGET_MIB")]
     pub log_budget_mib: Option<u64>,
+    /// Size of one log segment file, in MiB [default: 8]. The log grows and is reclaimed a
+    /// segment at a time: the first reading takes one segment plus a spare on disk.
+    #[arg(long, env = "ROAMKV_SEGMENT_MIB")]
+    pub segment_mib: Option<u64>,
+    /// Cap on the log's in-memory index, in MiB [default: 128]; beyond it the oldest segments
+    /// settle early.
+    #[arg(long, env = "ROAMKV_INDEX_MEMORY_MIB")]
+    pub index_memory_mib: Option<u64>,
+    /// Memory of the lower tier (RocksDB's write buffers and block cache), in MiB [default: 64].
+    #[arg(long, env = "ROAMKV_LOWER_MEMORY_MIB")]
+    pub lower_memory_mib: Option<u64>,
     /// File holding the bearer token every route but /health and /api/v3/ping requires.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
+    /// File holding a second bearer token that may only read (GET and HEAD); needs
+    /// --auth-token-file, the read-write token.
+    #[arg(long, env = "ROAMKV_READ_ONLY_TOKEN_FILE")]
+    pub read_only_token_file: Option<PathBuf>,
     /// Allow listening on a non-loopback address without an auth token.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_INSECURE")]
     pub insecure: bool,
     /// Largest request body accepted, in bytes [default: 4194304]; larger ones get 413.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_BODY_BYTES_MAX")]
     pub body_bytes_max: Option<usize>,
     /// Most readings in one event or one native batch [default: 10000]; more get 413.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_BATCH_READINGS_MAX")]
     pub batch_readings_max: Option<usize>,
     /// Requests served at once; more get 429 at once rather than queueing [default: 256].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_CONCURRENT_REQUESTS_MAX")]
     pub concurrent_requests_max: Option<usize>,
     /// Most readings one query may read before answering 416 [default: 200000].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_QUERY_READINGS_MAX")]
     pub query_readings_max: Option<usize>,
     /// EdgeX's MaxResultCount: the largest `limit` of a query [default: 1024].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_MAX_RESULT_COUNT")]
     pub max_result_count: Option<usize>,
-    /// MQTT broker to take EdgeX events from, host:port (none: no MQTT ingest).
-    #[arg(long)]
+    /// MQTT broker to take EdgeX events from, host:port, or mqtts://host:port for TLS (none: no
+    /// MQTT ingest).
+    #[arg(long, env = "ROAMKV_MQTT_BROKER")]
     pub mqtt_broker: Option<String>,
     /// MQTT topic filter to subscribe to [default: edgex/events/device/#].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_MQTT_TOPIC")]
     pub mqtt_topic: Option<String>,
     /// MQTT client id [default: roamkv-core-data].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_MQTT_CLIENT_ID")]
     pub mqtt_client_id: Option<String>,
+    /// The broker account's user name (EdgeX secure mode).
+    #[arg(long, env = "ROAMKV_MQTT_USERNAME")]
+    pub mqtt_username: Option<String>,
+    /// File holding the broker account's password (kept out of the process list and the
+    /// config file).
+    #[arg(long, env = "ROAMKV_MQTT_PASSWORD_FILE")]
+    pub mqtt_password_file: Option<PathBuf>,
+    /// PEM file of CA certificates to trust for the broker's TLS, besides the system's.
+    #[arg(long, env = "ROAMKV_MQTT_CA_FILE")]
+    pub mqtt_ca_file: Option<PathBuf>,
     /// Seconds a client may take to send its request headers (slow clients are cut off) [default: 10].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_HEADER_TIMEOUT_S")]
     pub header_timeout_s: Option<u64>,
     /// Seconds a client may take to send its request body; slower ones get 408 [default: 30].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_BODY_TIMEOUT_S")]
     pub body_timeout_s: Option<u64>,
     /// Seconds shutdown waits for in-flight requests before closing the engine [default: 30].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_DRAIN_TIMEOUT_S")]
     pub drain_timeout_s: Option<u64>,
     /// Seconds between applications of the per-device retention settings [default: 60].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_RETENTION_INTERVAL_S")]
     pub retention_interval_s: Option<u64>,
     /// The cloud sink: every reading also goes to this PostgreSQL-protocol database,
     /// `postgres://user@host:port/database` (`?sslmode=require` for TLS). Also
@@ -94,18 +119,18 @@ pub struct ServeArgs {
     pub sink_ca_file: Option<PathBuf>,
     /// PEM file of the server's certificate chain: serve HTTPS instead of HTTP (with
     /// --tls-key-file; SIGHUP reloads both).
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_TLS_CERT_FILE")]
     pub tls_cert_file: Option<PathBuf>,
     /// PEM file of the private key that goes with --tls-cert-file.
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
     /// How other edges reach this one, `http://host:port`: a receiver of a handoff from here is
     /// told it [default: http:// and the address it listens on].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
     /// What a departure does with the device's data: `drop` (at once, paper 002) or `cloud`
     /// (dropped only once the sink has it in the cloud; needs --sink) [default: drop].
-    #[arg(long)]
+    #[arg(long, env = "ROAMKV_ON_DEPART")]
     pub on_depart: Option<String>,
 }
 
@@ -118,7 +143,11 @@ struct FileConfig {
     durability: Option<String>,
     management_time_ms: Option<u64>,
     log_budget_mib: Option<u64>,
+    segment_mib: Option<u64>,
+    index_memory_mib: Option<u64>,
+    lower_memory_mib: Option<u64>,
     auth_token_file: Option<PathBuf>,
+    read_only_token_file: Option<PathBuf>,
     insecure: Option<bool>,
     body_bytes_max: Option<usize>,
     batch_readings_max: Option<usize>,
@@ -128,6 +157,9 @@ struct FileConfig {
     mqtt_broker: Option<String>,
     mqtt_topic: Option<String>,
     mqtt_client_id: Option<String>,
+    mqtt_username: Option<String>,
+    mqtt_password_file: Option<PathBuf>,
+    mqtt_ca_file: Option<PathBuf>,
     header_timeout_s: Option<u64>,
     body_timeout_s: Option<u64>,
     drain_timeout_s: Option<u64>,
@@ -149,10 +181,12 @@ pub struct Config {
     pub durability: Durability,
     pub durability_text: String,
     pub management_time_ms: u64,
-    /// The engine's log budget (`Options::log_bytes_max`); None: the engine's default.
-    pub log_budget_bytes: Option<u64>,
-    /// The bearer token, if auth is on.
+    /// What the engine may take of the disk and of memory.
+    pub sizes: Sizes,
+    /// The read-write bearer token, if auth is on.
     pub auth_token: Option<Vec<u8>>,
+    /// The read-only bearer token, if there is one.
+    pub read_only_token: Option<Vec<u8>>,
     pub insecure: bool,
     pub body_bytes_max: usize,
     pub batch_readings_max: usize,
@@ -211,12 +245,35 @@ impl OnDepart {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MqttConfig {
     pub host: String,
     pub port: u16,
     pub topic: String,
     pub client_id: String,
+    /// TLS to the broker (an mqtts:// broker), trusting the system's CAs and these.
+    pub tls: Option<MqttTls>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MqttTls {
+    pub ca_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for MqttConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MqttConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("topic", &self.topic)
+            .field("client_id", &self.client_id)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 impl Config {
@@ -236,19 +293,17 @@ impl Config {
         let limits = Limits::resolve(args, &file)?;
         let timeouts = Timeouts::resolve(args, &file)?;
         Ok(Config {
+            sizes: Sizes::resolve(args, &file, &data)?,
             data,
             listen: access.listen,
             durability,
             durability_text,
-            log_budget_bytes: args
-                .log_budget_mib
-                .or(file.log_budget_mib)
-                .map(|mib| mib << 20),
             management_time_ms: args
                 .management_time_ms
                 .or(file.management_time_ms)
                 .unwrap_or(60_000),
             auth_token: access.auth_token,
+            read_only_token: access.read_only_token,
             insecure: access.insecure,
             body_bytes_max: limits.body_bytes_max,
             batch_readings_max: limits.batch_readings_max,
@@ -289,7 +344,12 @@ impl Config {
             "listen": self.listen.to_string(),
             "durability": self.durability_text,
             "managementTimeMs": self.management_time_ms,
+            "segmentMib": self.sizes.segment_bytes >> 20,
+            "logBudgetMib": self.sizes.log_budget_bytes >> 20,
+            "indexMemoryMib": self.sizes.index_memory_bytes >> 20,
+            "lowerMemoryMib": self.sizes.lower_memory_bytes >> 20,
             "authEnabled": self.auth_token.is_some(),
+            "readOnlyToken": self.read_only_token.is_some(),
             "insecure": self.insecure,
             "bodyBytesMax": self.body_bytes_max,
             "batchReadingsMax": self.batch_readings_max,
@@ -298,8 +358,10 @@ impl Config {
             "maxResultCount": self.max_result_count,
             "mqtt": self.mqtt.as_ref().map(|m| serde_json::json!({
                 "broker": format!("{}:{}", m.host, m.port),
+                "tls": m.tls.is_some(),
                 "topic": m.topic,
                 "clientId": m.client_id,
+                "username": m.username,
             })),
             "headerTimeoutS": self.header_timeout.as_secs(),
             "bodyTimeoutS": self.body_timeout.as_secs(),
@@ -350,6 +412,7 @@ fn resolve_durability(args: &ServeArgs, file: &FileConfig) -> Result<(String, Du
 struct Access {
     listen: SocketAddr,
     auth_token: Option<Vec<u8>>,
+    read_only_token: Option<Vec<u8>>,
     insecure: bool,
 }
 
@@ -368,6 +431,24 @@ impl Access {
             Some(path) => Some(read_token(&path)?),
             None => None,
         };
+        let read_only_token = match args
+            .read_only_token_file
+            .clone()
+            .or(file.read_only_token_file.clone())
+        {
+            Some(path) => Some(read_token(&path)?),
+            None => None,
+        };
+        if read_only_token.is_some() && auth_token.is_none() {
+            return Err(
+                "--read-only-token-file needs --auth-token-file (the read-write token): \
+                 otherwise nothing could write"
+                    .into(),
+            );
+        }
+        if read_only_token.is_some() && read_only_token == auth_token {
+            return Err("the read-only token must differ from the read-write token".into());
+        }
         let insecure = args.insecure || file.insecure.unwrap_or(false);
         if auth_token.is_none() && !listen.ip().is_loopback() && !insecure {
             return Err(format!(
@@ -378,6 +459,7 @@ impl Access {
         Ok(Access {
             listen,
             auth_token,
+            read_only_token,
             insecure,
         })
     }
@@ -471,8 +553,105 @@ impl Timeouts {
     }
 }
 
+/// The defaults are sized for a gateway with 2-4 GB of RAM and 8-32 GB of eMMC (a Raspberry
+/// Pi 4 or CM4 with 16 GB, EdgeX's usual class of box), not for the benchmark machine the
+/// engine's own defaults assume (a 45 GiB log): a log of 1 GiB holds one 60 s management time
+/// of ingest up to ~17 MiB/s, and when it fills, maintenance settles devices early rather than
+/// refusing writes. Memory: at most ~200 MiB for the index and the lower tier together.
+pub const SEGMENT_MIB_DEFAULT: u64 = 8;
+pub const LOG_BUDGET_MIB_DEFAULT: u64 = 1024;
+pub const INDEX_MEMORY_MIB_DEFAULT: u64 = 128;
+pub const LOWER_MEMORY_MIB_DEFAULT: u64 = 64;
+
+/// What the engine may take of the disk and of memory, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub segment_bytes: u64,
+    /// The log's space budget (`Options::log_bytes_max`).
+    pub log_budget_bytes: u64,
+    pub index_memory_bytes: u64,
+    pub lower_memory_bytes: u64,
+}
+
+impl Sizes {
+    /// Each size in MiB, at least 1; the segment within the engine's bounds; the default log
+    /// budget at most half the free space where the data goes (a budget the disk cannot hold
+    /// would end in ENOSPC instead of early settling).
+    fn resolve(args: &ServeArgs, file: &FileConfig, data: &Path) -> Result<Sizes, String> {
+        let mib = |name: &str, value: Option<u64>, default: u64| -> Result<u64, String> {
+            match value.unwrap_or(default) {
+                0 => Err(format!("{name} must be at least 1 (MiB)")),
+                n => n
+                    .checked_mul(1 << 20)
+                    .ok_or_else(|| format!("{name} {n} MiB is too large")),
+            }
+        };
+        let segment_bytes = mib(
+            "segment_mib",
+            args.segment_mib.or(file.segment_mib),
+            SEGMENT_MIB_DEFAULT,
+        )?;
+        let segment_range =
+            roamkv_engine::limits::SEGMENT_BYTES_MIN..=roamkv_engine::limits::SEGMENT_BYTES_MAX;
+        if !segment_range.contains(&segment_bytes) {
+            return Err(format!(
+                "segment_mib must be between {} and {}",
+                segment_range.start() >> 20,
+                segment_range.end() >> 20
+            ));
+        }
+        let log_budget_bytes = match args.log_budget_mib.or(file.log_budget_mib) {
+            Some(set) => mib("log_budget_mib", Some(set), 0)?,
+            None => {
+                let free = free_bytes_at(data).unwrap_or(u64::MAX);
+                (LOG_BUDGET_MIB_DEFAULT << 20)
+                    .min(free / 2)
+                    .max(roamkv_engine::limits::LOG_SEGMENTS_MIN * segment_bytes)
+            }
+        };
+        Ok(Sizes {
+            segment_bytes,
+            log_budget_bytes,
+            index_memory_bytes: mib(
+                "index_memory_mib",
+                args.index_memory_mib.or(file.index_memory_mib),
+                INDEX_MEMORY_MIB_DEFAULT,
+            )?,
+            lower_memory_bytes: mib(
+                "lower_memory_mib",
+                args.lower_memory_mib.or(file.lower_memory_mib),
+                LOWER_MEMORY_MIB_DEFAULT,
+            )?,
+        })
+    }
+}
+
+/// Bytes free for an unprivileged file at `path`, or at its nearest existing ancestor (the data
+/// directory is created at open, after the settings are resolved).
+fn free_bytes_at(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let existing = path.ancestors().find(|p| p.exists())?;
+    let c_path = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is a plain C struct of integers: all-zero bytes are a valid value.
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) with a valid C string and a struct we own.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut vfs) } != 0 {
+        return None;
+    }
+    Some((vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64))
+}
+
 fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig>, String> {
+    let username = args.mqtt_username.clone().or(file.mqtt_username.clone());
+    let password_file = args
+        .mqtt_password_file
+        .clone()
+        .or(file.mqtt_password_file.clone());
+    let ca_file = args.mqtt_ca_file.clone().or(file.mqtt_ca_file.clone());
     let Some(broker) = args.mqtt_broker.clone().or(file.mqtt_broker.clone()) else {
+        if username.is_some() || password_file.is_some() || ca_file.is_some() {
+            return Err("MQTT credentials or a CA file without --mqtt-broker".into());
+        }
         return Ok(None);
     };
     let topic = args
@@ -485,7 +664,36 @@ fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig
         .clone()
         .or(file.mqtt_client_id.clone())
         .unwrap_or_else(|| "roamkv-core-data".into());
-    parse_broker(&broker, topic, client_id).map(Some)
+    let mut mqtt = parse_broker(&broker, topic, client_id)?;
+    if let Some(path) = &ca_file {
+        if mqtt.tls.is_none() {
+            return Err(format!(
+                "--mqtt-ca-file is for a TLS broker: give --mqtt-broker mqtts://{}:{}",
+                mqtt.host, mqtt.port
+            ));
+        }
+        if let Err(e) = std::fs::metadata(path) {
+            return Err(format!("--mqtt-ca-file {}: {e}", path.display()));
+        }
+        mqtt.tls = Some(MqttTls { ca_file });
+    }
+    mqtt.password = match password_file {
+        Some(path) if username.is_none() => {
+            return Err(format!(
+                "--mqtt-password-file {} needs --mqtt-username",
+                path.display()
+            ));
+        }
+        Some(path) => Some(
+            std::fs::read_to_string(&path)
+                .map_err(|e| format!("--mqtt-password-file {}: {e}", path.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        ),
+        None => None,
+    };
+    mqtt.username = username;
+    Ok(Some(mqtt))
 }
 
 /// The sink: flag, then $ROAMKV_SINK (clap reads both into `args`), then the file. A malformed
@@ -553,8 +761,21 @@ fn read_token(path: &Path) -> Result<Vec<u8>, String> {
     Ok(token.as_bytes().to_vec())
 }
 
+/// `host:port`, `mqtt://host:port` or `tcp://host:port` (plain); `mqtts://`, `ssl://` or
+/// `tls://` (TLS: EdgeX names the protocols tcp and ssl).
 fn parse_broker(broker: &str, topic: String, client_id: String) -> Result<MqttConfig, String> {
-    let (host, port) = broker
+    let (tls, address) = match broker.split_once("://") {
+        None => (false, broker),
+        Some(("mqtt" | "tcp", rest)) => (false, rest),
+        Some(("mqtts" | "ssl" | "tls", rest)) => (true, rest),
+        Some((scheme, _)) => {
+            return Err(format!(
+                "MQTT broker {broker:?}: unknown scheme {scheme:?}; use mqtt:// or mqtts://"
+            ));
+        }
+    };
+    let (host, port) = address
+        .trim_end_matches('/')
         .rsplit_once(':')
         .ok_or_else(|| format!("MQTT broker {broker:?} is not host:port"))?;
     let port = port
@@ -568,6 +789,9 @@ fn parse_broker(broker: &str, topic: String, client_id: String) -> Result<MqttCo
         port,
         topic,
         client_id,
+        tls: tls.then_some(MqttTls { ca_file: None }),
+        username: None,
+        password: None,
     })
 }
 
@@ -659,5 +883,71 @@ mod tests {
         assert_eq!(config.on_depart, OnDepart::Cloud);
         a.on_depart = Some("later".into());
         assert!(Config::resolve(&a).is_err());
+    }
+
+    #[test]
+    fn mqtt_brokers_take_a_scheme_and_credentials_need_a_broker() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = args("/tmp/x");
+        a.mqtt_username = Some("edge".into());
+        let error = Config::resolve(&a).expect_err("no broker");
+        assert!(error.contains("--mqtt-broker"), "{error}");
+        a.mqtt_broker = Some("mqtts://broker.local:8883".into());
+        let mqtt = Config::resolve(&a).expect("resolve").mqtt.expect("mqtt");
+        assert!(mqtt.tls.is_some());
+        assert_eq!((mqtt.host.as_str(), mqtt.port), ("broker.local", 8883));
+        a.mqtt_broker = Some("tcp://broker.local:1883".into());
+        assert!(
+            Config::resolve(&a)
+                .expect("resolve")
+                .mqtt
+                .expect("mqtt")
+                .tls
+                .is_none()
+        );
+        a.mqtt_broker = Some("ftp://broker.local:21".into());
+        let error = Config::resolve(&a).expect_err("scheme");
+        assert!(error.contains("scheme"), "{error}");
+
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "").expect("write");
+        a.mqtt_broker = Some("broker.local:1883".into());
+        a.mqtt_ca_file = Some(ca.clone());
+        let error = Config::resolve(&a).expect_err("CA without TLS");
+        assert!(error.contains("mqtts://"), "{error}");
+        a.mqtt_broker = Some("ssl://broker.local:8883".into());
+        let mqtt = Config::resolve(&a).expect("resolve").mqtt.expect("mqtt");
+        assert_eq!(mqtt.tls.expect("tls").ca_file, Some(ca));
+
+        let password = dir.path().join("pw");
+        std::fs::write(&password, "s3cret\n").expect("write");
+        a.mqtt_password_file = Some(password.clone());
+        let mqtt = Config::resolve(&a).expect("resolve").mqtt.expect("mqtt");
+        assert_eq!(mqtt.password.as_deref(), Some("s3cret"));
+        assert!(!format!("{mqtt:?}").contains("s3cret"));
+        a.mqtt_username = None;
+        let error = Config::resolve(&a).expect_err("password without user");
+        assert!(error.contains("--mqtt-username"), "{error}");
+    }
+
+    #[test]
+    fn a_read_only_token_needs_a_different_read_write_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = dir.path().join("write");
+        let read = dir.path().join("read");
+        std::fs::write(&write, "write-token-0123456789\n").expect("write");
+        std::fs::write(&read, "read-token-0123456789\n").expect("write");
+        let mut a = args("/tmp/x");
+        a.read_only_token_file = Some(read.clone());
+        let error = Config::resolve(&a).expect_err("read-only alone");
+        assert!(error.contains("--auth-token-file"), "{error}");
+        a.auth_token_file = Some(read.clone());
+        assert!(Config::resolve(&a).is_err(), "the same token twice");
+        a.auth_token_file = Some(write);
+        let config = Config::resolve(&a).expect("resolve");
+        assert_eq!(
+            config.read_only_token.as_deref(),
+            Some(&b"read-token-0123456789"[..])
+        );
     }
 }

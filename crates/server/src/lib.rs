@@ -83,7 +83,10 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let options = Options {
         durability: config.durability,
         management_time_ms: config.management_time_ms,
-        log_bytes_max: config.log_budget_bytes,
+        segment_bytes: config.sizes.segment_bytes,
+        log_bytes_max: Some(config.sizes.log_budget_bytes),
+        index_bytes_max: config.sizes.index_memory_bytes,
+        lower_memory_bytes: config.sizes.lower_memory_bytes,
         ..Options::default()
     };
     let data = config.data.clone();
@@ -141,7 +144,12 @@ pub async fn start(config: Config) -> Result<Running, String> {
     if let Some(tls) = &tls {
         reload_on_hangup(Arc::clone(tls), stop_rx.clone())?;
     }
-    let task = tokio::spawn(serve(state, (listener, tls), stop_rx));
+    // MQTT before the first request: a broker that refuses the account stops the start.
+    let mqtt = match state.config.mqtt.clone() {
+        Some(settings) => Some(mqtt::start(Arc::clone(&state), settings, stop_rx.clone()).await?),
+        None => None,
+    };
+    let task = tokio::spawn(serve(state, (listener, tls), mqtt, stop_rx));
     tracing::info!(%addr, scheme, "roamkv serve listening");
     Ok(Running {
         addr,
@@ -157,9 +165,14 @@ pub async fn start(config: Config) -> Result<Running, String> {
 async fn serve(
     state: Shared,
     (listener, tls): (TcpListener, Option<Arc<tls::Tls>>),
+    mqtt: Option<JoinHandle<()>>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let background = spawn_background(&state, &stop);
+    // MQTT ingest first: it is waited for first at shutdown.
+    let background: Vec<JoinHandle<()>> = mqtt
+        .into_iter()
+        .chain(spawn_background(&state, &stop))
+        .collect();
     let app = router::build(Arc::clone(&state));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -234,14 +247,10 @@ async fn serve(
     Ok(())
 }
 
-/// The tasks beside the HTTP server, each ending at the stop signal: MQTT ingest (first: it is
-/// waited for first at shutdown), the status page's sampler, retention, departures waiting for
-/// the cloud, handoffs.
+/// The tasks beside the HTTP server and MQTT ingest, each ending at the stop signal: the status
+/// page's sampler, retention, departures waiting for the cloud, handoffs.
 fn spawn_background(state: &Shared, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    if let Some(m) = state.config.mqtt.clone() {
-        tasks.push(mqtt::spawn(Arc::clone(state), m, stop.clone()));
-    }
     tasks.push(tokio::spawn(sample_history(
         Arc::clone(state),
         stop.clone(),

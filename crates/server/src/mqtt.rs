@@ -4,6 +4,10 @@
 //! deliver it again. A persistent session (clean_session = false) keeps messages that arrive
 //! while the server is down.
 //!
+//! The broker may be plain (`host:port`) or TLS (`mqtts://host:port`: rustls, the system's CAs
+//! and --mqtt-ca-file's), with an account (--mqtt-username, --mqtt-password-file). A refusal
+//! of the account or a failed TLS handshake at start is an error naming the setting (`start`).
+//!
 //! Payloads are EdgeX MessageEnvelopes: v3 carries the AddEventRequest base64-encoded in
 //! `payload` (JSON or CBOR per `contentType`), v4 carries it as an object. A message that is
 //! not an event is logged, counted in roamkv_rejected{source="mqtt"} and acked (redelivering it
@@ -14,10 +18,13 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use roamkv_wire::edgex::{self, AddEventRequest, PathNames};
-use rumqttc::{AsyncClient, Event, MqttOptions, Packet, Publish, QoS};
+use rumqttc::{
+    AsyncClient, ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, Publish, QoS,
+    TlsConfiguration, Transport,
+};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::MqttConfig;
@@ -75,65 +82,184 @@ fn topic_names(topic: &str) -> Option<(&str, &str, &str)> {
     }
 }
 
-pub fn spawn(state: Shared, config: MqttConfig, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut options = MqttOptions::new(&config.client_id, &config.host, config.port);
-        options.set_keep_alive(Duration::from_secs(10));
-        options.set_manual_acks(true);
-        options.set_clean_session(false);
-        let packet_max = state.config.body_bytes_max.saturating_mul(2);
-        options.set_max_packet_size(packet_max, packet_max);
-        let (client, mut events) = AsyncClient::new(options, 64);
-        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_EVENTS_MAX));
-        loop {
-            let event = tokio::select! {
-                _ = stop.changed() => break,
-                event = events.poll() => event,
-            };
-            match event {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                    tracing::info!(broker = %format!("{}:{}", config.host, config.port), topic = %config.topic, "MQTT connected");
-                    if let Err(e) = client.subscribe(&config.topic, QoS::AtLeastOnce).await {
-                        tracing::error!(error = %e, "MQTT subscribe failed");
+/// How long the start waits for the broker's first answer. A broker that refuses the
+/// credentials or fails the TLS handshake stops the start with an error naming the setting; one
+/// that cannot be reached yet (EdgeX services start in any order) or says nothing in this time
+/// is logged, and the client keeps trying in the background.
+const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// What the broker said first.
+enum FirstAnswer {
+    Connected,
+    /// Not reachable: worth retrying.
+    Unreachable(String),
+    /// Refused the credentials or failed TLS: retrying the same settings cannot help.
+    Refused(String),
+}
+
+/// Starts MQTT ingest once the broker has accepted the client, or has not answered yet; a
+/// refusal is an error.
+pub async fn start(
+    state: Shared,
+    config: MqttConfig,
+    stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, String> {
+    let options = client_options(&config, state.config.body_bytes_max)?;
+    let broker = format!("{}:{}", config.host, config.port);
+    let (first_answer, answered) = oneshot::channel();
+    let task = tokio::spawn(run(state, config, options, stop, first_answer));
+    match tokio::time::timeout(FIRST_ANSWER_WAIT, answered).await {
+        Ok(Ok(FirstAnswer::Connected)) | Ok(Err(_)) => Ok(task),
+        Ok(Ok(FirstAnswer::Unreachable(error))) => {
+            tracing::warn!(%broker, %error, "MQTT broker not reachable yet; retrying every second");
+            Ok(task)
+        }
+        Ok(Ok(FirstAnswer::Refused(message))) => {
+            task.abort();
+            Err(message)
+        }
+        Err(_) => {
+            tracing::warn!(%broker, "no answer from the MQTT broker yet; still trying");
+            Ok(task)
+        }
+    }
+}
+
+/// The client's options: a persistent session with manual acks, TLS for an mqtts:// broker,
+/// the account when one is given.
+fn client_options(config: &MqttConfig, body_bytes_max: usize) -> Result<MqttOptions, String> {
+    let mut options = MqttOptions::new(&config.client_id, &config.host, config.port);
+    options.set_keep_alive(Duration::from_secs(10));
+    options.set_manual_acks(true);
+    options.set_clean_session(false);
+    let packet_max = body_bytes_max.saturating_mul(2);
+    options.set_max_packet_size(packet_max, packet_max);
+    if let Some(tls) = &config.tls {
+        let client = roamkv_sink::tls::client_config(tls.ca_file.as_deref(), "--mqtt-ca-file")?;
+        options.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
+            Arc::new(client),
+        )));
+    }
+    if let Some(username) = &config.username {
+        options.set_credentials(username, config.password.clone().unwrap_or_default());
+    }
+    Ok(options)
+}
+
+/// Why a broker would not have us, naming the setting to fix; None when retrying may help.
+fn refusal(config: &MqttConfig, error: &ConnectionError) -> Option<String> {
+    let broker = format!("{}:{}", config.host, config.port);
+    match error {
+        ConnectionError::ConnectionRefused(code) => Some(match (code, &config.username) {
+            (
+                ConnectReturnCode::BadUserNamePassword | ConnectReturnCode::NotAuthorized,
+                Some(user),
+            ) => format!(
+                "the MQTT broker {broker} refused the credentials ({code:?}): check \
+                 --mqtt-username {user:?} and --mqtt-password-file"
+            ),
+            (ConnectReturnCode::BadUserNamePassword | ConnectReturnCode::NotAuthorized, None) => {
+                format!(
+                    "the MQTT broker {broker} refused the connection ({code:?}): it wants an \
+                     account: give --mqtt-username and --mqtt-password-file"
+                )
+            }
+            (ConnectReturnCode::BadClientId, _) => format!(
+                "the MQTT broker {broker} refused the client id {:?} (--mqtt-client-id)",
+                config.client_id
+            ),
+            (other, _) => format!("the MQTT broker {broker} refused the connection: {other:?}"),
+        }),
+        ConnectionError::Tls(e) => Some(format!(
+            "TLS with the MQTT broker {broker} failed: {e} (is it an mqtts:// broker whose \
+             certificate names {:?}, signed by a CA the system or --mqtt-ca-file trusts?)",
+            config.host
+        )),
+        _ => None,
+    }
+}
+
+/// The event loop: subscribes on every connection, writes each event it carries, reconnects
+/// (every second) until the stop signal.
+async fn run(
+    state: Shared,
+    config: MqttConfig,
+    options: MqttOptions,
+    mut stop: watch::Receiver<bool>,
+    first_answer: oneshot::Sender<FirstAnswer>,
+) {
+    let (client, mut events) = AsyncClient::new(options, 64);
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_EVENTS_MAX));
+    let mut first_answer = Some(first_answer);
+    loop {
+        let event = tokio::select! {
+            _ = stop.changed() => break,
+            event = events.poll() => event,
+        };
+        match event {
+            Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                if let Some(tx) = first_answer.take() {
+                    let _ = tx.send(FirstAnswer::Connected);
+                }
+                tracing::info!(broker = %format!("{}:{}", config.host, config.port), tls = config.tls.is_some(), topic = %config.topic, "MQTT connected");
+                if let Err(e) = client.subscribe(&config.topic, QoS::AtLeastOnce).await {
+                    tracing::error!(error = %e, "MQTT subscribe failed");
+                }
+            }
+            Ok(Event::Incoming(Packet::SubAck(_))) => {
+                // Subscribed: from here on the broker routes the topic's events to us.
+                state.metrics.mqtt_connected.set(1);
+            }
+            Ok(Event::Incoming(Packet::Publish(publish))) => {
+                let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+                    break;
+                };
+                let state = Arc::clone(&state);
+                let client = client.clone();
+                tokio::spawn(async move {
+                    if handle(&state, &publish).await
+                        && let Err(e) = client.ack(&publish).await
+                    {
+                        tracing::warn!(error = %e, "MQTT ack failed");
                     }
-                }
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    // Subscribed: from here on the broker routes the topic's events to us.
-                    state.metrics.mqtt_connected.set(1);
-                }
-                Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
-                        break;
-                    };
-                    let state = Arc::clone(&state);
-                    let client = client.clone();
-                    tokio::spawn(async move {
-                        if handle(&state, &publish).await
-                            && let Err(e) = client.ack(&publish).await
-                        {
-                            tracing::warn!(error = %e, "MQTT ack failed");
+                    drop(permit);
+                });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                state.metrics.mqtt_connected.set(0);
+                let refused = refusal(&config, &e);
+                if let Some(tx) = first_answer.take() {
+                    match refused {
+                        Some(message) => {
+                            // The start fails with it; nothing was received yet.
+                            let _ = tx.send(FirstAnswer::Refused(message));
+                            return;
                         }
-                        drop(permit);
-                    });
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    state.metrics.mqtt_connected.set(0);
-                    tracing::warn!(error = %e, "MQTT connection lost; retrying in 1 s");
-                    tokio::select! {
-                        _ = stop.changed() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        None => {
+                            let _ = tx.send(FirstAnswer::Unreachable(e.to_string()));
+                        }
                     }
+                } else if let Some(message) = refused {
+                    // Accepted before (the account or certificate changed since): keep trying,
+                    // loudly.
+                    tracing::error!("{message}; retrying in 1 s");
+                } else {
+                    tracing::warn!(error = %e, "MQTT connection lost; retrying in 1 s");
+                }
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
         }
-        // Let in-flight events finish (their acks need the event loop, which stops here: a
-        // message written but not acked is delivered again and overwrites itself, same keys).
-        let _ = in_flight.acquire_many(IN_FLIGHT_EVENTS_MAX as u32).await;
-        let _ = client.disconnect().await;
-        let _ = tokio::time::timeout(Duration::from_millis(500), events.poll()).await;
-        state.metrics.mqtt_connected.set(0);
-    })
+    }
+    // Let in-flight events finish (their acks need the event loop, which stops here: a
+    // message written but not acked is delivered again and overwrites itself, same keys).
+    let _ = in_flight.acquire_many(IN_FLIGHT_EVENTS_MAX as u32).await;
+    let _ = client.disconnect().await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), events.poll()).await;
+    state.metrics.mqtt_connected.set(0);
 }
 
 /// Writes the event a message carries. True when the message should be acked: the event was

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -141,13 +141,15 @@ async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiErr
                 history: &history,
                 now_ms: now_ms(),
                 management_time_ms: s.config.management_time_ms,
+                segment_bytes: s.config.sizes.segment_bytes,
                 version: env!("CARGO_PKG_VERSION"),
             })))
         })
         .await
 }
 
-/// Bearer auth on every route but OPEN_ROUTES, when a token is configured.
+/// Bearer auth on every route but OPEN_ROUTES, when a token is configured: the read-write token
+/// may do anything, the read-only token GET and HEAD (403 otherwise).
 async fn authenticate(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &state.config.auth_token else {
         return next.run(request).await;
@@ -160,9 +162,26 @@ async fn authenticate(State(state): State<Shared>, request: Request, next: Next)
         .get(header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
     // ct_eq compares in time independent of where the bytes differ (lengths may still differ).
-    let valid = presented.is_some_and(|p| bool::from(p.ct_eq(token.as_slice())));
-    if valid {
+    let presents = |expected: Option<&Vec<u8>>| {
+        presented
+            .zip(expected)
+            .is_some_and(|(p, t)| bool::from(p.ct_eq(t.as_slice())))
+    };
+    if presents(Some(token)) {
         return next.run(request).await;
+    }
+    if presents(state.config.read_only_token.as_ref()) {
+        if matches!(*request.method(), Method::GET | Method::HEAD) {
+            return next.run(request).await;
+        }
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "this token may only read (GET, HEAD); {} needs the read-write token",
+                request.method()
+            ),
+        )
+        .into_response();
     }
     let mut response = ApiError::new(
         StatusCode::UNAUTHORIZED,

@@ -136,6 +136,8 @@ pub struct PageInput<'a> {
     pub history: &'a History,
     pub now_ms: u64,
     pub management_time_ms: u64,
+    /// The log's segment size: write amplification is shown once this much was written.
+    pub segment_bytes: u64,
     pub version: &'a str,
 }
 
@@ -183,7 +185,7 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
 <div class="tile" id="windows">lower-tier runs<b>{windows}</b>windows</div>
 <div class="tile" id="lower">lower tier<b>{lower}</b>devices</div>
 <div class="tile">readings ingested<b>{readings}</b>since start</div>
-<div class="tile">write amplification<b>{wa:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
+{wa_tile}
 {cloud_tile}{handoff_tile}</div>
 <div class="charts">{rate_chart}{space_chart}</div>
 "#,
@@ -194,12 +196,30 @@ table{{border-collapse:collapse;margin-top:8px}} td,th{{border-bottom:1px solid 
         windows = stats.windows,
         lower = count(DeviceTier::Lower),
         readings = history.samples.back().map_or(0, |s| s.readings_total),
-        wa = stats.write_amplification(),
+        wa_tile = write_amplification_tile(stats, input.segment_bytes),
         cloud_tile = cloud_tile(input.cloud),
         handoff_tile = handoff_tile(input.cloud),
         rate_chart = line_chart("Ingest (readings/s)", "/s", &history.ingest_rates()),
         space_chart = line_chart("Data directory (MiB)", "MiB", &history.space()),
     );
+}
+
+/// Write amplification counts the log's preallocation, which comes a segment at a time: before
+/// a segment's worth of readings is in, the ratio says how big a segment is, not how the engine
+/// writes (a few readings once showed 34257.91), so it waits until then.
+fn write_amplification_tile(stats: &Stats, segment_bytes: u64) -> String {
+    if stats.user_bytes < segment_bytes {
+        return format!(
+            r#"<div class="tile" id="wa">write amplification<b>&mdash;</b>shown once {} MiB of readings are in</div>
+"#,
+            segment_bytes >> 20
+        );
+    }
+    format!(
+        r#"<div class="tile" id="wa">write amplification<b>{:.2}</b>engine bytes / user byte (incl. log preallocation)</div>
+"#,
+        stats.write_amplification()
+    )
 }
 
 /// The cloud sink's tile: its state, its lag, the log it holds against the cap (none without a
@@ -355,6 +375,7 @@ mod tests {
             history: &history,
             now_ms: 5000,
             management_time_ms: 60_000,
+            segment_bytes: 8 << 20,
             version: "0.1.0",
         });
         assert!(html.contains("car&amp;1"));
@@ -364,5 +385,22 @@ mod tests {
         );
         assert!(html.contains("&lt;script&gt;"));
         assert!(!html.contains("<script>"));
+    }
+
+    #[test]
+    fn write_amplification_waits_for_a_segment_of_readings() {
+        let few = Stats {
+            user_bytes: 1_000,
+            log_preallocated_bytes: 16 << 20,
+            ..Stats::default()
+        };
+        let tile = write_amplification_tile(&few, 8 << 20);
+        assert!(tile.contains("&mdash;") && tile.contains("8 MiB"), "{tile}");
+        let many = Stats {
+            user_bytes: 10 << 20,
+            log_bytes_written: 11 << 20,
+            ..Stats::default()
+        };
+        assert!(write_amplification_tile(&many, 8 << 20).contains("<b>1.10</b>"));
     }
 }

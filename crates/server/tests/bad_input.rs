@@ -285,6 +285,62 @@ async fn routes_need_the_bearer_token_except_health_and_ping() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_token_reads_and_cannot_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (write_file, read_file) = (dir.path().join("write"), dir.path().join("read"));
+    let (write_token, read_token) = ("write-token-0123456789", "read-token-0123456789");
+    std::fs::write(&write_file, format!("{write_token}\n")).expect("write");
+    std::fs::write(&read_file, format!("{read_token}\n")).expect("write");
+    let server = Server::start(|a| {
+        a.auth_token_file = Some(write_file.clone());
+        a.read_only_token_file = Some(read_file.clone());
+    })
+    .await;
+    let post = |token: &'static str| {
+        server
+            .client
+            .post(format!(
+                "{}/api/v3/event/s/thermo-profile/t-1/readings",
+                server.base
+            ))
+            .header("content-type", "application/json")
+            .bearer_auth(token)
+            .body(event("t-1", now_ns(), &[("temperature", "1")]).to_string())
+            .send()
+    };
+    let refused = post(read_token).await.expect("POST");
+    assert_eq!(refused.status().as_u16(), 403);
+    let body = refused.text().await.expect("body");
+    assert!(body.contains("read-write token"), "{body}");
+    assert_eq!(
+        post(write_token).await.expect("POST").status().as_u16(),
+        201
+    );
+    let count = server
+        .client
+        .get(format!(
+            "{}/api/v3/reading/count/device/name/t-1",
+            server.base
+        ))
+        .bearer_auth(read_token)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(count.status().as_u16(), 200);
+    let count: Value = count.json().await.expect("json");
+    assert_eq!(count["count"], 1, "the refused POST wrote nothing");
+    let delete = server
+        .client
+        .delete(format!("{}/api/v3/event/device/name/t-1", server.base))
+        .bearer_auth(read_token)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(delete.status().as_u16(), 403);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_api_pages_scans_and_departs() {
     let server = Server::start(|_| {}).await;
     let mut lines = String::new();

@@ -6,32 +6,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Server, event, now_ns};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use common::{Server, certificates, event, now_ns};
 use roamkv_server::{Config, ServeArgs};
-
-/// A CA and a server certificate for 127.0.0.1 signed by it, written as PEM files into `dir`
-/// with `name` as prefix: (ca.crt, server.crt, server.key).
-fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let key = KeyPair::generate().expect("server key");
-    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("params")
-        .signed_by(&key, &ca, &ca_key)
-        .expect("server certificate");
-    let paths = (
-        dir.join(format!("{name}-ca.crt")),
-        dir.join(format!("{name}-server.crt")),
-        dir.join(format!("{name}-server.key")),
-    );
-    std::fs::write(&paths.0, ca.pem()).expect("write");
-    std::fs::write(&paths.1, server.pem()).expect("write");
-    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
-    paths
-}
 
 /// A client that trusts only the CA in `ca_file`.
 fn client_trusting(ca_file: &Path) -> reqwest::Client {

@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use std::sync::Arc;
-
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -95,35 +93,9 @@ pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, DbError> {
 /// `ca_file`; the server's certificate chain and name are always verified (stricter than libpq's
 /// `require`, which encrypts without checking who answers).
 fn tls_connector(sink: &SinkConfig) -> Result<MakeRustlsConnect, DbError> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        // A system certificate rustls cannot use is skipped, as every TLS client does.
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = &sink.ca_file {
-        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| DbError::Fatal(format!("the sink CA file {}: {e}", path.display())))?;
-        if certs.is_empty() {
-            return Err(DbError::Fatal(format!(
-                "the sink CA file {} holds no certificate",
-                path.display()
-            )));
-        }
-        for cert in certs {
-            roots
-                .add(cert)
-                .map_err(|e| DbError::Fatal(format!("the sink CA file {}: {e}", path.display())))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| DbError::Fatal(format!("setting up TLS for the sink: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(MakeRustlsConnect::new(tls))
+    crate::tls::client_config(sink.ca_file.as_deref(), "the sink CA file")
+        .map(MakeRustlsConnect::new)
+        .map_err(DbError::Fatal)
 }
 
 /// The URL with its password hidden, for messages and the status page.

@@ -27,6 +27,7 @@ pub mod db;
 mod lag;
 pub mod schema;
 mod tail;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
