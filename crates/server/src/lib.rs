@@ -80,20 +80,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         Some(files) => Some(Arc::new(tls::Tls::load(files.clone())?)),
         None => None,
     };
-    let options = Options {
-        durability: config.durability,
-        management_time_ms: config.management_time_ms,
-        segment_bytes: config.sizes.segment_bytes,
-        log_bytes_max: Some(config.sizes.log_budget_bytes),
-        index_bytes_max: config.sizes.index_memory_bytes,
-        lower_memory_bytes: config.sizes.lower_memory_bytes,
-        ..Options::default()
-    };
-    let data = config.data.clone();
-    let engine = tokio::task::spawn_blocking(move || Engine::open(&data, options))
-        .await
-        .map_err(|e| format!("opening the engine: {e}"))?
-        .map_err(|e| format!("opening {}: {e}", config.data.display()))?;
+    let engine = open_engine(&config).await?;
     // After the engine: its LOCK keeps a second server away from the server's own files.
     let retention = retention::RetentionStore::open(&config.data)?;
     let edge_id = edge::load_or_make(&config.data)?;
@@ -159,6 +146,24 @@ pub async fn start(config: Config) -> Result<Running, String> {
     })
 }
 
+/// The engine with the server's settings (recovery may take a while: off the runtime's threads).
+async fn open_engine(config: &Config) -> Result<Engine, String> {
+    let options = Options {
+        durability: config.durability,
+        management_time_ms: config.management_time_ms,
+        segment_bytes: config.sizes.segment_bytes,
+        log_bytes_max: Some(config.sizes.log_budget_bytes),
+        index_bytes_max: config.sizes.index_memory_bytes,
+        lower_memory_bytes: config.sizes.lower_memory_bytes,
+        ..Options::default()
+    };
+    let data = config.data.clone();
+    tokio::task::spawn_blocking(move || Engine::open(&data, options))
+        .await
+        .map_err(|e| format!("opening the engine: {e}"))?
+        .map_err(|e| format!("opening {}: {e}", config.data.display()))
+}
+
 /// The accept loop, then the shutdown sequence. Connections are served by hyper directly (not
 /// axum::serve) for its header-read timeout, which cuts off clients that trickle headers; with
 /// TLS, the handshake runs in the connection's task, bounded by the same timeout.
@@ -221,6 +226,17 @@ async fn serve(
     // The router holds the shared state (and with it the engine): drop it so that the engine
     // can be closed once the connections are done.
     drop(app);
+    shut_down(state, graceful, background).await
+}
+
+/// The shutdown sequence, once no connection is accepted: in-flight requests finish (up to the
+/// drain timeout), MQTT ingest and the other tasks stop, the sink lets go of the engine, and
+/// the engine closes.
+async fn shut_down(
+    state: Shared,
+    graceful: hyper_util::server::graceful::GracefulShutdown,
+    background: Vec<JoinHandle<()>>,
+) -> Result<(), String> {
     state.ready.store(false, Ordering::Relaxed);
     tracing::info!("shutting down: no new connections; finishing in-flight requests");
     let drain = state.config.drain_timeout;
