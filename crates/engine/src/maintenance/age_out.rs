@@ -1,9 +1,9 @@
 //! A pass: the readings of one log segment leave the log (docs/ENGINE.md, "Leaving the log").
 //!
-//! 1. **Snapshot** (state lock, memory only): the segment's holders that are still here give
-//!    their index entries in the segment; devices the catalog must learn (their REGISTER is in
-//!    the segment) get lower ids; window ids are given out; departures and trims of the
-//!    segment are collected for the catalog.
+//! 1. **Snapshot** (short holds of the state lock, memory only): the segment's holders that are
+//!    still here give their index entries in the segment, a bounded number per hold; devices
+//!    the catalog must learn (their REGISTER is in the segment) get lower ids; window ids are
+//!    given out; departures and trims of the segment are collected for the catalog.
 //! 2. **Read** (no lock): one sweep over the segment in log order, through one reused buffer,
 //!    skipping gaps over `MOVE_READ_GAP_BYTES`; every record's checksum and identity checked;
 //!    the swept range leaves the page cache. Each byte of the log is read once.
@@ -62,7 +62,7 @@ fn note_windows(inner: &Inner, st: &mut State, id: DeviceId, windows: usize, tri
 struct Moving {
     device: DeviceId,
     lower_id: LowerId,
-    sensor: String,
+    sensor: Arc<str>,
     entry: IndexEntry,
 }
 
@@ -144,8 +144,62 @@ pub(crate) fn pass(inner: &Inner, seq: SegmentSeq, reason: Reason) -> Result<()>
     inner.options.fail_points.check(PassStep::Committed)
 }
 
-/// Step 1, under the state lock.
+/// Step 1, in short holds of the state lock: a segment holds up to a million readings, and
+/// copying all their index entries in one hold kept writers waiting up to 75 ms (the 1800 s run
+/// in docs/BENCHMARKS.md). So: the segment's devices, places and events in one hold (1a),
+/// their entries in holds of about `SNAPSHOT_ENTRIES_PER_HOLD` (1b), the window ids in a last
+/// one (1c). What changes between holds is what changes during the rest of a pass anyway: a
+/// device that leaves has nothing left to move (its DEPART is in a later segment, whose pass
+/// drops its place), a TRIM leaves fewer entries; the segment is sealed, so nothing is added.
 fn take_snapshot(inner: &Inner, seq: SegmentSeq) -> Option<Snapshot> {
+    let plan = plan_snapshot(inner, seq)?;
+    let moving = collect_moving(inner, seq, &plan.holders);
+    let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
+    let windows = move_bytes.div_ceil(WINDOW_BYTES_MAX).max(1);
+    let mut st = inner.state.lock();
+    let lower = &mut st.lower;
+    let first_win = lower.next_win;
+    lower.next_win = WindowId(first_win.0 + windows);
+    let meta = CatalogMeta {
+        next_win: lower.next_win,
+        next_lower_id: lower.next_lower_id,
+        last_aged_seq: seq,
+    };
+    drop(st);
+    let Events {
+        departed,
+        rewrites,
+        settled_trims,
+    } = plan.events;
+    Some(Snapshot {
+        seq,
+        segment: plan.segment,
+        moving,
+        new_devices: plan.new_devices.records,
+        rewrites,
+        departed,
+        settled_trims,
+        first_win,
+        windows,
+        meta,
+    })
+}
+
+/// Index entries one hold of the state lock copies, at most (a device's entries are copied in
+/// one hold, so a hold may go past it by one device's share of the segment).
+const SNAPSHOT_ENTRIES_PER_HOLD: usize = 16 * 1024;
+
+/// What step 1a takes: the segment, its holders with their lower ids, the places given to
+/// devices registered in it, and what its events ask of the catalog.
+struct SnapshotPlan {
+    segment: Arc<Segment>,
+    holders: Vec<(DeviceId, LowerId)>,
+    new_devices: NewDevices,
+    events: Events,
+}
+
+/// Step 1a, one hold: memory proportional to the segment's devices, not its readings.
+fn plan_snapshot(inner: &Inner, seq: SegmentSeq) -> Option<SnapshotPlan> {
     let mut st = inner.state.lock();
     let State {
         map, log, lower, ..
@@ -162,7 +216,7 @@ fn take_snapshot(inner: &Inner, seq: SegmentSeq) -> Option<Snapshot> {
             give_place(map, lower, &mut new_devices, *id);
         }
     }
-    let mut moving = Vec::new();
+    let mut holders = Vec::with_capacity(live.holders.len());
     for &id in &live.holders {
         let Some(entry) = map.entry(id) else { continue };
         let lower_id = match &entry.lower {
@@ -174,45 +228,52 @@ fn take_snapshot(inner: &Inner, seq: SegmentSeq) -> Option<Snapshot> {
                 None => continue,
             },
         };
-        moving.extend(
-            entry
-                .index
-                .in_oldest_segment(seq)
-                .into_iter()
-                .map(|(sensor, e)| Moving {
-                    device: id,
-                    lower_id,
-                    sensor: sensor.to_string(),
-                    entry: e,
-                }),
-        );
+        holders.push((id, lower_id));
     }
-    let Events {
-        departed,
-        rewrites,
-        settled_trims,
-    } = events(map, lower, &live.events);
-    let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
-    let windows = move_bytes.div_ceil(WINDOW_BYTES_MAX).max(1);
-    let first_win = lower.next_win;
-    lower.next_win = WindowId(first_win.0 + windows);
-    let meta = CatalogMeta {
-        next_win: lower.next_win,
-        next_lower_id: lower.next_lower_id,
-        last_aged_seq: seq,
-    };
-    Some(Snapshot {
-        seq,
+    let events = events(map, lower, &live.events);
+    Some(SnapshotPlan {
         segment,
-        moving,
-        new_devices: new_devices.records,
-        rewrites,
-        departed,
-        settled_trims,
-        first_win,
-        windows,
-        meta,
+        holders,
+        new_devices,
+        events,
     })
+}
+
+/// Step 1b: the holders' entries in segment `seq`, a bounded number per hold. Each sensor's
+/// name is shared by its readings (one allocation per sensor, not per reading).
+fn collect_moving(inner: &Inner, seq: SegmentSeq, holders: &[(DeviceId, LowerId)]) -> Vec<Moving> {
+    let mut moving = Vec::new();
+    let mut next = 0;
+    while next < holders.len() {
+        let st = inner.state.lock();
+        let hold_start = moving.len();
+        while next < holders.len() && moving.len() - hold_start < SNAPSHOT_ENTRIES_PER_HOLD {
+            let (device, lower_id) = holders[next];
+            next += 1;
+            let Some(entry) = st.map.entry(device) else {
+                continue;
+            };
+            let mut last: Option<(&str, Arc<str>)> = None;
+            for (name, entry) in entry.index.in_oldest_segment(seq) {
+                let sensor = match &last {
+                    Some((last_name, shared)) if *last_name == name => Arc::clone(shared),
+                    _ => {
+                        let shared: Arc<str> = Arc::from(name);
+                        last = Some((name, Arc::clone(&shared)));
+                        shared
+                    }
+                };
+                moving.push(Moving {
+                    device,
+                    lower_id,
+                    sensor,
+                    entry,
+                });
+            }
+        }
+        drop(st);
+    }
+    moving
 }
 
 /// What a segment's DEPART and TRIM records ask of the catalog.
@@ -337,7 +398,7 @@ fn checked_value(segment: &Segment, m: &Moving, bytes: &[u8]) -> Result<Vec<u8>>
         reason,
     };
     match at_index(bytes, segment.seq_low(), &m.entry) {
-        AtIndex::Put { sensor, value, .. } if sensor == m.sensor => Ok(value.to_vec()),
+        AtIndex::Put { sensor, value, .. } if sensor == &*m.sensor => Ok(value.to_vec()),
         AtIndex::Put { .. } => Err(corrupt(
             "the index points at another sensor's record".into(),
         )),
