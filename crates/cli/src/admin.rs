@@ -13,7 +13,8 @@ use crate::json::{InputLine, OutputLine};
 /// How to open a data directory (shared by every command).
 #[derive(Args, Debug, Clone)]
 pub struct OpenArgs {
-    /// The data directory (created if missing or empty).
+    /// The data directory (`load` creates it if missing or empty; the other commands need an
+    /// existing one).
     #[arg(long, value_name = "DIR")]
     pub data: PathBuf,
     /// Lower tier for a new data directory: rocksdb or leveldb (an existing one keeps its own).
@@ -40,6 +41,19 @@ fn parse_durability(text: &str) -> Result<Durability, String> {
 }
 
 impl OpenArgs {
+    /// Opens a data directory that must exist: the commands that only read (or depart a device)
+    /// never make a new, empty one at a mistyped path.
+    fn open_existing(&self) -> Result<Engine, String> {
+        if !roamkv_engine::is_data_dir(&self.data) {
+            return Err(format!(
+                "{} is not a roamkv data directory (this command never creates one; \
+                 `roamkv load` or `roamkv serve` makes one)",
+                self.data.display()
+            ));
+        }
+        self.open(Durability::Sync, false)
+    }
+
     fn open(&self, durability: Durability, background_maintenance: bool) -> Result<Engine, String> {
         let options = Options {
             durability,
@@ -232,7 +246,7 @@ pub struct GetArgs {
 
 pub fn get(args: &GetArgs) -> Result<(), String> {
     let ts_ns = args.ts_ns.or(args.ts).ok_or("give --ts or --ts-ns")?;
-    let engine = args.open.open(Durability::Sync, false)?;
+    let engine = args.open.open_existing()?;
     match engine
         .get(&args.device, &args.sensor, ts_ns)
         .map_err(|e| e.to_string())?
@@ -265,7 +279,7 @@ pub struct ScanArgs {
 }
 
 pub fn scan(args: &ScanArgs) -> Result<(), String> {
-    let engine = args.open.open(Durability::Sync, false)?;
+    let engine = args.open.open_existing()?;
     let readings = engine
         .scan(
             &args.device,
@@ -294,8 +308,17 @@ pub struct DepartArgs {
     pub device: String,
 }
 
+/// Departs a device that is here; one that is not is an error (a mistyped name must not look
+/// like a departure that happened).
 pub fn depart(args: &DepartArgs) -> Result<(), String> {
-    let engine = args.open.open(Durability::Sync, false)?;
+    let engine = args.open.open_existing()?;
+    if !engine.devices().iter().any(|d| d.name == args.device) {
+        return Err(format!(
+            "no device {:?} in {}: nothing departed",
+            args.device,
+            args.open.data.display()
+        ));
+    }
     engine.depart(&args.device).map_err(|e| e.to_string())?;
     engine.close().map_err(|e| e.to_string())
 }
@@ -310,7 +333,7 @@ pub struct StatsArgs {
 }
 
 pub fn stats(args: &StatsArgs) -> Result<(), String> {
-    let engine = args.open.open(Durability::Sync, false)?;
+    let engine = args.open.open_existing()?;
     let stats = engine.stats();
     if args.json {
         println!("{}", stats_json(&stats));

@@ -116,6 +116,13 @@ fn get_depart_stats_and_check() {
     );
     let scan = roamkv(&["scan", "--device", "drone"], &data, "");
     assert!(scan.status.success() && scan.stdout.is_empty());
+    // A device that is not here (gone, or mistyped): said so, exit 1.
+    let again = roamkv(&["depart", "--device", "drone"], &data, "");
+    assert!(
+        !again.status.success() && text(&again.stderr).contains("no device \"drone\""),
+        "{}",
+        text(&again.stderr)
+    );
 
     let check = Command::new(ROAMKV)
         .args(["check", "--data"])
@@ -134,6 +141,21 @@ fn get_depart_stats_and_check() {
         .expect("check");
     assert!(!check.status.success() && text(&check.stderr).contains("not a roamkv data directory"));
     assert!(!nowhere.exists());
+    // Nor do the commands that read, or depart: a mistyped --data makes nothing.
+    for args in [
+        &["get", "--device", "drone", "--sensor", "alt", "--ts", "-5"][..],
+        &["scan", "--device", "drone"],
+        &["stats"],
+        &["depart", "--device", "drone"],
+    ] {
+        let out = roamkv(args, &nowhere, "");
+        assert!(
+            !out.status.success() && text(&out.stderr).contains("not a roamkv data directory"),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(!nowhere.exists(), "{args:?} created {}", nowhere.display());
+    }
 }
 
 #[test]

@@ -347,7 +347,7 @@ fn a_database_killed_with_a_batch_in_flight_loses_and_doubles_nothing() {
     pg.restart().expect("restart");
     edge.wait_caught_up(Duration::from_secs(60));
     check_cloud(&pg, &ledger);
-    assert_eq!(edge.metric("roamkv_write_stalls"), 0.0);
+    assert_eq!(edge.metric("roamkv_write_stalls_total"), 0.0);
 }
 
 #[test]
@@ -415,7 +415,7 @@ fn a_minute_without_the_database_is_drained_and_departures_wait_for_it() {
     );
     check_cloud(&pg, &ledger);
     assert_eq!(
-        edge.metric("roamkv_write_stalls"),
+        edge.metric("roamkv_write_stalls_total"),
         0.0,
         "no writer waited for the hold"
     );

@@ -45,6 +45,12 @@ impl LowerTierKind {
     }
 }
 
+/// Whether `path` is a roamkv data directory (it has the identity file): read-only tools check
+/// this first rather than let `Engine::open` make a new, empty one at a mistyped path.
+pub fn is_data_dir(path: &Path) -> bool {
+    path.join(IDENTITY_FILE).is_file()
+}
+
 /// An open data directory. The flock is released when this is dropped (or the process dies).
 #[derive(Debug)]
 pub struct DataDir {

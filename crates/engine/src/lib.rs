@@ -62,7 +62,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 /// beside `Record`, the reading a caller writes, a bare `record` read as the same thing.
 pub use commit_log::record as log_record;
 pub use commit_log::{segment, storage};
-pub use dir::LowerTierKind;
+pub use dir::{LowerTierKind, is_data_dir};
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use failpoints::{CRASH_POINTS_ENV, FailPoints, PassStep, crash_point};

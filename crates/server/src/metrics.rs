@@ -1,6 +1,10 @@
 //! Prometheus metrics (prometheus-client: the official Rust client's text format, so the
 //! exposition is right without hand-writing it). Ingest and request metrics are counted as they
-//! happen; the engine's state is read from `Engine::stats` at each scrape.
+//! happen; the engine's, the sink's and the process's state is read at each scrape. Names
+//! follow Prometheus's conventions: base units last in the name (`_bytes`, `_seconds`),
+//! counters as counters (prometheus-client adds `_total`), `roamkv_build_info`, and the
+//! `process_*` metrics every client library exports; `promtool check metrics` agrees
+//! (crates/server/tests/edgex_round_trip.rs).
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
@@ -49,6 +53,9 @@ pub struct TierLabels {
 
 pub struct Metrics {
     registry: Registry,
+    /// One scrape at a time: totals kept elsewhere are carried into counters by difference
+    /// (`follow`), which two scrapes at once would count twice.
+    scrape: parking_lot::Mutex<()>,
     pub ingested_readings: Family<SourceLabels, Counter>,
     pub ingested_events: Family<SourceLabels, Counter>,
     pub ingested_bytes: Family<SourceLabels, Counter>,
@@ -56,39 +63,64 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_seconds: Family<RouteLabels, Histogram>,
     pub mqtt_connected: Gauge,
-    engine: EngineGauges,
-    cloud: CloudGauges,
+    engine: EngineMetrics,
+    cloud: CloudMetrics,
+    process: ProcessMetrics,
 }
 
-/// The cloud sink and the departures waiting for it, read from `CloudView` at each scrape
-/// (all 0 without a sink).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Carries a total kept elsewhere (the engine's, the sink's, the handoffs') into a counter:
+/// a counter only goes up, by the difference since the last scrape.
+fn follow(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}
+
+fn follow_f64(counter: &Counter<f64, AtomicU64>, total: f64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}
+
+fn set(gauge: &Gauge, value: u64) {
+    gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+}
+
+/// The cloud sink, the departures waiting for it and the handoffs, read from `CloudView` at
+/// each scrape (all 0 without a sink or handoffs).
 #[derive(Default)]
-struct CloudGauges {
+struct CloudMetrics {
     connected: Gauge,
     lag_bytes: Gauge,
     lag_seconds: Gauge<f64, AtomicU64>,
     lag_readings: Gauge,
-    rows: Gauge,
-    batches: Gauge,
-    retries: Gauge,
-    gaps: Gauge,
     hold_bytes: Gauge,
-    hold_bytes_max: Gauge,
-    holds_released: Gauge,
+    hold_limit_bytes: Gauge,
     departures_waiting: Gauge,
     handoffs_out_in_flight: Gauge,
     handoffs_in_in_flight: Gauge,
-    handoffs_done: Gauge,
-    handoffs_aborted: Gauge,
-    handoffs_received: Gauge,
-    handoff_bytes_sent: Gauge,
-    handoff_bytes_received: Gauge,
-    handoff_seconds: Gauge<f64, AtomicU64>,
+    rows: Counter,
+    batches: Counter,
+    retries: Counter,
+    gaps: Counter,
+    holds_released: Counter,
+    handoffs_done: Counter,
+    handoffs_aborted: Counter,
+    handoffs_received: Counter,
+    handoff_sent_bytes: Counter,
+    handoff_received_bytes: Counter,
+    handoff_seconds: Counter<f64, AtomicU64>,
 }
 
-impl CloudGauges {
-    // Long because: one table of every plain gauge with its name and help, read top to bottom.
-    fn plain(&self) -> [(&'static str, &'static str, &Gauge); 18] {
+impl CloudMetrics {
+    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 8] {
         [
             (
                 "sink_connected",
@@ -106,39 +138,14 @@ impl CloudGauges {
                 &self.lag_readings,
             ),
             (
-                "sink_rows",
-                "Readings the sink committed to the cloud database since start",
-                &self.rows,
-            ),
-            (
-                "sink_batches",
-                "Transactions the sink committed since start",
-                &self.batches,
-            ),
-            (
-                "sink_retries",
-                "Sink errors retried (connection lost, database restarting) since start",
-                &self.retries,
-            ),
-            (
-                "sink_gaps",
-                "Times the sink lost its hold on the log and exported the devices present by scanning",
-                &self.gaps,
-            ),
-            (
                 "sink_hold_bytes",
                 "Log bytes kept from retiring for the sink",
                 &self.hold_bytes,
             ),
             (
-                "sink_hold_bytes_max",
+                "sink_hold_limit_bytes",
                 "Cap on the log bytes kept for the sink: past it the hold is released (never a writer stall)",
-                &self.hold_bytes_max,
-            ),
-            (
-                "sink_holds_released",
-                "Holds released at their cap since start",
-                &self.holds_released,
+                &self.hold_limit_bytes,
             ),
             (
                 "departures_waiting",
@@ -155,37 +162,71 @@ impl CloudGauges {
                 "Handoffs of devices to this edge not committed",
                 &self.handoffs_in_in_flight,
             ),
+        ]
+    }
+
+    // Long because: one table of every counter with its name and help, read top to bottom.
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 10] {
+        [
+            (
+                "sink_rows",
+                "Readings the sink committed to the cloud database",
+                &self.rows,
+            ),
+            (
+                "sink_batches",
+                "Transactions the sink committed",
+                &self.batches,
+            ),
+            (
+                "sink_retries",
+                "Sink errors retried (connection lost, database restarting)",
+                &self.retries,
+            ),
+            (
+                "sink_gaps",
+                "Times the sink lost its hold on the log and exported the devices present by scanning",
+                &self.gaps,
+            ),
+            (
+                "sink_holds_released",
+                "Sink holds released at their cap",
+                &self.holds_released,
+            ),
             (
                 "handoffs_done",
-                "Handoffs from this edge completed since start",
+                "Handoffs from this edge completed",
                 &self.handoffs_done,
             ),
             (
                 "handoffs_aborted",
-                "Handoffs from this edge called off since start",
+                "Handoffs from this edge called off",
                 &self.handoffs_aborted,
             ),
             (
                 "handoffs_received",
-                "Handoffs to this edge committed since start",
+                "Handoffs to this edge committed",
                 &self.handoffs_received,
             ),
             (
-                "handoff_bytes_sent",
-                "Bytes of chunks handed to other edges since start",
-                &self.handoff_bytes_sent,
+                "handoff_sent_bytes",
+                "Bytes of chunks handed to other edges",
+                &self.handoff_sent_bytes,
             ),
             (
-                "handoff_bytes_received",
-                "Bytes of chunks received from other edges since start",
-                &self.handoff_bytes_received,
+                "handoff_received_bytes",
+                "Bytes of chunks received from other edges",
+                &self.handoff_received_bytes,
             ),
         ]
     }
 
     fn register(&self, r: &mut Registry) {
-        for (name, help, gauge) in self.plain() {
+        for (name, help, gauge) in self.gauges() {
             r.register(name, help, gauge.clone());
+        }
+        for (name, help, counter) in self.counters() {
+            r.register(name, help, counter.clone());
         }
         r.register(
             "sink_lag_seconds",
@@ -193,16 +234,13 @@ impl CloudGauges {
             self.lag_seconds.clone(),
         );
         r.register(
-            "handoff_seconds",
+            "handoff_duration_seconds",
             "Seconds the completed handoffs from this edge took, summed",
             self.handoff_seconds.clone(),
         );
     }
 
     fn update(&self, view: &CloudView) {
-        let set = |g: &Gauge, v: u64| {
-            g.set(i64::try_from(v).unwrap_or(i64::MAX));
-        };
         let sink = view.sink.clone().unwrap_or_default();
         set(
             &self.connected,
@@ -211,42 +249,135 @@ impl CloudGauges {
         set(&self.lag_bytes, view.lag_bytes.unwrap_or(sink.lag_bytes));
         self.lag_seconds.set(sink.lag_seconds);
         set(&self.lag_readings, view.lag_readings);
-        set(&self.rows, sink.rows_total);
-        set(&self.batches, sink.batches_total);
-        set(&self.retries, sink.retries_total);
-        set(&self.gaps, sink.gaps_total);
         set(&self.hold_bytes, view.hold_bytes);
-        set(&self.hold_bytes_max, view.hold_bytes_max);
-        set(&self.holds_released, view.holds_released);
+        set(&self.hold_limit_bytes, view.hold_bytes_max);
         set(
             &self.departures_waiting,
             view.departures_waiting.len() as u64,
         );
+        let handoffs = &view.handoffs;
+        set(&self.handoffs_out_in_flight, handoffs.out_in_flight);
+        set(&self.handoffs_in_in_flight, handoffs.in_in_flight);
+        follow(&self.rows, sink.rows_total);
+        follow(&self.batches, sink.batches_total);
+        follow(&self.retries, sink.retries_total);
+        follow(&self.gaps, sink.gaps_total);
+        follow(&self.holds_released, view.holds_released);
+        follow(&self.handoffs_done, handoffs.done);
+        follow(&self.handoffs_aborted, handoffs.aborted);
+        follow(&self.handoffs_received, handoffs.received);
+        follow(&self.handoff_sent_bytes, handoffs.bytes_sent);
+        follow(&self.handoff_received_bytes, handoffs.bytes_received);
+        follow_f64(&self.handoff_seconds, handoffs.seconds);
     }
 }
 
-/// The engine's state, read from `Engine::stats` at each scrape.
+/// The engine's state and totals, read from `Engine::stats` at each scrape.
 #[derive(Default)]
-struct EngineGauges {
+struct EngineMetrics {
     devices: Family<TierLabels, Gauge>,
     records: Family<TierLabels, Gauge>,
     index_bytes: Gauge,
-    index_bytes_max: Gauge,
+    index_limit_bytes: Gauge,
     live_segments: Gauge,
     data_dir_bytes: Gauge,
-    log_bytes_written: Gauge,
-    lower_bytes_written: Gauge,
-    user_bytes: Gauge,
-    write_amplification: Gauge<f64, AtomicU64>,
-    moved_readings: Gauge,
-    departures: Gauge,
-    trims: Gauge,
     overdue_segments: Gauge,
     overdue_log_bytes: Gauge,
     log_bytes: Gauge,
-    log_bytes_max: Gauge,
-    write_stalls: Gauge,
-    no_space_errors: Gauge,
+    log_budget_bytes: Gauge,
+    write_amplification: Gauge<f64, AtomicU64>,
+    log_written_bytes: Counter,
+    lower_written_bytes: Counter,
+    user_bytes: Counter,
+    moved_readings: Counter,
+    departures: Counter,
+    trims: Counter,
+    write_stalls: Counter,
+    no_space_errors: Counter,
+}
+
+/// The process, by the names every Prometheus client library uses (process_*), from /proc.
+#[derive(Default)]
+struct ProcessMetrics {
+    cpu_seconds: Counter<f64, AtomicU64>,
+    resident_memory_bytes: Gauge,
+    virtual_memory_bytes: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    threads: Gauge,
+    start_time_seconds: Gauge,
+}
+
+impl ProcessMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "process_cpu_seconds",
+            "User and system CPU time spent, in seconds",
+            self.cpu_seconds.clone(),
+        );
+        let gauges = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                &self.resident_memory_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                &self.virtual_memory_bytes,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                &self.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                &self.max_fds,
+            ),
+            ("process_threads", "Number of OS threads", &self.threads),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since the Unix epoch, in seconds",
+                &self.start_time_seconds,
+            ),
+        ];
+        for (name, help, gauge) in gauges {
+            r.register(name, help, gauge.clone());
+        }
+    }
+
+    /// Reads /proc/self; a figure that cannot be read keeps its last value.
+    fn update(&self) {
+        let Ok(me) = procfs::process::Process::myself() else {
+            return;
+        };
+        let ticks = procfs::ticks_per_second() as f64;
+        if let Ok(stat) = me.stat() {
+            follow_f64(&self.cpu_seconds, (stat.utime + stat.stime) as f64 / ticks);
+            set(
+                &self.resident_memory_bytes,
+                stat.rss.saturating_mul(procfs::page_size()),
+            );
+            set(&self.virtual_memory_bytes, stat.vsize);
+            set(&self.threads, stat.num_threads.max(0) as u64);
+            if let Ok(boot) = procfs::boot_time_secs() {
+                set(
+                    &self.start_time_seconds,
+                    boot + (stat.starttime as f64 / ticks) as u64,
+                );
+            }
+        }
+        if let Ok(fds) = me.fd_count() {
+            set(&self.open_fds, fds as u64);
+        }
+        if let Ok(limits) = me.limits()
+            && let procfs::process::LimitValue::Value(max) = limits.max_open_files.soft_limit
+        {
+            set(&self.max_fds, max);
+        }
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -258,7 +389,7 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("roamkv");
+        let mut root = Registry::default();
         let metrics = Metrics {
             ingested_readings: Family::default(),
             ingested_events: Family::default(),
@@ -267,15 +398,30 @@ impl Metrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
             mqtt_connected: Gauge::default(),
-            engine: EngineGauges::default(),
-            cloud: CloudGauges::default(),
+            engine: EngineMetrics::default(),
+            cloud: CloudMetrics::default(),
+            process: ProcessMetrics::default(),
+            scrape: parking_lot::Mutex::new(()),
             registry: Registry::default(),
         };
-        metrics.register_traffic(&mut registry);
-        metrics.engine.register(&mut registry);
-        metrics.cloud.register(&mut registry);
+        metrics.process.register(&mut root);
+        let roamkv = root.sub_registry_with_prefix("roamkv");
+        metrics.register_traffic(roamkv);
+        metrics.engine.register(roamkv);
+        metrics.cloud.register(roamkv);
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        roamkv.register(
+            "build_info",
+            "The running build: 1, with its version as a label",
+            build,
+        );
         Metrics {
-            registry,
+            registry: root,
             ..metrics
         }
     }
@@ -324,11 +470,13 @@ impl Metrics {
         );
     }
 
-    /// Reads the engine's state and the sink's into the gauges and renders the text exposition.
+    /// Reads the engine's, the sink's and the process's state and renders the text exposition.
     /// Blocking (engine stats and a walk of the data directory): call it off the async threads.
     pub fn render(&self, engine: &Engine, cloud: &CloudView) -> String {
+        let _one_at_a_time = self.scrape.lock();
         self.engine.update(engine);
         self.cloud.update(cloud);
+        self.process.update();
         let mut text = String::new();
         if let Err(e) = encode(&mut text, &self.registry) {
             text = format!("# encoding metrics failed: {e}\n");
@@ -348,9 +496,8 @@ impl Metrics {
     }
 }
 
-impl EngineGauges {
-    /// The plain gauges, with their names and help: one table for registering them.
-    fn plain(&self) -> [(&'static str, &'static str, &Gauge); 15] {
+impl EngineMetrics {
+    fn gauges(&self) -> [(&'static str, &'static str, &Gauge); 8] {
         [
             (
                 "index_bytes",
@@ -358,9 +505,9 @@ impl EngineGauges {
                 &self.index_bytes,
             ),
             (
-                "index_bytes_max",
-                "Cap on the upper tier's index memory",
-                &self.index_bytes_max,
+                "index_limit_bytes",
+                "Cap on the upper tier's index memory (index_memory_mib)",
+                &self.index_limit_bytes,
             ),
             (
                 "live_segments",
@@ -371,36 +518,6 @@ impl EngineGauges {
                 "data_dir_bytes",
                 "Bytes of the files in the data directory",
                 &self.data_dir_bytes,
-            ),
-            (
-                "log_bytes_written",
-                "Commit-log bytes written since start",
-                &self.log_bytes_written,
-            ),
-            (
-                "lower_bytes_written",
-                "Bytes the LSM tier wrote since start",
-                &self.lower_bytes_written,
-            ),
-            (
-                "user_bytes",
-                "Key and value bytes handed to the engine since start",
-                &self.user_bytes,
-            ),
-            (
-                "moved_readings",
-                "Readings moved out of the log into the lower tier since start",
-                &self.moved_readings,
-            ),
-            (
-                "departures",
-                "Devices departed since start",
-                &self.departures,
-            ),
-            (
-                "trims",
-                "Trims (a device's readings older than a cutoff deleted) since start",
-                &self.trims,
             ),
             (
                 "overdue_segments",
@@ -418,14 +535,50 @@ impl EngineGauges {
                 &self.log_bytes,
             ),
             (
-                "log_bytes_max",
-                "The log budget: near it the engine settles early, then stalls writers, then refuses with NoSpace",
-                &self.log_bytes_max,
+                "log_budget_bytes",
+                "The log budget (log_budget_mib): near it the engine settles early, then stalls writers, then refuses with NoSpace",
+                &self.log_budget_bytes,
+            ),
+        ]
+    }
+
+    fn counters(&self) -> [(&'static str, &'static str, &Counter); 8] {
+        [
+            (
+                "log_written_bytes",
+                "Commit-log bytes written",
+                &self.log_written_bytes,
+            ),
+            (
+                "lower_written_bytes",
+                "Bytes the LSM tier wrote",
+                &self.lower_written_bytes,
+            ),
+            (
+                "user_bytes",
+                "Key and value bytes handed to the engine",
+                &self.user_bytes,
+            ),
+            (
+                "moved_readings",
+                "Readings moved out of the log into the lower tier",
+                &self.moved_readings,
+            ),
+            ("departures", "Devices departed", &self.departures),
+            (
+                "trims",
+                "Trims (a device's readings older than a cutoff deleted)",
+                &self.trims,
             ),
             (
                 "write_stalls",
-                "Writes that waited for log room since start",
+                "Writes that waited for log room",
                 &self.write_stalls,
+            ),
+            (
+                "no_space_errors",
+                "Writes refused for lack of log room",
+                &self.no_space_errors,
             ),
         ]
     }
@@ -437,26 +590,21 @@ impl EngineGauges {
             "Readings held, by tier (lower tier: the LSM's estimate)",
             self.records.clone(),
         );
-        for (name, help, gauge) in self.plain() {
+        for (name, help, gauge) in self.gauges() {
             r.register(name, help, gauge.clone());
+        }
+        for (name, help, counter) in self.counters() {
+            r.register(name, help, counter.clone());
         }
         r.register(
             "write_amplification",
             "Engine bytes written per user byte since start",
             self.write_amplification.clone(),
         );
-        r.register(
-            "no_space_errors",
-            "Writes refused for lack of log room since start",
-            self.no_space_errors.clone(),
-        );
     }
 
     fn update(&self, engine: &Engine) {
         let stats = engine.stats();
-        let set = |g: &Gauge, v: u64| {
-            g.set(i64::try_from(v).unwrap_or(i64::MAX));
-        };
         for (tier, devices, records) in [
             ("upper", stats.upper.devices, stats.upper.records),
             ("lower", stats.lower.devices, stats.lower.records),
@@ -465,22 +613,22 @@ impl EngineGauges {
             set(&self.records.get_or_create(&TierLabels { tier }), records);
         }
         set(&self.index_bytes, stats.index_bytes);
-        set(&self.index_bytes_max, stats.index_bytes_max);
+        set(&self.index_limit_bytes, stats.index_bytes_max);
         set(&self.live_segments, stats.live_segments);
         set(&self.data_dir_bytes, dir_bytes(engine.path()));
-        set(&self.log_bytes_written, stats.log_bytes_written);
-        set(&self.lower_bytes_written, stats.lower_bytes_written);
-        set(&self.user_bytes, stats.user_bytes);
-        self.write_amplification.set(stats.write_amplification());
-        set(&self.moved_readings, stats.aged_records);
-        set(&self.departures, stats.departures);
-        set(&self.trims, stats.trims);
         set(&self.overdue_segments, stats.overdue_segments);
         set(&self.overdue_log_bytes, stats.overdue_bytes);
         set(&self.log_bytes, stats.log_bytes);
-        set(&self.log_bytes_max, stats.log_bytes_max);
-        set(&self.write_stalls, stats.write_stalls);
-        set(&self.no_space_errors, stats.no_space_errors);
+        set(&self.log_budget_bytes, stats.log_bytes_max);
+        self.write_amplification.set(stats.write_amplification());
+        follow(&self.log_written_bytes, stats.log_bytes_written);
+        follow(&self.lower_written_bytes, stats.lower_bytes_written);
+        follow(&self.user_bytes, stats.user_bytes);
+        follow(&self.moved_readings, stats.aged_records);
+        follow(&self.departures, stats.departures);
+        follow(&self.trims, stats.trims);
+        follow(&self.write_stalls, stats.write_stalls);
+        follow(&self.no_space_errors, stats.no_space_errors);
     }
 }
 

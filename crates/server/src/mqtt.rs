@@ -34,6 +34,10 @@ use crate::state::Shared;
 /// Events being written at once from MQTT; the event loop waits beyond it (back-pressure on
 /// the broker instead of unbounded tasks).
 const IN_FLIGHT_EVENTS_MAX: usize = 64;
+/// Reconnects wait this long after the first failure, twice as long after each further one, up
+/// to `RECONNECT_DELAY_MAX`; a connection resets it.
+const RECONNECT_DELAY_MIN: Duration = Duration::from_secs(1);
+const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(30);
 /// Where EdgeX publishes events: edgex/events/device/{service}/{profile}/{device}/{source}.
 const EDGEX_EVENT_TOPIC_PREFIX: &str = "edgex/events/device/";
 
@@ -111,7 +115,7 @@ pub async fn start(
     match tokio::time::timeout(FIRST_ANSWER_WAIT, answered).await {
         Ok(Ok(FirstAnswer::Connected)) | Ok(Err(_)) => Ok(task),
         Ok(Ok(FirstAnswer::Unreachable(error))) => {
-            tracing::warn!(%broker, %error, "MQTT broker not reachable yet; retrying every second");
+            tracing::warn!(%broker, %error, "MQTT broker not reachable yet; retrying, backing off to 30 s");
             Ok(task)
         }
         Ok(Ok(FirstAnswer::Refused(message))) => {
@@ -179,8 +183,37 @@ fn refusal(config: &MqttConfig, error: &ConnectionError) -> Option<String> {
     }
 }
 
+/// Says what a failed connection means: to the start, while it waits for the first answer (a
+/// refusal ends the client: true), or in the log (a refusal after the client was once accepted,
+/// say a password changed under a running server, is an error; it keeps trying).
+fn report_failure(
+    config: &MqttConfig,
+    error: &ConnectionError,
+    first_answer: &mut Option<oneshot::Sender<FirstAnswer>>,
+    retry_in: Duration,
+) -> bool {
+    match (first_answer.take(), refusal(config, error)) {
+        (Some(tx), Some(message)) => {
+            let _ = tx.send(FirstAnswer::Refused(message));
+            true
+        }
+        (Some(tx), None) => {
+            let _ = tx.send(FirstAnswer::Unreachable(error.to_string()));
+            false
+        }
+        (None, Some(message)) => {
+            tracing::error!(retry_in_s = retry_in.as_secs(), "{message}");
+            false
+        }
+        (None, None) => {
+            tracing::warn!(%error, retry_in_s = retry_in.as_secs(), "MQTT connection lost");
+            false
+        }
+    }
+}
+
 /// The event loop: subscribes on every connection, writes each event it carries, reconnects
-/// (every second) until the stop signal.
+/// (backing off from 1 s to 30 s) until the stop signal.
 async fn run(
     state: Shared,
     config: MqttConfig,
@@ -191,6 +224,7 @@ async fn run(
     let (client, mut events) = AsyncClient::new(options, 64);
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_EVENTS_MAX));
     let mut first_answer = Some(first_answer);
+    let mut reconnect_delay = RECONNECT_DELAY_MIN;
     loop {
         let event = tokio::select! {
             _ = stop.changed() => break,
@@ -198,6 +232,7 @@ async fn run(
         };
         match event {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                reconnect_delay = RECONNECT_DELAY_MIN;
                 if let Some(tx) = first_answer.take() {
                     let _ = tx.send(FirstAnswer::Connected);
                 }
@@ -228,29 +263,15 @@ async fn run(
             Ok(_) => {}
             Err(e) => {
                 state.metrics.mqtt_connected.set(0);
-                let refused = refusal(&config, &e);
-                if let Some(tx) = first_answer.take() {
-                    match refused {
-                        Some(message) => {
-                            // The start fails with it; nothing was received yet.
-                            let _ = tx.send(FirstAnswer::Refused(message));
-                            return;
-                        }
-                        None => {
-                            let _ = tx.send(FirstAnswer::Unreachable(e.to_string()));
-                        }
-                    }
-                } else if let Some(message) = refused {
-                    // Accepted before (the account or certificate changed since): keep trying,
-                    // loudly.
-                    tracing::error!("{message}; retrying in 1 s");
-                } else {
-                    tracing::warn!(error = %e, "MQTT connection lost; retrying in 1 s");
+                if report_failure(&config, &e, &mut first_answer, reconnect_delay) {
+                    // Refused at start: the start fails with it; nothing was received yet.
+                    return;
                 }
                 tokio::select! {
                     _ = stop.changed() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = tokio::time::sleep(reconnect_delay) => {}
                 }
+                reconnect_delay = (reconnect_delay * 2).min(RECONNECT_DELAY_MAX);
             }
         }
     }

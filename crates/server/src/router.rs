@@ -103,16 +103,31 @@ async fn health() -> Response {
 }
 
 /// Readiness: the engine is open and the server is not shutting down.
+/// 200 while the server takes everything it was configured to take: 503 once shutdown began,
+/// and while a configured MQTT broker is not connected (ingest from the bus is stopped; a load
+/// balancer or an orchestrator should know).
 async fn ready(State(state): State<Shared>) -> Response {
-    if state.is_ready() {
-        (
-            StatusCode::OK,
-            axum::Json(serde_json::json!({"status": "ready"})),
-        )
-            .into_response()
-    } else {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    if !state.is_ready() {
+        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
+    if let Some(mqtt) = &state.config.mqtt
+        && state.metrics.mqtt_connected.get() == 0
+    {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not subscribed to the MQTT broker {}:{}: events on the bus are not being \
+                 taken (reconnecting)",
+                mqtt.host, mqtt.port
+            ),
+        )
+        .into_response();
+    }
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"status": "ready"})),
+    )
+        .into_response()
 }
 
 async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {

@@ -38,6 +38,79 @@ async fn publish(port: u16, messages: Vec<(String, Vec<u8>)>) {
     let _ = client.disconnect().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_says_503_until_the_broker_is_there_and_the_client_comes_back() {
+    let test = "ready_says_503_until_the_broker_is_there_and_the_client_comes_back";
+    if !prerequisite::met(test, require_tool("mosquitto", "mosquitto")) {
+        return;
+    }
+    // EdgeX services start in any order: the server starts without its broker...
+    let port = free_port();
+    let server = Server::start(|a| a.mqtt_broker = Some(format!("127.0.0.1:{port}"))).await;
+    let (status, body) = server.get("/ready").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("127.0.0.1:{port}"))),
+        "{body}"
+    );
+    // ...and is ready once the broker comes up (the client's back-off is 1, 2, 4 s...).
+    let _broker = Mosquitto::start_on(port, |_| "allow_anonymous true\n".into());
+    let ready = eventually(20, || async { server.get("/ready").await.0 == 200 }).await;
+    assert!(ready, "not ready within 20 s of the broker coming up");
+    server.stop().await;
+}
+
+/// The exposition in Prometheus's classic text format, which is what promtool reads: there a
+/// counter's family is named with its `_total` (OpenMetrics names the family without it and
+/// its samples with it), and there is no `# EOF`. Nothing else differs for these metrics.
+fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::new();
+    for line in openmetrics.lines().filter(|l| *l != "# EOF") {
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let (name, rest) = line.strip_prefix(prefix)?.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {rest}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Prometheus's own linter: names, units, counters' `_total`, help texts.
+fn promtool_accepts(openmetrics: &str) {
+    let text = classic(openmetrics);
+    let promtool = require_tool("promtool", "prometheus").expect("promtool (Debian: prometheus)");
+    let mut child = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let output = child.wait_with_output().expect("promtool");
+    assert!(
+        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 fn topic(device: &str) -> String {
     format!("edgex/events/device/device-virtual/thermo-profile/{device}/readings")
 }
@@ -56,14 +129,10 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
         a.mqtt_broker = Some(format!("127.0.0.1:{}", broker.port));
     })
     .await;
-    let subscribed = eventually(10, || async {
-        metric(
-            &server.get_text("/metrics").await.1,
-            "roamkv_mqtt_connected",
-        ) == Some(1.0)
-    })
-    .await;
-    assert!(subscribed, "the server did not subscribe to the broker");
+    assert!(
+        server.mqtt_subscribed().await,
+        "the server did not subscribe to the broker"
+    );
     let now = now_ns();
 
     // HTTP, JSON: three events of thermo-1, one second apart.
@@ -272,15 +341,33 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
         "{text}"
     );
     assert!(
-        metric(&text, "roamkv_departures").is_some_and(|d| d >= 2.0),
+        metric(&text, "roamkv_departures_total").is_some_and(|d| d >= 2.0),
         "{text}"
     );
     assert_eq!(metric(&text, "roamkv_mqtt_connected"), Some(1.0), "{text}");
-    assert_eq!(metric(&text, "roamkv_trims"), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "roamkv_trims_total"), Some(1.0), "{text}");
     assert!(
         text.contains(r#"roamkv_http_request_duration_seconds_count{route="/api/v3/event/{service_name}/{profile_name}/{device_name}/{source_name}"} 7"#),
         "{text}"
     );
+    assert_eq!(
+        metric(
+            &text,
+            &format!(
+                r#"roamkv_build_info{{version="{}"}}"#,
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        metric(&text, "process_resident_memory_bytes").is_some_and(|b| b > 1e6)
+            && metric(&text, "process_cpu_seconds_total").is_some_and(|s| s > 0.0)
+            && metric(&text, "process_open_fds").is_some_and(|n| n > 3.0),
+        "{text}"
+    );
+    promtool_accepts(&text);
 
     // Ping, version, config.
     let (status, body) = server.get("/api/v3/ping").await;
@@ -383,7 +470,7 @@ async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
         "{text}"
     );
     assert!(
-        metric(&text, "roamkv_moved_readings").is_some_and(|m| m >= 1.0),
+        metric(&text, "roamkv_moved_readings_total").is_some_and(|m| m >= 1.0),
         "{text}"
     );
     server.stop().await;

@@ -122,14 +122,10 @@ async fn events_arrive_over_tls_with_the_account() {
     let password_file = secrets.path().join("mqtt-password");
     std::fs::write(&password_file, format!("{PASSWORD}\n")).expect("write");
     let server = Server::start(secure_settings(&broker, &password_file)).await;
-    let subscribed = eventually(10, || async {
-        metric(
-            &server.get_text("/metrics").await.1,
-            "roamkv_mqtt_connected",
-        ) == Some(1.0)
-    })
-    .await;
-    assert!(subscribed, "the server never subscribed over TLS");
+    assert!(
+        server.mqtt_subscribed().await,
+        "the server never subscribed over TLS"
+    );
     let origin = now_ns();
     let envelope = serde_json::json!({
         "apiVersion": "v3",

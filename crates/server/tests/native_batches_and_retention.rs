@@ -215,7 +215,7 @@ async fn retention_settings_apply_now_and_periodically_and_survive_a_restart() {
     );
     let (_, text) = server.get_text("/metrics").await;
     assert!(
-        metric(&text, "roamkv_trims").is_some_and(|t| t >= 2.0),
+        metric(&text, "roamkv_trims_total").is_some_and(|t| t >= 2.0),
         "{text}"
     );
 

@@ -38,6 +38,14 @@ impl Server {
         }
     }
 
+    /// Waits up to 10 s for the server to be subscribed to its MQTT broker.
+    pub async fn mqtt_subscribed(&self) -> bool {
+        eventually(10, || async {
+            metric(&self.get_text("/metrics").await.1, "roamkv_mqtt_connected") == Some(1.0)
+        })
+        .await
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.running.as_ref().expect("running").addr
     }
@@ -170,8 +178,12 @@ impl Mosquitto {
     /// directory for the files they name. Runs as the user who starts it (`user root`: as root
     /// mosquitto would otherwise drop to the `mosquitto` user, who cannot read the test's files).
     pub fn start_with(settings: impl FnOnce(&Path) -> String) -> Mosquitto {
+        Mosquitto::start_on(free_port(), settings)
+    }
+
+    /// `start_with`, on a port chosen by the caller (a server may be pointed at it first).
+    pub fn start_on(port: u16, settings: impl FnOnce(&Path) -> String) -> Mosquitto {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
         let conf = dir.path().join("mosquitto.conf");
         let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
         std::fs::write(
