@@ -8,7 +8,7 @@ mod json;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +45,14 @@ enum Command {
     Serve(Box<roamkv_server::ServeArgs>),
     /// Hand a device from one running edge to another (or call a handoff off).
     Handoff(handoff::HandoffArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell
+    /// (e.g. `roamkv completions bash > /etc/bash_completion.d/roamkv`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, roff (e.g. `roamkv man | man -l -`).
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +69,13 @@ fn main() -> ExitCode {
         Command::Lab(args) => return roamkv_lab::cli::run(&args),
         Command::Serve(args) => roamkv_server::run(&args),
         Command::Handoff(args) => handoff::run(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "roamkv", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map_err(|e| format!("writing the manual page: {e}")),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -179,3 +179,32 @@ fn unknown_options_get_a_clear_message() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn completions_and_the_manual_page_come_from_the_commands() {
+    let bash = Command::new(ROAMKV)
+        .args(["completions", "bash"])
+        .output()
+        .expect("completions");
+    assert!(bash.status.success());
+    let script = text(&bash.stdout);
+    assert!(
+        script.contains("_roamkv()") && script.contains("--mqtt-password-file"),
+        "{}",
+        &script[..script.len().min(400)]
+    );
+    let man = Command::new(ROAMKV).arg("man").output().expect("man");
+    assert!(man.status.success());
+    let page = text(&man.stdout);
+    assert!(
+        page.starts_with(".ie") || page.starts_with(".TH"),
+        "{}",
+        &page[..page.len().min(200)]
+    );
+    assert!(page.contains("roamkv"));
+    let unknown = Command::new(ROAMKV)
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("completions");
+    assert!(!unknown.status.success() && text(&unknown.stderr).contains("possible values"));
+}
