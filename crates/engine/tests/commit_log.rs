@@ -282,3 +282,46 @@ fn the_index_memory_cap_migrates_the_oldest_devices_early() {
         1000
     );
 }
+
+/// A data directory made with one segment size opens with another (each segment records its
+/// own size): `roamkv serve`'s default went from 64 MiB to 8 MiB segments, and a gateway
+/// upgraded in place keeps its old segments beside the new ones.
+#[test]
+fn a_directory_reopens_with_another_segment_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let value = vec![7u8; 4000];
+    let with_size = |mib: u64| Options {
+        segment_bytes: mib << 20,
+        ..options(&clock)
+    };
+    let engine = Engine::open(dir.path(), with_size(4)).expect("open at 4 MiB");
+    for ts in 0..600 {
+        engine.put("old", "cam", ts, &value).expect("put");
+    }
+    drop(engine);
+    let engine = Engine::open(dir.path(), with_size(1)).expect("reopen at 1 MiB");
+    // ~2.4 MB more: the old segment fills, and new ones of 1 MiB follow it.
+    for ts in 0..600 {
+        engine.put("new", "cam", ts, &value).expect("put");
+    }
+    let sizes: Vec<u64> = segment_files(dir.path())
+        .iter()
+        .map(|p| std::fs::metadata(p).expect("stat").len())
+        .collect();
+    assert!(
+        sizes.contains(&(4 << 20)) && sizes.contains(&(1 << 20)),
+        "segments of both sizes: {sizes:?}"
+    );
+    settle(&engine, &clock);
+    drop(engine);
+    let engine = Engine::open(dir.path(), with_size(1)).expect("reopen");
+    for device in ["old", "new"] {
+        let readings = engine.scan(device, None, 0, i64::MAX).expect("scan");
+        assert_eq!(readings.len(), 600, "{device}");
+        assert!(readings.iter().all(|r| r.value == value), "{device}");
+    }
+    drop(engine);
+    let report = roamkv_engine::check(dir.path()).expect("check");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
