@@ -627,18 +627,11 @@ impl Sizes {
 }
 
 /// Bytes free for an unprivileged file at `path`, or at its nearest existing ancestor (the data
-/// directory is created at open, after the settings are resolved).
+/// directory is created at open, after the settings are resolved): the engine's own statvfs.
 fn free_bytes_at(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
+    use roamkv_engine::storage::{PlainFiles, Storage};
     let existing = path.ancestors().find(|p| p.exists())?;
-    let c_path = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is a plain C struct of integers: all-zero bytes are a valid value.
-    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs(3) with a valid C string and a struct we own.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut vfs) } != 0 {
-        return None;
-    }
-    Some((vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64))
+    PlainFiles.free_bytes(existing).ok()
 }
 
 fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig>, String> {
