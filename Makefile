@@ -21,6 +21,8 @@ build:
 # The Debian package: target/debian/roamkv_<version>-1_<arch>.deb (docs/SERVER.md, "The package").
 deb:
 	scripts/install-deps package
+	$(CARGO) build --release --locked -p roamkv
+	scripts/package-assets
 	$(CARGO) deb --locked -p roamkv
 
 bench-quick:

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use roamkv_engine::{Durability, Engine, LowerTierKind, ManualClock, Options, Record};
 
-use crate::admin::stats_table;
+use crate::stats_table::stats_table;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {

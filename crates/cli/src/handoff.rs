@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::json;
+
+use crate::remote::{Remote, refused};
 
 #[derive(Args, Debug)]
 pub struct HandoffArgs {
@@ -30,67 +32,17 @@ pub struct HandoffArgs {
     /// File holding the server's bearer token (also $ROAMKV_TOKEN).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
-}
-
-struct Api {
-    base: String,
-    token: Option<String>,
-    client: reqwest::blocking::Client,
-}
-
-impl Api {
-    fn new(args: &HandoffArgs) -> Result<Api, String> {
-        let token = match &args.token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| format!("reading {}: {e}", path.display()))?
-                    .trim()
-                    .to_string(),
-            ),
-            None => std::env::var("ROAMKV_TOKEN").ok(),
-        };
-        let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| e.to_string())?;
-        Ok(Api {
-            base: args.server.trim_end_matches('/').to_string(),
-            token,
-            client,
-        })
-    }
-
-    /// Sends a request; (status, JSON body).
-    fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<(u16, Value), String> {
-        let url = format!("{}/api/roamkv/v1{path}", self.base);
-        let mut request = self.client.request(method, &url);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let answer = request.send().map_err(|e| format!("{url}: {e}"))?;
-        let status = answer.status().as_u16();
-        let json = answer.json().unwrap_or(Value::Null);
-        Ok((status, json))
-    }
-}
-
-fn refused(what: &str, status: u16, body: &Value) -> String {
-    let why = body["message"]
-        .as_str()
-        .map_or_else(|| body.to_string(), str::to_string);
-    format!("{what}: {status}: {why}")
+    /// PEM file of the CA that signed an https server's certificate.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 pub fn run(args: &HandoffArgs) -> Result<(), String> {
-    let api = Api::new(args)?;
+    let api = Remote::connect(
+        &args.server,
+        args.token_file.as_deref(),
+        args.ca_file.as_deref(),
+    )?;
     if args.abort {
         return abort(&api, &args.device);
     }
@@ -99,7 +51,7 @@ pub fn run(args: &HandoffArgs) -> Result<(), String> {
         .as_deref()
         .expect("clap requires --to without --abort");
     let path = format!("/devices/{}/handoff", args.device);
-    let (status, body) = api.call(reqwest::Method::POST, &path, Some(json!({"to": to})))?;
+    let (status, body) = api.call(reqwest::Method::POST, &path, &[], Some(json!({"to": to})))?;
     if status != 202 {
         return Err(refused("the handoff was refused", status, &body));
     }
@@ -115,11 +67,12 @@ pub fn run(args: &HandoffArgs) -> Result<(), String> {
 }
 
 /// Prints the handoff's progress until it is done (or called off, or the time is up).
-fn follow(api: &Api, id: &str, timeout: Duration) -> Result<(), String> {
+fn follow(api: &Remote, id: &str, timeout: Duration) -> Result<(), String> {
     let started = Instant::now();
     let mut shown = String::new();
     loop {
-        let (status, body) = api.call(reqwest::Method::GET, &format!("/handoffs/{id}"), None)?;
+        let (status, body) =
+            api.call(reqwest::Method::GET, &format!("/handoffs/{id}"), &[], None)?;
         if status != 200 {
             return Err(refused("following the handoff", status, &body));
         }
@@ -154,8 +107,8 @@ fn follow(api: &Api, id: &str, timeout: Duration) -> Result<(), String> {
     }
 }
 
-fn abort(api: &Api, device: &str) -> Result<(), String> {
-    let (status, body) = api.call(reqwest::Method::GET, "/handoffs", None)?;
+fn abort(api: &Remote, device: &str) -> Result<(), String> {
+    let (status, body) = api.call(reqwest::Method::GET, "/handoffs", &[], None)?;
     if status != 200 {
         return Err(refused("listing handoffs", status, &body));
     }
@@ -171,7 +124,12 @@ fn abort(api: &Api, device: &str) -> Result<(), String> {
         ));
     };
     let id = handoff["id"].as_str().unwrap_or_default();
-    let (status, body) = api.call(reqwest::Method::DELETE, &format!("/handoffs/{id}"), None)?;
+    let (status, body) = api.call(
+        reqwest::Method::DELETE,
+        &format!("/handoffs/{id}"),
+        &[],
+        None,
+    )?;
     if status != 200 {
         return Err(refused("calling the handoff off", status, &body));
     }

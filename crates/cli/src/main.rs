@@ -5,6 +5,9 @@ mod admin;
 mod demo;
 mod handoff;
 mod json;
+mod reads;
+mod remote;
+mod stats_table;
 
 use std::process::ExitCode;
 
@@ -27,14 +30,18 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Read JSON lines from stdin and write them in batches.
     Load(admin::LoadArgs),
-    /// Print one reading as a JSON line.
-    Get(admin::GetArgs),
+    /// Print one reading as a JSON line (from --data DIR, or --server URL).
+    Get(reads::GetArgs),
     /// Print the readings of a device (optionally one sensor and a time range) as JSON lines.
-    Scan(admin::ScanArgs),
+    Scan(reads::ScanArgs),
+    /// Print the newest reading of each sensor of a device (or of one sensor) as JSON lines.
+    Latest(reads::LatestArgs),
+    /// List the devices here: tier, age, readings in the log, runs in the lower tier.
+    Devices(reads::DevicesArgs),
     /// Remove a device from this edge.
-    Depart(admin::DepartArgs),
+    Depart(reads::DepartArgs),
     /// Show what each tier holds and the engine's write accounting.
-    Stats(admin::StatsArgs),
+    Stats(reads::StatsArgs),
     /// Verify every checksum of a data directory (exit 1 on damage).
     Check(admin::CheckArgs),
     /// The TPCx-IoT mobility benchmark against RocksDB, LevelDB and SQLite.
@@ -60,10 +67,12 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Load(args) => admin::load(&args),
-        Command::Get(args) => admin::get(&args),
-        Command::Scan(args) => admin::scan(&args),
-        Command::Depart(args) => admin::depart(&args),
-        Command::Stats(args) => admin::stats(&args),
+        Command::Get(args) => reads::get(&args),
+        Command::Scan(args) => reads::scan(&args),
+        Command::Latest(args) => reads::latest(&args),
+        Command::Devices(args) => reads::devices(&args),
+        Command::Depart(args) => reads::depart(&args),
+        Command::Stats(args) => reads::stats(&args),
         Command::Check(args) => return admin::check(&args),
         Command::Bench(args) => return roamkv_bench::cli::run(&args),
         Command::Lab(args) => return roamkv_lab::cli::run(&args),

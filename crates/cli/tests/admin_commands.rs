@@ -145,6 +145,8 @@ fn get_depart_stats_and_check() {
     for args in [
         &["get", "--device", "drone", "--sensor", "alt", "--ts", "-5"][..],
         &["scan", "--device", "drone"],
+        &["latest", "--device", "drone"],
+        &["devices"],
         &["stats"],
         &["depart", "--device", "drone"],
     ] {
@@ -172,7 +174,7 @@ fn unknown_options_get_a_clear_message() {
         "{}",
         text(&out.stderr)
     );
-    let out = roamkv(&["stats", "--lower", "sqlite"], &dir.path().join("d"), "");
+    let out = roamkv(&["load", "--lower", "sqlite"], &dir.path().join("d"), "");
     assert!(
         text(&out.stderr).contains("valid: rocksdb, leveldb"),
         "{}",

@@ -438,7 +438,7 @@ fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     assert_eq!(roamkv_dependencies("lab"), set(&["engine", "testbed"]));
     assert_eq!(
         roamkv_dependencies("cli"),
-        set(&["bench", "engine", "lab", "server", "wire"])
+        set(&["bench", "engine", "lab", "server", "sink", "wire"])
     );
 }
 

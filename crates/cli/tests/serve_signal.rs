@@ -2,20 +2,12 @@
 //! engine cleanly and exits 0, with what it acknowledged on disk; it takes its settings from
 //! flags, then the environment, then the file; its defaults fit a small gateway's disk.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Kills the server if the test fails before it exits by itself.
-struct ServerProcess(Child);
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use roamkv_testbed::serve::ServeProcess;
 
 fn http(addr: &str, request: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("connect");
@@ -28,71 +20,26 @@ fn http(addr: &str, request: &str) -> String {
     response
 }
 
-/// Starts `roamkv serve` on a free loopback port; returns the process, its address and a
-/// thread that collects its log (stderr) until it exits.
-fn start_server(
-    data: &std::path::Path,
-) -> (ServerProcess, String, std::thread::JoinHandle<Vec<String>>) {
+/// Starts `roamkv serve` on a free loopback port.
+fn start_server(data: &std::path::Path) -> ServeProcess {
     start_server_with(data, |_| {})
 }
 
 /// `start_server` with more flags or environment.
-fn start_server_with(
-    data: &std::path::Path,
-    adjust: impl FnOnce(&mut Command),
-) -> (ServerProcess, String, std::thread::JoinHandle<Vec<String>>) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data);
-    adjust(&mut command);
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start roamkv serve");
-    let mut server = ServerProcess(child);
-    let stderr = server.0.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("server printed its address")
-            .expect("stderr line");
-        if let Some(url) = line.split("listening on http://").nth(1) {
-            break url.trim().to_string();
-        }
-    };
-    // Keep draining stderr (so the server never blocks on a full pipe), and keep the log.
-    let log = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<String>>());
-    (server, addr, log)
-}
-
-fn signal(server: &ServerProcess, signal: libc::c_int) {
-    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-    let rc = unsafe { libc::kill(server.0.id() as libc::pid_t, signal) };
-    assert_eq!(rc, 0);
-}
-
-fn wait_exit(server: &mut ServerProcess, seconds: u64) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if let Some(status) = server.0.try_wait().expect("wait") {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no exit within {seconds} s of the signal"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn start_server_with(data: &std::path::Path, adjust: impl FnOnce(&mut Command)) -> ServeProcess {
+    ServeProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_roamkv")),
+        data,
+        adjust,
+    )
 }
 
 #[test]
 fn sigterm_drains_closes_the_engine_and_exits_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let (mut server, addr, log) = start_server(&data);
+    let mut server = start_server(&data);
+    let addr = server.addr.clone();
 
     let body = r#"{"apiVersion":"v3","event":{"id":"040bd523-ec33-440d-9d72-e5813a465f37","deviceName":"car-17","profileName":"car","sourceName":"speed","origin":1700000000000000000,"readings":[{"deviceName":"car-17","resourceName":"speed","profileName":"car","origin":1700000000000000000,"valueType":"Float64","value":"88.5"}]}}"#;
     let response = http(
@@ -104,10 +51,10 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
     );
     assert!(response.starts_with("HTTP/1.1 201"), "{response}");
 
-    signal(&server, libc::SIGTERM);
-    let status = wait_exit(&mut server, 20);
+    server.signal(libc::SIGTERM);
+    let status = server.wait_exit(20);
     assert!(status.success(), "exit status {status}");
-    let log = log.join().expect("log thread").join("\n");
+    let log = server.log();
     assert!(log.contains("shutting down"), "{log}");
     assert!(
         !log.contains("still in use"),
@@ -129,7 +76,8 @@ fn sigterm_drains_closes_the_engine_and_exits_zero() {
 fn a_second_signal_exits_at_once_and_recovery_covers_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let (mut server, addr, log) = start_server(&data);
+    let mut server = start_server(&data);
+    let addr = server.addr.clone();
     // A request whose body never completes keeps the shutdown waiting for it (drain: 30 s).
     let mut stuck = TcpStream::connect(&addr).expect("connect");
     stuck
@@ -138,18 +86,18 @@ fn a_second_signal_exits_at_once_and_recovery_covers_it() {
         )
         .expect("write");
     std::thread::sleep(Duration::from_millis(300));
-    signal(&server, libc::SIGTERM);
+    server.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
-        server.0.try_wait().expect("wait").is_none(),
+        server.child.try_wait().expect("wait").is_none(),
         "still draining"
     );
     let started = Instant::now();
-    signal(&server, libc::SIGINT);
-    let status = wait_exit(&mut server, 5);
+    server.signal(libc::SIGINT);
+    let status = server.wait_exit(5);
     assert_eq!(status.code(), Some(130), "{status}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    let log = log.join().expect("log thread").join("\n");
+    let log = server.log();
     assert!(log.contains("second signal"), "{log}");
     drop(stuck);
     roamkv_engine::Engine::open(&data, roamkv_engine::Options::default()).expect("recovers");
@@ -198,7 +146,8 @@ fn get_json(addr: &str, path: &str) -> serde_json::Value {
 fn sigterm_during_ingest_keeps_every_acknowledged_reading() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let (mut server, addr, _log) = start_server(&data);
+    let mut server = start_server(&data);
+    let addr = server.addr.clone();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let clients: Vec<_> = (0..4u64)
         .map(|client| {
@@ -225,8 +174,8 @@ fn sigterm_during_ingest_keeps_every_acknowledged_reading() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(700));
-    signal(&server, libc::SIGTERM);
-    let status = wait_exit(&mut server, 20);
+    server.signal(libc::SIGTERM);
+    let status = server.wait_exit(20);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(status.success(), "exit status {status}");
     let acknowledged: Vec<(String, Vec<u64>)> = clients
@@ -240,7 +189,8 @@ fn sigterm_during_ingest_keeps_every_acknowledged_reading() {
     );
 
     // Restarted, the server has every one of them.
-    let (mut server, addr, _log) = start_server(&data);
+    let mut server = start_server(&data);
+    let addr = server.addr.clone();
     for (device, origins) in &acknowledged {
         let count = get_json(
             &addr,
@@ -252,8 +202,8 @@ fn sigterm_during_ingest_keeps_every_acknowledged_reading() {
             "{device}: {count}"
         );
     }
-    signal(&server, libc::SIGTERM);
-    assert!(wait_exit(&mut server, 20).success());
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(20).success());
 }
 
 #[test]
@@ -266,7 +216,7 @@ fn settings_come_from_flags_then_environment_then_file() {
         "durability = \"none\"\nmax_result_count = 7\nbody_timeout_s = 5\nsegment_mib = 4\n",
     )
     .expect("write config");
-    let (mut server, addr, _log) = start_server_with(&data, |command| {
+    let mut server = start_server_with(&data, |command| {
         command
             .arg("--config")
             .arg(&file)
@@ -274,13 +224,14 @@ fn settings_come_from_flags_then_environment_then_file() {
             .env("ROAMKV_DURABILITY", "periodic:50")
             .env("ROAMKV_MAX_RESULT_COUNT", "8");
     });
+    let addr = server.addr.clone();
     let config = &get_json(&addr, "/api/v3/config")["config"];
     assert_eq!(config["durability"], "periodic:50", "environment over file");
     assert_eq!(config["maxResultCount"], 9, "flag over environment");
     assert_eq!(config["bodyTimeoutS"], 5, "file over default");
     assert_eq!(config["segmentMib"], 4);
-    signal(&server, libc::SIGTERM);
-    assert!(wait_exit(&mut server, 20).success());
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(20).success());
 
     // An unknown key is an error naming it, and nothing starts.
     std::fs::write(&file, "segment_size = 4\n").expect("write config");
@@ -317,7 +268,8 @@ fn disk_bytes(dir: &std::path::Path) -> u64 {
 fn a_dozen_readings_take_megabytes_not_hundreds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let (mut server, addr, _log) = start_server(&data);
+    let mut server = start_server(&data);
+    let addr = server.addr.clone();
     for n in 0..12 {
         let response = post_event(&addr, 0, "car-1", 1_700_000_000_000_000_000 + n).expect("post");
         assert!(response.starts_with("HTTP/1.1 201"), "{response}");
@@ -330,6 +282,6 @@ fn a_dozen_readings_take_megabytes_not_hundreds() {
         "12 readings take {} MiB on disk",
         bytes >> 20
     );
-    signal(&server, libc::SIGTERM);
-    assert!(wait_exit(&mut server, 20).success());
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(20).success());
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::timed_mutex::HoldTimes;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TierStats {
     pub devices: u64,
     pub records: u64,
@@ -14,6 +15,7 @@ pub struct TierStats {
 }
 
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Stats {
     /// Bytes the callers handed in: device + sensor + 8 (timestamp) + value, per record.
     pub user_bytes: u64,
@@ -159,6 +161,7 @@ impl Stats {
 
 /// Maintenance passes, and the microseconds spent in each step of them (summed over passes).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PassTimes {
     pub passes: u64,
     pub total_us: u64,
@@ -183,6 +186,7 @@ pub struct PassTimes {
 
 /// The lower tier's own work, from its statistics (zeros where it reports none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LowerDiagnostics {
     pub flush_write_bytes: u64,
     pub compaction_read_bytes: u64,

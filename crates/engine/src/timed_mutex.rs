@@ -43,6 +43,7 @@ pub fn bucket_upper_ns(bucket: usize) -> u64 {
 
 /// A snapshot of the hold times: what `Stats` reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct HoldTimes {
     pub holds: u64,
     pub total_ns: u64,

@@ -3,6 +3,8 @@
 //!   (`Content-Type: application/vnd.roamkv.batch`, `roamkv_wire::batch`), one engine batch
 //!   (atomic);
 //! - `GET /devices`: every device with its tier and age;
+//! - `GET /stats`: the engine's statistics, every field of `roamkv_engine::Stats`
+//!   (`roamkv_wire::report`; `roamkv stats --json` prints the same);
 //! - `GET /devices/{device}/latest[?sensor=S]`: the newest reading of each sensor;
 //! - `GET /devices/{device}/readings?sensor=&from=&to=&limit=&after=`: a paged scan whose
 //!   `next` token resumes it (each page is one engine call that reads only that page); `from`
@@ -38,6 +40,7 @@ use serde_json::{Value, json};
 use roamkv_wire::KeyedReading;
 use roamkv_wire::batch;
 use roamkv_wire::names::check_device_name;
+use roamkv_wire::report;
 use roamkv_wire::time_arg::{format_time, parse_time};
 
 use crate::body::read_body;
@@ -53,6 +56,7 @@ pub fn routes() -> Router<Shared> {
     Router::new()
         .route("/readings", post(post_readings))
         .route("/devices", get(list_devices))
+        .route("/stats", get(engine_stats))
         .route("/devices/{device}", axum::routing::delete(depart_device))
         .route("/devices/{device}/latest", get(latest))
         .route("/devices/{device}/readings", get(scan))
@@ -184,19 +188,16 @@ async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError>
     let devices = state.blocking(|s| Ok(s.engine.devices())).await?;
     let now = now_ms();
     let devices: Vec<Value> = devices
-        .into_iter()
-        .map(|d| {
-            json!({
-                "device": d.name,
-                "tier": d.tier.name(),
-                "registered_at_ms": d.registered_at_ms,
-                "age_ms": now.saturating_sub(d.registered_at_ms),
-                "log_readings": d.log_readings,
-                "lower_runs": d.lower_runs,
-            })
-        })
+        .iter()
+        .map(|d| report::device_to_json(d, now))
         .collect();
     Ok(Json(json!({ "devices": devices })).into_response())
+}
+
+/// The engine's statistics, as `roamkv stats --json` prints them (`roamkv_wire::report`).
+async fn engine_stats(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let stats = state.blocking(|s| Ok(s.engine.stats())).await?;
+    Ok(Json(report::stats_to_json(&stats)).into_response())
 }
 
 async fn latest(

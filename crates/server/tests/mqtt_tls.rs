@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use roamkv_server::{Config, ServeArgs};
+use roamkv_testbed::certificates::certificates;
 use roamkv_testbed::prerequisite::{self, require_tool};
 use rumqttc::{AsyncClient, MqttOptions, QoS, TlsConfiguration, Transport};
 

@@ -6,8 +6,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Server, certificates, event, now_ns};
+use common::{Server, event, now_ns};
 use roamkv_server::{Config, ServeArgs};
+use roamkv_testbed::certificates::certificates;
 
 /// A client that trusts only the CA in `ca_file`.
 fn client_trusting(ca_file: &Path) -> reqwest::Client {

@@ -307,34 +307,10 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// A CA, and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`:
-/// (ca.crt, server.crt, server.key).
-fn certificates(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let key = KeyPair::generate().expect("server key");
-    let params = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
-    let server = params
-        .signed_by(&key, &ca, &ca_key)
-        .expect("server certificate");
-    let paths = (
-        dir.join("ca.crt"),
-        dir.join("server.crt"),
-        dir.join("server.key"),
-    );
-    std::fs::write(&paths.0, ca.pem()).expect("write");
-    std::fs::write(&paths.1, server.pem()).expect("write");
-    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
-    (paths.0, paths.1, paths.2)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslmode_require_speaks_tls_and_refuses_a_server_it_cannot_verify() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (ca, cert, key) = certificates(dir.path());
+    let (ca, cert, key) = roamkv_testbed::certificates::certificates(dir.path(), "cloud");
     let placement = roamkv_testbed::postgres::Placement {
         listen: Some([127, 0, 0, 1].into()),
         tls: Some((cert, key)),

@@ -9,7 +9,11 @@
 //! - `vm`: the qemu guest (`vm/guest-base.sh` is the shared part of every guest image).
 //! - `stats`: median and percentiles, with one behaviour on empty input.
 //! - `postgres`: a private PostgreSQL server.
+//! - `serve`: `roamkv serve` as a real process for tests.
+//! - `certificates` (feature `certificates`): a CA and a server certificate for TLS tests.
 //! - `command`, `error`: running a helper program; the one error type.
+#[cfg(feature = "certificates")]
+pub mod certificates;
 pub mod command;
 pub mod devstat;
 pub mod error;
@@ -18,6 +22,7 @@ pub mod netns;
 pub mod postgres;
 pub mod prerequisite;
 pub mod report;
+pub mod serve;
 pub mod stats;
 pub mod vm;
 

@@ -9,6 +9,7 @@
 //! - [`batch`]: the native API's compact binary batch.
 //! - [`time_arg`]: times as people and programs give them, and as answers print them.
 //! - [`names`]: the engine's one id rule, worded for an answer.
+//! - [`report`]: the engine's statistics and device listing as JSON (API and CLI alike).
 //! - [`error`]: [`WireError`], what is wrong with an input, in a kind the server maps to a status.
 #![deny(clippy::unwrap_used)]
 
@@ -17,6 +18,7 @@ pub mod edgex;
 pub mod error;
 pub mod keyed;
 pub mod names;
+pub mod report;
 pub mod time_arg;
 
 pub use error::WireError;

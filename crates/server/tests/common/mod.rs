@@ -2,11 +2,10 @@
 #![allow(dead_code)]
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use roamkv_server::{Config, Running, ServeArgs};
 use serde_json::{Value, json};
 
@@ -228,29 +227,6 @@ impl Drop for Mosquitto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A CA and a server certificate for 127.0.0.1 signed by it, written as PEM files into `dir`
-/// with `name` as prefix: (ca.crt, server.crt, server.key).
-pub fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let key = KeyPair::generate().expect("server key");
-    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("params")
-        .signed_by(&key, &ca, &ca_key)
-        .expect("server certificate");
-    let paths = (
-        dir.join(format!("{name}-ca.crt")),
-        dir.join(format!("{name}-server.crt")),
-        dir.join(format!("{name}-server.key")),
-    );
-    std::fs::write(&paths.0, ca.pem()).expect("write");
-    std::fs::write(&paths.1, server.pem()).expect("write");
-    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
-    paths
 }
 
 /// Polls `check` until it returns true or `seconds` pass.

@@ -1,0 +1,393 @@
+//! The commands that read — get, scan, latest, devices, stats — and depart: on a data directory
+//! no server runs on (`--data DIR`), or through a running `roamkv serve` (`--server URL`, whose
+//! LOCK keeps the directory from a second process). Both print the same lines: readings as
+//! JSON lines (`crate::json`), devices and statistics as a table or, with `--json`, in the form
+//! of `roamkv_wire::report`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use clap::Args;
+use roamkv_engine::{Durability, Engine, Options, Reading};
+use roamkv_wire::report;
+use roamkv_wire::time_arg;
+use serde_json::Value;
+
+use crate::json::OutputLine;
+use crate::remote::{Remote, RemoteArgs, refused};
+use crate::stats_table::stats_table;
+
+/// A data directory, or a running server.
+#[derive(Args, Debug, Clone)]
+pub struct SourceArgs {
+    /// The data directory (never created by these commands; while `roamkv serve` runs on it,
+    /// ask the server with --server instead).
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "server",
+        conflicts_with = "server"
+    )]
+    pub data: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+enum Source {
+    Local(Engine),
+    Remote(Remote),
+}
+
+impl SourceArgs {
+    fn open(&self) -> Result<Source, String> {
+        if let Some(remote) = Remote::from_args(&self.remote)? {
+            return Ok(Source::Remote(remote));
+        }
+        let data = self
+            .data
+            .as_deref()
+            .ok_or("give --data DIR or --server URL")?;
+        open_existing(data).map(Source::Local)
+    }
+}
+
+/// Opens a data directory that must exist: a mistyped path never becomes a new, empty one. The
+/// directory keeps its own lower tier and segments; nothing runs in the background.
+fn open_existing(data: &Path) -> Result<Engine, String> {
+    if !roamkv_engine::is_data_dir(data) {
+        return Err(format!(
+            "{} is not a roamkv data directory (this command never creates one; \
+             `roamkv load` or `roamkv serve` makes one)",
+            data.display()
+        ));
+    }
+    let options = Options {
+        durability: Durability::Sync,
+        background_maintenance: false,
+        ..Options::default()
+    };
+    Engine::open(data, options).map_err(|e| match e {
+        roamkv_engine::Error::Locked { .. } => {
+            format!("{e}: if `roamkv serve` runs on it, ask the server instead (--server URL)")
+        }
+        e => e.to_string(),
+    })
+}
+
+/// `/devices/{device}{rest}`, the name escaped for a path segment (an id may hold any byte but
+/// NUL).
+fn device_path(device: &str, rest: &str) -> String {
+    let escaped = percent_encoding::utf8_percent_encode(device, percent_encoding::NON_ALPHANUMERIC);
+    format!("/devices/{escaped}{rest}")
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn print_reading(r: &Reading) -> Result<(), String> {
+    print_json(&OutputLine::new(&r.device, &r.sensor, r.ts_ns, &r.value))
+}
+
+fn print_json(line: &impl serde::Serialize) -> Result<(), String> {
+    let text = serde_json::to_string(line).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").map_err(|e| format!("stdout: {e}"))
+}
+
+/// A reading of the native API's answers (`value`, or `value_b64` for binary values).
+fn reading_from_api(value: &Value) -> Result<Reading, String> {
+    let text = |name: &str| {
+        value[name]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("the server's reading has no {name}: {value}"))
+    };
+    let bytes = match (value["value"].as_str(), value["value_b64"].as_str()) {
+        (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(b64)) => BASE64
+            .decode(b64)
+            .map_err(|e| format!("the server's value_b64 is not base64: {e}"))?,
+        (None, None) => return Err(format!("the server's reading has no value: {value}")),
+    };
+    Ok(Reading {
+        device: text("device")?,
+        sensor: text("sensor")?,
+        ts_ns: value["ts_ns"]
+            .as_i64()
+            .ok_or_else(|| format!("the server's reading has no ts_ns: {value}"))?,
+        value: bytes,
+    })
+}
+
+fn readings_from_api(answer: &Value) -> Result<Vec<Reading>, String> {
+    answer["readings"]
+        .as_array()
+        .ok_or_else(|| format!("the server's answer has no readings: {answer}"))?
+        .iter()
+        .map(reading_from_api)
+        .collect()
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub device: String,
+    #[arg(long)]
+    pub sensor: String,
+    /// The reading's time: RFC 3339 (with any fraction), or milliseconds since the epoch.
+    #[arg(long, allow_hyphen_values = true, value_parser = time_arg::parse_time, conflicts_with = "ts_ns", required_unless_present = "ts_ns")]
+    pub ts: Option<i64>,
+    /// The reading's time in nanoseconds since the epoch.
+    #[arg(long, allow_hyphen_values = true)]
+    pub ts_ns: Option<i64>,
+}
+
+pub fn get(args: &GetArgs) -> Result<(), String> {
+    let ts_ns = args.ts_ns.or(args.ts).ok_or("give --ts or --ts-ns")?;
+    let found = match args.source.open()? {
+        Source::Local(engine) => engine
+            .get(&args.device, &args.sensor, ts_ns)
+            .map_err(|e| e.to_string())?
+            .map(|value| Reading {
+                device: args.device.clone(),
+                sensor: args.sensor.clone(),
+                ts_ns,
+                value,
+            }),
+        Source::Remote(remote) => {
+            // The one-nanosecond window [ts, ts + 1) of a paged scan.
+            let to_ns = ts_ns
+                .checked_add(1)
+                .ok_or("a server scan cannot reach the last nanosecond (i64::MAX)")?;
+            let query = [
+                ("sensor", args.sensor.clone()),
+                ("from_ns", ts_ns.to_string()),
+                ("to_ns", to_ns.to_string()),
+                ("limit", "1".to_string()),
+            ];
+            let answer = remote.get(&device_path(&args.device, "/readings"), &query)?;
+            readings_from_api(&answer)?.into_iter().next()
+        }
+    };
+    match found {
+        Some(reading) => print_reading(&reading),
+        None => Err(format!(
+            "no reading of {}/{} at {} (ts_ns {ts_ns})",
+            args.device,
+            args.sensor,
+            time_arg::format_time(ts_ns).unwrap_or_else(|| "a time before 1970".into())
+        )),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub device: String,
+    #[arg(long)]
+    pub sensor: Option<String>,
+    /// First time (inclusive): RFC 3339 (with any fraction), relative (-1h), or epoch
+    /// milliseconds.
+    #[arg(long, allow_hyphen_values = true, value_parser = time_arg::parse_time)]
+    pub from: Option<i64>,
+    /// End time (exclusive), in the same forms.
+    #[arg(long, allow_hyphen_values = true, value_parser = time_arg::parse_time)]
+    pub to: Option<i64>,
+}
+
+/// Readings one page of a scan through a server asks for (the server's largest page).
+const SCAN_PAGE_READINGS: usize = 10_000;
+
+pub fn scan(args: &ScanArgs) -> Result<(), String> {
+    let from = args.from.unwrap_or(i64::MIN);
+    let to = args.to.unwrap_or(i64::MAX);
+    match args.source.open()? {
+        Source::Local(engine) => {
+            let readings = engine
+                .scan(&args.device, args.sensor.as_deref(), from, to)
+                .map_err(|e| e.to_string())?;
+            readings.iter().try_for_each(print_reading)
+        }
+        // Page by page, each printed as it comes: memory stays one page whatever the range.
+        Source::Remote(remote) => {
+            let path = device_path(&args.device, "/readings");
+            let mut after: Option<String> = None;
+            loop {
+                let mut query = vec![
+                    ("from_ns", from.to_string()),
+                    ("to_ns", to.to_string()),
+                    ("limit", SCAN_PAGE_READINGS.to_string()),
+                ];
+                if let Some(sensor) = &args.sensor {
+                    query.push(("sensor", sensor.clone()));
+                }
+                if let Some(token) = after.take() {
+                    query.push(("after", token));
+                }
+                let page = remote.get(&path, &query)?;
+                readings_from_api(&page)?
+                    .iter()
+                    .try_for_each(print_reading)?;
+                match page["next"].as_str() {
+                    Some(token) => after = Some(token.to_string()),
+                    None => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct LatestArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub device: String,
+    /// Only this sensor (default: the newest reading of every sensor).
+    #[arg(long)]
+    pub sensor: Option<String>,
+}
+
+pub fn latest(args: &LatestArgs) -> Result<(), String> {
+    let readings = match args.source.open()? {
+        Source::Local(engine) => engine
+            .latest(&args.device, args.sensor.as_deref())
+            .map_err(|e| e.to_string())?,
+        Source::Remote(remote) => {
+            let query: Vec<(&str, String)> =
+                args.sensor.iter().map(|s| ("sensor", s.clone())).collect();
+            readings_from_api(&remote.get(&device_path(&args.device, "/latest"), &query)?)?
+        }
+    };
+    readings.iter().try_for_each(print_reading)
+}
+
+#[derive(Args, Debug)]
+pub struct DevicesArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// One JSON line per device instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn devices(args: &DevicesArgs) -> Result<(), String> {
+    let devices: Vec<Value> = match args.source.open()? {
+        Source::Local(engine) => {
+            let now = now_ms();
+            engine
+                .devices()
+                .iter()
+                .map(|d| report::device_to_json(d, now))
+                .collect()
+        }
+        Source::Remote(remote) => remote.get("/devices", &[])?["devices"]
+            .as_array()
+            .cloned()
+            .ok_or("the server's answer has no devices")?,
+    };
+    if args.json {
+        return devices.iter().try_for_each(print_json);
+    }
+    let mut out = format!(
+        "{:<24} {:<6} {:>12} {:>13} {:>11}\n",
+        "device", "tier", "age s", "log readings", "lower runs"
+    );
+    for d in &devices {
+        out.push_str(&format!(
+            "{:<24} {:<6} {:>12.1} {:>13} {:>11}\n",
+            d["device"].as_str().unwrap_or("?"),
+            d["tier"].as_str().unwrap_or("?"),
+            d["age_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+            d["log_readings"].as_u64().unwrap_or(0),
+            d["lower_runs"].as_u64().unwrap_or(0)
+        ));
+    }
+    out.push_str(&format!("{} devices\n", devices.len()));
+    std::io::stdout()
+        .lock()
+        .write_all(out.as_bytes())
+        .map_err(|e| format!("stdout: {e}"))
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn stats(args: &StatsArgs) -> Result<(), String> {
+    let stats = match args.source.open()? {
+        Source::Local(engine) => engine.stats(),
+        Source::Remote(remote) => report::stats_from_json(remote.get("/stats", &[])?)?,
+    };
+    if args.json {
+        println!("{}", report::stats_to_json(&stats));
+    } else {
+        print!("{}", stats_table(&stats));
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct DepartArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long)]
+    pub device: String,
+}
+
+/// Departs a device that is here; one that is not is an error (a mistyped name must not look
+/// like a departure that happened).
+pub fn depart(args: &DepartArgs) -> Result<(), String> {
+    match args.source.open()? {
+        Source::Local(engine) => {
+            if !engine.devices().iter().any(|d| d.name == args.device) {
+                return Err(format!(
+                    "no device {:?} in {}: nothing departed",
+                    args.device,
+                    args.source
+                        .data
+                        .as_deref()
+                        .unwrap_or(Path::new("?"))
+                        .display()
+                ));
+            }
+            engine.depart(&args.device).map_err(|e| e.to_string())?;
+            engine.close().map_err(|e| e.to_string())
+        }
+        Source::Remote(remote) => {
+            let path = device_path(&args.device, "");
+            let (status, body) = remote.call(reqwest::Method::DELETE, &path, &[], None)?;
+            match status {
+                200 => Ok(()),
+                // Under `--on-depart cloud`: fenced, departs once the sink has its readings.
+                202 => {
+                    println!("{}", body["message"].as_str().unwrap_or("departing"));
+                    Ok(())
+                }
+                404 => Err(format!(
+                    "no device {:?} at {}: nothing departed",
+                    args.device, remote.base
+                )),
+                _ => Err(refused(
+                    &format!("departing {}", args.device),
+                    status,
+                    &body,
+                )),
+            }
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Certificates for tests of TLS (the server's HTTPS, MQTT over TLS, the sink's PostgreSQL, the
+//! CLI's `--ca-file`): a CA of its own and a certificate for 127.0.0.1 signed by it, as PEM
+//! files. Behind the `certificates` feature, so only tests compile rcgen.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+
+/// Writes `{name}-ca.crt`, `{name}-server.crt` and `{name}-server.key` into `dir`; returns
+/// their paths in that order. Two names give two CAs that do not trust each other.
+pub fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    let key = KeyPair::generate().expect("server key");
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&key, &ca, &ca_key)
+        .expect("server certificate");
+    let paths = (
+        dir.join(format!("{name}-ca.crt")),
+        dir.join(format!("{name}-server.crt")),
+        dir.join(format!("{name}-server.key")),
+    );
+    std::fs::write(&paths.0, ca.pem()).expect("write");
+    std::fs::write(&paths.1, server.pem()).expect("write");
+    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
+    paths
+}
