@@ -13,6 +13,8 @@ use crate::tls::TlsFiles;
 /// Default EdgeX message-bus topic filter for events (EdgeX publishes on
 /// edgex/events/device/{service}/{profile}/{device}/{source}).
 pub const MQTT_TOPIC_DEFAULT: &str = "edgex/events/device/#";
+/// Where core-data publishes the events it takes over REST.
+pub const MQTT_REPUBLISH_PREFIX_DEFAULT: &str = "edgex/events/core";
 
 /// `roamkv serve` flags. Every one of them may also be set in the `--config` file (TOML, same
 /// names with `_` for `-`), e.g. `listen = "127.0.0.1:59880"`.
@@ -83,6 +85,11 @@ pub struct ServeArgs {
     /// MQTT client id [default: roamkv-core-data].
     #[arg(long, env = "ROAMKV_MQTT_CLIENT_ID")]
     pub mqtt_client_id: Option<String>,
+    /// Topic prefix under which events POSTed over HTTP are published to the MQTT bus, as
+    /// core-data publishes them (`PREFIX/service/profile/device/source`); "" publishes nothing
+    /// [default: edgex/events/core].
+    #[arg(long, env = "ROAMKV_MQTT_REPUBLISH_PREFIX")]
+    pub mqtt_republish_prefix: Option<String>,
     /// The broker account's user name (EdgeX secure mode).
     #[arg(long, env = "ROAMKV_MQTT_USERNAME")]
     pub mqtt_username: Option<String>,
@@ -157,6 +164,7 @@ struct FileConfig {
     mqtt_broker: Option<String>,
     mqtt_topic: Option<String>,
     mqtt_client_id: Option<String>,
+    mqtt_republish_prefix: Option<String>,
     mqtt_username: Option<String>,
     mqtt_password_file: Option<PathBuf>,
     mqtt_ca_file: Option<PathBuf>,
@@ -251,6 +259,8 @@ pub struct MqttConfig {
     pub port: u16,
     pub topic: String,
     pub client_id: String,
+    /// Where REST-posted events go on the bus (republish.rs); None: nowhere.
+    pub republish_prefix: Option<String>,
     /// TLS to the broker (an mqtts:// broker), trusting the system's CAs and these.
     pub tls: Option<MqttTls>,
     pub username: Option<String>,
@@ -361,6 +371,7 @@ impl Config {
                 "tls": m.tls.is_some(),
                 "topic": m.topic,
                 "clientId": m.client_id,
+                "republishPrefix": m.republish_prefix,
                 "username": m.username,
             })),
             "headerTimeoutS": self.header_timeout.as_secs(),
@@ -642,8 +653,12 @@ fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig
         .or(file.mqtt_password_file.clone());
     let ca_file = args.mqtt_ca_file.clone().or(file.mqtt_ca_file.clone());
     let Some(broker) = args.mqtt_broker.clone().or(file.mqtt_broker.clone()) else {
-        if username.is_some() || password_file.is_some() || ca_file.is_some() {
-            return Err("MQTT credentials or a CA file without --mqtt-broker".into());
+        let republish =
+            args.mqtt_republish_prefix.is_some() || file.mqtt_republish_prefix.is_some();
+        if username.is_some() || password_file.is_some() || ca_file.is_some() || republish {
+            return Err(
+                "MQTT credentials, a CA file or a republish prefix without --mqtt-broker".into(),
+            );
         }
         return Ok(None);
     };
@@ -658,6 +673,13 @@ fn resolve_mqtt(args: &ServeArgs, file: &FileConfig) -> Result<Option<MqttConfig
         .or(file.mqtt_client_id.clone())
         .unwrap_or_else(|| "roamkv-core-data".into());
     let mut mqtt = parse_broker(&broker, topic, client_id)?;
+    let prefix = args
+        .mqtt_republish_prefix
+        .clone()
+        .or(file.mqtt_republish_prefix.clone())
+        .unwrap_or_else(|| MQTT_REPUBLISH_PREFIX_DEFAULT.into());
+    mqtt.republish_prefix =
+        Some(prefix.trim_end_matches('/').to_string()).filter(|p| !p.is_empty());
     if let Some(path) = &ca_file {
         if mqtt.tls.is_none() {
             return Err(format!(
@@ -782,6 +804,7 @@ fn parse_broker(broker: &str, topic: String, client_id: String) -> Result<MqttCo
         port,
         topic,
         client_id,
+        republish_prefix: None,
         tls: tls.then_some(MqttTls { ca_file: None }),
         username: None,
         password: None,

@@ -23,6 +23,7 @@ pub mod handoff_book;
 pub mod metrics;
 pub mod mqtt;
 mod native;
+mod republish;
 pub mod retention;
 pub mod retention_store;
 mod router;
@@ -111,11 +112,19 @@ pub async fn start(config: Config) -> Result<Running, String> {
         .advertise_url
         .clone()
         .unwrap_or_else(|| format!("{scheme}://{addr}"));
+    let metrics = metrics::Metrics::new();
+    let republisher = republish::Republisher::new(
+        config
+            .mqtt
+            .as_ref()
+            .and_then(|m| m.republish_prefix.clone()),
+        metrics.republished.clone(),
+    );
     let state: Shared = Arc::new(AppState {
         engine,
         in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
         config,
-        metrics: metrics::Metrics::new(),
+        metrics,
         history: parking_lot::Mutex::new(status::History::default()),
         ready: AtomicBool::new(true),
         retention,
@@ -125,6 +134,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         departing,
         handoffs,
         advertise_url,
+        republisher,
     });
     // Devices a handoff is moving (or moved) take no writes, from before the first request.
     handoff::send::refence(&state)?;

@@ -42,6 +42,11 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     pub route: String,
 }
@@ -63,6 +68,8 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_seconds: Family<RouteLabels, Histogram>,
     pub mqtt_connected: Gauge,
+    /// REST-posted events published to the bus, or dropped from it (republish.rs).
+    pub republished: Family<OutcomeLabels, Counter>,
     engine: EngineMetrics,
     cloud: CloudMetrics,
     process: ProcessMetrics,
@@ -398,6 +405,7 @@ impl Metrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
             mqtt_connected: Gauge::default(),
+            republished: Family::default(),
             engine: EngineMetrics::default(),
             cloud: CloudMetrics::default(),
             process: ProcessMetrics::default(),
@@ -467,6 +475,11 @@ impl Metrics {
             "mqtt_connected",
             "1 while subscribed to the MQTT event topic",
             self.mqtt_connected.clone(),
+        );
+        r.register(
+            "republished_events",
+            "Events POSTed over HTTP published to the MQTT bus (outcome=published), or dropped from it with its queue full (outcome=dropped)",
+            self.republished.clone(),
         );
     }
 

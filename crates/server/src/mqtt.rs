@@ -214,6 +214,10 @@ fn report_failure(
 
 /// The event loop: subscribes on every connection, writes each event it carries, reconnects
 /// (backing off from 1 s to 30 s) until the stop signal.
+/// Requests (acks, subscriptions, published events) queued to the MQTT client's event loop;
+/// a republished event that finds the queue full is dropped from the bus (republish.rs).
+const MQTT_REQUESTS_QUEUED_MAX: usize = 64;
+
 async fn run(
     state: Shared,
     config: MqttConfig,
@@ -221,7 +225,8 @@ async fn run(
     mut stop: watch::Receiver<bool>,
     first_answer: oneshot::Sender<FirstAnswer>,
 ) {
-    let (client, mut events) = AsyncClient::new(options, 64);
+    let (client, mut events) = AsyncClient::new(options, MQTT_REQUESTS_QUEUED_MAX);
+    state.republisher.attach(client.clone());
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_EVENTS_MAX));
     let mut first_answer = Some(first_answer);
     let mut reconnect_delay = RECONNECT_DELAY_MIN;

@@ -20,6 +20,34 @@ use crate::{native, status, v3};
 /// Routes that answer without a token: liveness checks must work before credentials exist.
 const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];
 
+/// The header EdgeX traces a request by.
+const CORRELATION_HEADER: &str = "x-correlation-id";
+
+/// X-Correlation-ID on the EdgeX routes, as core-data handles it: a request's id is echoed on its
+/// answer, a request without one gets a new one (v4) on its answer; one that is not a UUID (the
+/// contract's format) is refused with 400, and changes nothing.
+async fn correlation_id(request: Request, next: Next) -> Response {
+    let id = match request.headers().get(CORRELATION_HEADER) {
+        None => uuid::Uuid::new_v4().to_string(),
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .filter(|t| uuid::Uuid::parse_str(t).is_ok())
+        {
+            Some(text) => text.to_string(),
+            None => {
+                return ApiError::bad_request(format!("X-Correlation-ID {value:?} is not a UUID"))
+                    .into_response();
+            }
+        },
+    };
+    let mut response = next.run(request).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(CORRELATION_HEADER, value);
+    }
+    response
+}
+
 pub fn build(state: Shared) -> Router {
     let v3_routes = Router::new()
         .route(
@@ -65,10 +93,20 @@ pub fn build(state: Shared) -> Router {
             "/reading/start/{start}/end/{end}",
             get(v3::readings_by_time),
         )
+        .route(
+            "/reading/resourceName/{resource_name}/start/{start}/end/{end}",
+            get(v3::readings_by_resource_time),
+        )
+        .route(
+            "/reading/device/name/{name}/start/{start}/end/{end}",
+            get(v3::readings_by_device_time),
+        )
+        .route("/secret", post(v3::secret_not_supported))
         .route("/reading/id/{id}", get(v3::by_id_not_supported))
         .route("/ping", get(v3::ping))
         .route("/version", get(v3::version))
-        .route("/config", get(v3::config));
+        .route("/config", get(v3::config))
+        .layer(middleware::from_fn(correlation_id));
     Router::new()
         .nest("/api/v3", v3_routes)
         .nest("/api/roamkv/v1", native::routes())

@@ -42,6 +42,8 @@ pub struct AppState {
     pub handoffs: crate::handoff_book::Handoffs,
     /// How other edges reach this one (`--advertise-url`, or the address it listens on).
     pub advertise_url: String,
+    /// REST-posted events out to the MQTT bus, as core-data publishes them (republish.rs).
+    pub republisher: crate::republish::Republisher,
 }
 
 /// What a departure did.

@@ -16,6 +16,7 @@ use roamkv_wire::names::{check_device_name, check_resource_name};
 
 use crate::body::read_body;
 use crate::error::ApiError;
+use crate::republish::EventPath;
 use crate::retention_store::Applied;
 use crate::state::{Shared, now_ns};
 
@@ -28,6 +29,7 @@ struct Paging {
 }
 
 fn paging(query: &HashMap<String, String>, max_result_count: usize) -> Result<Paging, ApiError> {
+    refuse_numeric(query)?;
     let offset = match query.get("offset") {
         Some(text) => text.parse::<usize>().map_err(|_| {
             ApiError::bad_request(format!("offset {text:?} is not a non-negative integer"))
@@ -37,7 +39,17 @@ fn paging(query: &HashMap<String, String>, max_result_count: usize) -> Result<Pa
     let limit = match query.get("limit").map(|t| (t, t.parse::<i64>())) {
         None => 20,
         Some((_, Ok(-1))) => max_result_count,
-        Some((_, Ok(n))) if n >= 0 => (n as usize).min(max_result_count),
+        Some((_, Ok(n))) if n >= 0 && n as u64 <= max_result_count as u64 => n as usize,
+        // Said, not clamped: a client asking for more than it gets must know.
+        Some((_, Ok(n))) if n >= 0 => {
+            return Err(ApiError::new(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                format!(
+                    "limit {n} is above MaxResultCount {max_result_count} (--max-result-count); \
+                     page with offset, or ask for -1 (everything up to MaxResultCount)"
+                ),
+            ));
+        }
         Some((text, _)) => {
             return Err(ApiError::bad_request(format!(
                 "limit {text:?} is not an integer >= -1"
@@ -45,6 +57,47 @@ fn paging(query: &HashMap<String, String>, max_result_count: usize) -> Result<Pa
         }
     };
     Ok(Paging { offset, limit })
+}
+
+/// core-data 4's `numeric` (events and readings): `false` is what every answer already is;
+/// `true` is refused with 501 and why, never ignored.
+fn refuse_numeric(query: &HashMap<String, String>) -> Result<(), ApiError> {
+    match query.get("numeric").map(String::as_str) {
+        None | Some("false") => {}
+        Some("true") => {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "numeric=true is not supported yet: values are returned as strings, as with \
+                 numeric=false",
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "numeric {other:?} is not true or false"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// core-data 4's `aggregateFunc` (readings): not computed yet, so refused with 501 and why, never
+/// ignored (an ignored `aggregateFunc=AVG` would answer raw readings with 200: a wrong answer).
+fn refuse_aggregate(query: &HashMap<String, String>) -> Result<(), ApiError> {
+    if let Some(function) = query.get("aggregateFunc") {
+        let known = ["MIN", "MAX", "COUNT", "SUM", "AVG"];
+        if !known.contains(&function.to_ascii_uppercase().as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "aggregateFunc {function:?} is not one of MIN, MAX, COUNT, SUM, AVG"
+            )));
+        }
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "aggregateFunc={function} is not supported yet: ask without it for the readings"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Applies offset/limit; an offset at or past a non-empty total is 416, as EdgeX answers it.
@@ -78,7 +131,7 @@ fn parse_ns(what: &str, text: &str) -> Result<i64, ApiError> {
 
 pub async fn add_event(
     State(state): State<Shared>,
-    Path((_service, profile, device, source)): Path<(String, String, String, String)>,
+    Path((service, profile, device, source)): Path<(String, String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -109,6 +162,13 @@ pub async fn add_event(
     let id = state
         .ingest_event(request, Some(path), "http", bytes.len())
         .await?;
+    let path = EventPath {
+        service: &service,
+        profile: &profile,
+        device: &device,
+        source: &source,
+    };
+    state.republisher.publish(&path, &id, &bytes, cbor);
     Ok((
         StatusCode::CREATED,
         Json(json!({"apiVersion": API_VERSION, "statusCode": 201, "id": id})),
@@ -160,13 +220,21 @@ async fn events_response(
     })))
 }
 
+/// Which resources a reading query takes: one (from the path), a set (from a body), or all.
+enum Resources {
+    All,
+    One(String),
+    Set(Vec<String>),
+}
+
 async fn readings_response(
     state: Shared,
     query: HashMap<String, String>,
     device: Option<String>,
-    resource: Option<String>,
+    resources: Resources,
     window_ns: Option<(i64, i64)>,
 ) -> Result<Response, ApiError> {
+    refuse_aggregate(&query)?;
     let paging = paging(&query, state.config.max_result_count)?;
     let readings = state
         .blocking(move |s| {
@@ -174,9 +242,16 @@ async fn readings_response(
                 Some((start, end)) => edgex::inclusive_range(start, end),
                 None => (i64::MIN, i64::MAX),
             };
-            let mut readings = s.collect(device.as_deref(), resource.as_deref(), from_ns, to_ns)?;
+            let one = match &resources {
+                Resources::One(name) => Some(name.as_str()),
+                _ => None,
+            };
+            let mut readings = s.collect(device.as_deref(), one, from_ns, to_ns)?;
             if let Some((start, end)) = window_ns {
                 readings.retain(|r| (start..=end).contains(&r.stored.origin));
+            }
+            if let Resources::Set(names) = &resources {
+                readings.retain(|r| names.contains(&r.resource_name));
             }
             newest_first_readings(&mut readings);
             Ok(readings)
@@ -272,7 +347,7 @@ pub async fn all_readings(
     State(state): State<Shared>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    readings_response(state, query, None, None, None).await
+    readings_response(state, query, None, Resources::All, None).await
 }
 
 pub async fn readings_by_device(
@@ -281,7 +356,7 @@ pub async fn readings_by_device(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
-    readings_response(state, query, Some(name), None, None).await
+    readings_response(state, query, Some(name), Resources::All, None).await
 }
 
 pub async fn readings_by_resource(
@@ -290,7 +365,7 @@ pub async fn readings_by_resource(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     check_resource_name(&resource)?;
-    readings_response(state, query, None, Some(resource), None).await
+    readings_response(state, query, None, Resources::One(resource), None).await
 }
 
 pub async fn readings_by_device_and_resource(
@@ -300,7 +375,7 @@ pub async fn readings_by_device_and_resource(
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     check_resource_name(&resource)?;
-    readings_response(state, query, Some(name), Some(resource), None).await
+    readings_response(state, query, Some(name), Resources::One(resource), None).await
 }
 
 pub async fn readings_by_device_resource_time(
@@ -311,7 +386,14 @@ pub async fn readings_by_device_resource_time(
     check_device_name(&name)?;
     check_resource_name(&resource)?;
     let window = window(&start, &end)?;
-    readings_response(state, query, Some(name), Some(resource), Some(window)).await
+    readings_response(
+        state,
+        query,
+        Some(name),
+        Resources::One(resource),
+        Some(window),
+    )
+    .await
 }
 
 pub async fn readings_by_time(
@@ -320,7 +402,66 @@ pub async fn readings_by_time(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let window = window(&start, &end)?;
-    readings_response(state, query, None, None, Some(window)).await
+    readings_response(state, query, None, Resources::All, Some(window)).await
+}
+
+pub async fn readings_by_resource_time(
+    State(state): State<Shared>,
+    Path((resource, start, end)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    check_resource_name(&resource)?;
+    let window = window(&start, &end)?;
+    readings_response(state, query, None, Resources::One(resource), Some(window)).await
+}
+
+/// The body core-data takes on `reading/device/name/{name}/start/{start}/end/{end}` to narrow
+/// it to some resources.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceNames {
+    #[serde(default)]
+    resource_names: Vec<String>,
+}
+
+/// readings of a device in a time range; a body `{"resourceNames": [...]}` narrows it to those
+/// resources, as core-data's does.
+pub async fn readings_by_device_time(
+    State(state): State<Shared>,
+    Path((name, start, end)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_device_name(&name)?;
+    let window = window(&start, &end)?;
+    let bytes = read_body(&state, &headers, body).await?;
+    let resources = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Resources::All
+    } else {
+        let body: ResourceNames = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(format!("body is not {{\"resourceNames\": [\"...\"]}}: {e}"))
+        })?;
+        for resource in &body.resource_names {
+            check_resource_name(resource)?;
+        }
+        if body.resource_names.is_empty() {
+            Resources::All
+        } else {
+            Resources::Set(body.resource_names)
+        }
+    };
+    readings_response(state, query, Some(name), resources, Some(window)).await
+}
+
+/// POST /secret: core-data keeps a service's secrets in EdgeX's secret store (Vault/OpenBao),
+/// a part roamkv does not have; its own secrets are files named by its settings.
+pub async fn secret_not_supported() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "POST /secret is not supported: roamkv has no EdgeX secret store; its secrets are files \
+         named by its settings (--auth-token-file, --sink-password-file, --mqtt-password-file)",
+    )
 }
 
 /// DELETE event/device/name/{name}: one departure (EdgeX deletes row by row here).

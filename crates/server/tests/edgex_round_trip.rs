@@ -425,7 +425,7 @@ async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
         let request = event(
             "bus-1",
             now - i * 1000 * MS,
-            &[("speed", &format!("4{i}")), ("doors", "closed")],
+            &[("speed", &format!("4{i}")), ("doors", "0")],
         );
         assert_eq!(server.post_event(&request).await.0, 201);
     }
@@ -472,6 +472,109 @@ async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
     assert!(
         metric(&text, "roamkv_moved_readings_total").is_some_and(|m| m >= 1.0),
         "{text}"
+    );
+    server.stop().await;
+}
+
+/// A subscriber on `topic` that collects every message's (topic, payload) until dropped.
+async fn subscribe(
+    port: u16,
+    topic: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, Vec<u8>)> {
+    let mut options = MqttOptions::new("edgex-app-service", "127.0.0.1", port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (client, mut events) = AsyncClient::new(options, 16);
+    client
+        .subscribe(topic, QoS::AtLeastOnce)
+        .await
+        .expect("subscribe");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _client = client;
+        let mut subscribed_tx = Some(subscribed_tx);
+        while let Ok(event) = events.poll().await {
+            match event {
+                rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_)) => {
+                    if let Some(tx) = subscribed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                rumqttc::Event::Incoming(rumqttc::Packet::Publish(p)) => {
+                    let _ = tx.send((p.topic.clone(), p.payload.to_vec()));
+                }
+                _ => {}
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), subscribed)
+        .await
+        .expect("SUBACK within 10 s")
+        .expect("subscriber");
+    rx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_posted_over_rest_are_published_to_the_bus_once_as_core_data_does() {
+    let test = "events_posted_over_rest_are_published_to_the_bus_once_as_core_data_does";
+    if !prerequisite::met(test, require_tool("mosquitto", "mosquitto")) {
+        return;
+    }
+    let broker = Mosquitto::start();
+    let server =
+        Server::start(|a| a.mqtt_broker = Some(format!("127.0.0.1:{}", broker.port))).await;
+    assert!(server.mqtt_subscribed().await);
+    let mut app_service = subscribe(broker.port, "edgex/events/core/#").await;
+
+    let now = now_ns();
+    let mut posted = Vec::new();
+    for i in 0..3 {
+        let request = event("thermo-7", now + i * MS, &[("temp", "21.5")]);
+        let (status, body) = server.post_event(&request).await;
+        assert_eq!(status, 201, "{body}");
+        posted.push(body["id"].as_str().expect("id").to_string());
+    }
+    // An event that came from the bus is not published back to it.
+    let from_bus = event("thermo-8", now, &[("temp", "19.0")]);
+    let envelope =
+        json!({"apiVersion": "v3", "contentType": "application/json", "payload": from_bus});
+    publish(
+        broker.port,
+        vec![(topic("thermo-8"), envelope.to_string().into_bytes())],
+    )
+    .await;
+    assert!(
+        eventually(10, || async {
+            server.get("/api/v3/event/count").await.1["count"] == 4
+        })
+        .await
+    );
+    // A refused event is not published either.
+    let bad = event("thermo-7", now + 9 * MS, &[("temp", "warm")]);
+    assert_eq!(server.post_event(&bad).await.0, 400);
+
+    let mut seen = Vec::new();
+    while let Ok(Some((topic, payload))) =
+        tokio::time::timeout(Duration::from_secs(2), app_service.recv()).await
+    {
+        assert_eq!(
+            topic,
+            "edgex/events/core/device-virtual/thermo-profile/thermo-7/readings"
+        );
+        let request = roamkv_server::mqtt::parse_envelope(&payload).expect("an EdgeX envelope");
+        seen.push(request.event.id);
+    }
+    assert_eq!(
+        seen, posted,
+        "each REST event once, in order, and nothing else"
+    );
+    let metrics = server.get_text("/metrics").await.1;
+    assert_eq!(
+        metric(
+            &metrics,
+            "roamkv_republished_events_total{outcome=\"published\"}"
+        ),
+        Some(3.0)
     );
     server.stop().await;
 }

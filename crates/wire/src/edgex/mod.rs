@@ -1,6 +1,7 @@
 //! EdgeX core-data v3 events in, readings out: an AddEventRequest parsed (JSON or CBOR), checked
 //! whole, and mapped onto the engine's keys. The shapes are in `dto`, the stored value in
-//! `stored`, the contract's constants in `contract`; all are re-exported here.
+//! `stored`, the contract's constants in `contract`, a value's check against its type in `value`;
+//! all are re-exported here.
 //!
 //! Mapping (docs/SERVER.md says why):
 //! - engine device  = the reading's `deviceName` (equal to the event's),
@@ -20,6 +21,7 @@ use crate::names::check_name;
 pub mod contract;
 mod dto;
 mod stored;
+mod value;
 
 use contract::{API_VERSION, VALUE_TYPES};
 pub use dto::{AddEventRequest, BinaryValue, Event, Reading};
@@ -189,7 +191,7 @@ fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
             Ok(())
         }
         ("Object", None, None, Some(_)) => Ok(()),
-        (t, Some(_), None, None) if t != "Binary" && t != "Object" => Ok(()),
+        (t, Some(v), None, None) if t != "Binary" && t != "Object" => value::check_value(t, v),
         (t, ..) => Err(format!(
             "valueType {t} needs exactly one of {}",
             match t {
