@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// Seconds between applications of the per-device retention settings [default: 60].
     #[arg(long, env = "ROAMKV_RETENTION_INTERVAL_S")]
     pub retention_interval_s: Option<u64>,
+    /// Hours the readings of a device without a retention setting of its own are kept, applied
+    /// every --retention-interval-s, as core-data's age-based retention; 0: kept until deleted
+    /// [default: 0].
+    #[arg(long, env = "ROAMKV_RETENTION_DEFAULT_H")]
+    pub retention_default_h: Option<u64>,
     /// The cloud sink: every reading also goes to this PostgreSQL-protocol database,
     /// `postgres://user@host:port/database` (`?sslmode=require` for TLS). Also
     /// $ROAMKV_SINK. None: no sink.
@@ -172,6 +177,7 @@ struct FileConfig {
     body_timeout_s: Option<u64>,
     drain_timeout_s: Option<u64>,
     retention_interval_s: Option<u64>,
+    retention_default_h: Option<u64>,
     sink: Option<String>,
     sink_password_file: Option<PathBuf>,
     sink_ca_file: Option<PathBuf>,
@@ -206,6 +212,9 @@ pub struct Config {
     pub body_timeout: Duration,
     pub drain_timeout: Duration,
     pub retention_interval: Duration,
+    /// The maximum age of the readings of devices without a setting of their own
+    /// (`--retention-default-h`); None: no default.
+    pub retention_default_ms: Option<u64>,
     /// The cloud sink, if one is configured.
     pub sink: Option<SinkSettings>,
     pub on_depart: OnDepart,
@@ -325,6 +334,7 @@ impl Config {
             body_timeout: timeouts.body,
             drain_timeout: timeouts.drain,
             retention_interval: timeouts.retention_interval,
+            retention_default_ms: retention_default_ms(args, &file)?,
             sink: resolve_sink(args, &file)?,
             on_depart: resolve_on_depart(args, &file)?,
             advertise_url: args
@@ -378,6 +388,7 @@ impl Config {
             "bodyTimeoutS": self.body_timeout.as_secs(),
             "drainTimeoutS": self.drain_timeout.as_secs(),
             "retentionIntervalS": self.retention_interval.as_secs(),
+            "retentionDefaultH": self.retention_default_ms.map_or(0, |ms| ms / 3_600_000),
             "sink": self.sink.as_ref().map(|s| roamkv_sink::redact(&s.url)),
             "onDepart": self.on_depart.name(),
             "tls": self.tls.as_ref().map(|t| serde_json::json!({
@@ -521,6 +532,22 @@ impl Limits {
                 1024,
             )?,
         })
+    }
+}
+
+/// `--retention-default-h` in milliseconds; 0 (the default) is none.
+fn retention_default_ms(args: &ServeArgs, file: &FileConfig) -> Result<Option<u64>, String> {
+    match args
+        .retention_default_h
+        .or(file.retention_default_h)
+        .unwrap_or(0)
+    {
+        0 => Ok(None),
+        // Past ~1000 years no reading has a timestamp old enough to go; refuse it as a typo.
+        h if h > 24 * 365 * 1000 => Err(format!(
+            "retention_default_h {h} is more than 1000 years (0 keeps readings until deleted)"
+        )),
+        h => Ok(Some(h * 3_600_000)),
     }
 }
 

@@ -380,6 +380,7 @@ async fn list_retention(State(state): State<Shared>) -> Response {
     Json(json!({
         "retention": settings,
         "interval_s": state.config.retention_interval.as_secs(),
+        "default_max_age_ms": state.config.retention_default_ms,
         "limit": retention::SETTINGS_MAX,
     }))
     .into_response()

@@ -1,6 +1,7 @@
-//! Retention by age: the v3 `DELETE event/age/{age}` call and the native API's per-device
+//! Retention by age: the v3 `DELETE event/age/{age}` call, the native API's per-device
 //! settings (`PUT /api/roamkv/v1/devices/{device}/retention`), applied at once and then every
-//! `--retention-interval-s` by a background task.
+//! `--retention-interval-s` by a background task, and the default for every other device
+//! (`--retention-default-h`, core-data's age-based retention), applied by the same task.
 //!
 //! Applying a cutoff to a device is one engine call: the device departs if every reading is
 //! older (one DEPART: it is left with nothing, and a departure frees the most), otherwise its
@@ -38,11 +39,14 @@ pub async fn run(state: Shared, interval: Duration, mut stop: watch::Receiver<bo
     }
 }
 
+/// One pass: every device with a setting of its own, and with a default every other device too
+/// (a walk of the device list, then one engine call per device: `apply_cutoff`).
 fn apply_all(state: &AppState) {
-    let present: std::collections::HashSet<String> =
-        state.engine.devices().into_iter().map(|d| d.name).collect();
-    for (device, _) in state.retention.all() {
-        if !present.contains(&device) {
+    let present: Vec<String> = state.engine.devices().into_iter().map(|d| d.name).collect();
+    let settings = state.retention.all();
+    let default = state.config.retention_default_ms;
+    for device in present {
+        if default.is_none() && !settings.contains_key(&device) {
             continue;
         }
         match state.apply_retention(&device) {

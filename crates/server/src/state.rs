@@ -305,9 +305,14 @@ impl AppState {
         )
     }
 
-    /// Applies one device's retention setting now (a no-op without one).
+    /// Applies one device's retention now: its own setting, or the default
+    /// (`--retention-default-h`) when it has none (a no-op without either).
     pub fn apply_retention(&self, device: &str) -> Result<Applied, ApiError> {
-        match self.retention.get(device) {
+        match self
+            .retention
+            .get(device)
+            .or(self.config.retention_default_ms)
+        {
             Some(max_age_ms) => self.apply_cutoff(device, cutoff_for(max_age_ms), "retention"),
             None => Ok(Applied::Unchanged),
         }

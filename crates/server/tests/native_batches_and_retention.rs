@@ -297,3 +297,70 @@ async fn bad_retention_settings_are_refused_and_change_nothing() {
     assert_eq!(list["retention"], json!([]));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_retention_applies_to_devices_without_a_setting_of_their_own() {
+    let hour = 3_600_000;
+    let now = now_ms();
+    let server = Server::start(|a| {
+        a.retention_interval_s = Some(1);
+        a.retention_default_h = Some(1);
+    })
+    .await;
+    let (status, body) = server.get("/api/roamkv/v1/retention").await;
+    assert_eq!(
+        (status, body["default_max_age_ms"].clone()),
+        (200, json!(hour)),
+        "{body}"
+    );
+    let body = [
+        ("keeps-reporting", now - 2 * hour),
+        ("keeps-reporting", now),
+        ("own-setting", now - 2 * hour),
+        ("own-setting", now),
+        ("gone-quiet", now - 2 * hour),
+    ]
+    .iter()
+    .map(|(device, ts)| {
+        format!(r#"{{"device":"{device}","sensor":"temp","ts":{ts},"value":"{ts}"}}"#)
+    })
+    .collect::<Vec<_>>()
+    .join("\n");
+    // A setting of its own (3 h) wins over the default (1 h), even when longer.
+    let (status, _) = put_json(
+        &server,
+        "/api/roamkv/v1/devices/own-setting/retention",
+        r#"{"max_age_ms": 10800000}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, answer) = server
+        .post(
+            "/api/roamkv/v1/readings",
+            "application/x-ndjson",
+            body.into_bytes(),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+
+    let applied = eventually(10, || async {
+        readings(&server, "keeps-reporting").await.len() == 1
+            && server.get("/api/roamkv/v1/devices").await.1["devices"]
+                .as_array()
+                .is_some_and(|d| d.iter().all(|d| d["device"] != "gone-quiet"))
+    })
+    .await;
+    assert!(applied, "the default retention did not apply within 10 s");
+    assert_eq!(
+        readings(&server, "keeps-reporting").await[0]["ts_ns"],
+        json!(now * 1_000_000)
+    );
+    assert_eq!(
+        readings(&server, "own-setting").await.len(),
+        2,
+        "its own 3 h setting keeps both"
+    );
+    let (_, config) = server.get("/api/v3/config").await;
+    assert_eq!(config["config"]["retentionDefaultH"], 1, "{config}");
+    server.stop().await;
+}

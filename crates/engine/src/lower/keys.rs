@@ -35,8 +35,13 @@ pub fn decode_ts(bytes: [u8; 8]) -> i64 {
 
 /// `lower_id sensor 0x00 ts`: a reading's key within a device (the settled space's whole key,
 /// and the runs space's key after the window id).
+/// The bytes of a lower id in a key: the settled space's keys begin with it (its files are cut
+/// at its boundaries, rocks.rs).
+pub const LOWER_ID_BYTES: usize = 8;
+
 fn push_reading(key: &mut Vec<u8>, lower_id: LowerId, sensor: &str, ts_ns: i64) {
-    key.extend_from_slice(&lower_id.0.to_be_bytes());
+    let lower_id: [u8; LOWER_ID_BYTES] = lower_id.0.to_be_bytes();
+    key.extend_from_slice(&lower_id);
     key.extend_from_slice(sensor.as_bytes());
     key.push(0);
     key.extend_from_slice(&encode_ts(ts_ns));

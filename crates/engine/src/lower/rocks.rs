@@ -59,6 +59,30 @@ fn family_options(cache: &Cache, write_buffer_bytes: usize) -> Options {
     options
 }
 
+/// The settled space's options: a family's, with compaction's output files cut wherever the
+/// device changes (every settled key begins with the device's 8-byte lower id, keys.rs). A file
+/// then holds one device: a departed device's files drop whole (`DeleteFilesInRange`) and the
+/// range compaction of its reclaim finds nothing else to rewrite, and a run ingested for some
+/// devices is merged with those devices' files only. Without it a compaction output file held
+/// dozens of devices, and reclaiming one departed stayer rewrote about the whole settled space
+/// (docs/BENCHMARKS.md, "A fleet that stays").
+fn settled_options(cache: &Cache, write_buffer_bytes: usize) -> Options {
+    let options = family_options(cache, write_buffer_bytes);
+    // SAFETY: `options`' own pointer, alive for the calls; the setter keeps its own reference
+    // to the factory (a shared_ptr copy), so the wrapper is destroyed right after.
+    unsafe {
+        let factory = librocksdb_sys::rocksdb_sst_partitioner_fixed_prefix_factory_create(
+            keys::LOWER_ID_BYTES,
+        );
+        librocksdb_sys::rocksdb_options_set_sst_partitioner_factory(
+            rocksdb::AsRawPtr::as_raw_ptr(&options),
+            factory,
+        );
+        librocksdb_sys::rocksdb_sst_partitioner_factory_destroy(factory);
+    }
+    options
+}
+
 impl RocksLower {
     /// `memory_bytes` is split: half block cache (shared), the rest write buffers.
     pub fn open(dir: &Path, memory_bytes: u64) -> Result<RocksLower> {
@@ -86,7 +110,7 @@ impl RocksLower {
         runs_options.set_periodic_compaction_seconds(0);
         let families = vec![
             ColumnFamilyDescriptor::new(RUNS_CF, runs_options.clone()),
-            ColumnFamilyDescriptor::new(SETTLED_CF, family_options(&cache, buffer)),
+            ColumnFamilyDescriptor::new(SETTLED_CF, settled_options(&cache, buffer)),
             ColumnFamilyDescriptor::new(CATALOG_CF, family_options(&cache, buffer)),
         ];
         let db =
