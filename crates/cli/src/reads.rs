@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use clap::Args;
-use roamkv_engine::{Durability, Engine, Options, Reading};
+use roamkv_engine::{Clock, Durability, Engine, Options, Reading};
 use roamkv_wire::report;
 use roamkv_wire::time_arg;
 use serde_json::Value;
@@ -81,12 +81,6 @@ fn open_existing(data: &Path) -> Result<Engine, String> {
 fn device_path(device: &str, rest: &str) -> String {
     let escaped = percent_encoding::utf8_percent_encode(device, percent_encoding::NON_ALPHANUMERIC);
     format!("/devices/{escaped}{rest}")
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn print_reading(r: &Reading) -> Result<(), String> {
@@ -283,7 +277,8 @@ pub struct DevicesArgs {
 pub fn devices(args: &DevicesArgs) -> Result<(), String> {
     let devices: Vec<Value> = match args.source.open()? {
         Source::Local(engine) => {
-            let now = now_ms();
+            // The engine's wall clock: the clock `registered_at_ms` is on.
+            let now = roamkv_engine::SystemClock.now_ms();
             engine
                 .devices()
                 .iter()

@@ -19,6 +19,8 @@ use serde_json::json;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use roamkv_wire::edgex::PathNames;
+
 use crate::metrics::OutcomeLabels;
 
 /// Where REST-posted events go, and the client the MQTT task made, once it has made it.
@@ -28,14 +30,6 @@ pub struct Republisher {
     client: OnceLock<AsyncClient>,
     /// `roamkv_republished_events_total`.
     counted: Family<OutcomeLabels, Counter>,
-}
-
-/// The path names of a REST-posted event: its topic's levels.
-pub struct EventPath<'a> {
-    pub service: &'a str,
-    pub profile: &'a str,
-    pub device: &'a str,
-    pub source: &'a str,
 }
 
 impl Republisher {
@@ -52,15 +46,22 @@ impl Republisher {
         let _ = self.client.set(client);
     }
 
-    /// Queues the event's request (`body`, JSON or CBOR as posted) for the bus; see the module
-    /// comment for what happens when the queue is full.
-    pub fn publish(&self, path: &EventPath<'_>, event_id: &str, body: &[u8], cbor: bool) {
+    /// Queues the event's request (`body`, JSON or CBOR as posted) for the bus under its route's
+    /// service and path names; see the module comment for what happens when the queue is full.
+    pub fn publish(
+        &self,
+        service: &str,
+        path: PathNames<'_>,
+        event_id: &str,
+        body: &[u8],
+        cbor: bool,
+    ) {
         let (Some(client), Some(prefix)) = (self.client.get(), self.prefix.as_deref()) else {
             return;
         };
         let topic = format!(
             "{prefix}/{}/{}/{}/{}",
-            path.service, path.profile, path.device, path.source
+            service, path.profile_name, path.device_name, path.source_name
         );
         let envelope = json!({
             "apiVersion": "v3",

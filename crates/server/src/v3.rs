@@ -16,7 +16,6 @@ use roamkv_wire::names::{check_device_name, check_resource_name};
 
 use crate::body::read_body;
 use crate::error::ApiError;
-use crate::republish::EventPath;
 use crate::retention_store::Applied;
 use crate::state::{Shared, now_ns};
 
@@ -162,13 +161,7 @@ pub async fn add_event(
     let id = state
         .ingest_event(request, Some(path), "http", bytes.len())
         .await?;
-    let path = EventPath {
-        service: &service,
-        profile: &profile,
-        device: &device,
-        source: &source,
-    };
-    state.republisher.publish(&path, &id, &bytes, cbor);
+    state.republisher.publish(&service, path, &id, &bytes, cbor);
     Ok((
         StatusCode::CREATED,
         Json(json!({"apiVersion": API_VERSION, "statusCode": 201, "id": id})),

@@ -29,6 +29,7 @@ use stored::keyed_reading;
 pub use stored::{Decoded, StoredReading, decode, group_events};
 
 /// Where an event arrived from, to check its fields against (the POST route's path).
+#[derive(Clone, Copy)]
 pub struct PathNames<'a> {
     pub profile_name: &'a str,
     pub device_name: &'a str,
