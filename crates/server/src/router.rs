@@ -24,15 +24,18 @@ const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];
 const CORRELATION_HEADER: &str = "x-correlation-id";
 
 /// X-Correlation-ID on the EdgeX routes, as core-data handles it: a request's id is echoed on its
-/// answer, a request without one gets a new one (v4) on its answer; one that is not a UUID (the
-/// contract's format) is refused with 400, and changes nothing.
+/// answer, a request without one (or with an empty one, as EdgeX's middleware takes it) gets a
+/// new one (v4) on its answer; one that is not a UUID (the contract's format) is refused with
+/// 400, and changes nothing.
 async fn correlation_id(request: Request, next: Next) -> Response {
     let id = match request.headers().get(CORRELATION_HEADER) {
         None => uuid::Uuid::new_v4().to_string(),
+        Some(value) if value.is_empty() => uuid::Uuid::new_v4().to_string(),
         Some(value) => match value
             .to_str()
             .ok()
-            .filter(|t| uuid::Uuid::parse_str(t).is_ok())
+            // The hyphenated form only (36 characters), the contract's `format: uuid`.
+            .filter(|t| t.len() == 36 && uuid::Uuid::parse_str(t).is_ok())
         {
             Some(text) => text.to_string(),
             None => {
@@ -102,7 +105,6 @@ pub fn build(state: Shared) -> Router {
             get(v3::readings_by_device_time),
         )
         .route("/secret", post(v3::secret_not_supported))
-        .route("/reading/id/{id}", get(v3::by_id_not_supported))
         .route("/ping", get(v3::ping))
         .route("/version", get(v3::version))
         .route("/config", get(v3::config))

@@ -180,12 +180,39 @@ impl AppState {
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<Decoded>, ApiError> {
+        let budget = self.config.query_readings_max;
+        let mut out = Vec::new();
+        self.each_page(device, resource, from_ns, to_ns, |page| {
+            if out.len() + page.len() > budget {
+                return Err(ApiError::new(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    format!(
+                        "the query would read more than {budget} readings; narrow it by \
+                         device, resource or time range (or raise --query-readings-max)"
+                    ),
+                ));
+            }
+            out.extend(page);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands every reading of the given devices (all devices if `None`) in the window to
+    /// `visit`, decoded, one engine page at a time: what a fold over a range holds is one page,
+    /// never the range. Devices in name order, readings in (resource, time) order.
+    pub fn each_page(
+        &self,
+        device: Option<&str>,
+        resource: Option<&str>,
+        from_ns: i64,
+        to_ns: i64,
+        mut visit: impl FnMut(Vec<Decoded>) -> Result<(), ApiError>,
+    ) -> Result<(), ApiError> {
         let devices: Vec<String> = match device {
             Some(d) => vec![d.to_string()],
             None => self.engine.devices().into_iter().map(|d| d.name).collect(),
         };
-        let budget = self.config.query_readings_max;
-        let mut out = Vec::new();
         for device in &devices {
             let mut after: Option<ScanCursor> = None;
             loop {
@@ -200,23 +227,14 @@ impl AppState {
                         QUERY_PAGE_READINGS,
                     )
                     .map_err(ApiError::from_engine)?;
-                if out.len() + page.readings.len() > budget {
-                    return Err(ApiError::new(
-                        StatusCode::RANGE_NOT_SATISFIABLE,
-                        format!(
-                            "the query would read more than {budget} readings; narrow it by \
-                             device, resource or time range (or raise --query-readings-max)"
-                        ),
-                    ));
-                }
-                out.extend(page.readings.into_iter().map(edgex::decode));
+                visit(page.readings.into_iter().map(edgex::decode).collect())?;
                 match page.next {
                     Some(next) => after = Some(next),
                     None => break,
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// One departure: the device's data goes (upper tier: dropped; lower tier: a range delete)

@@ -1,9 +1,9 @@
 //! The routes and parameters of EdgeX core-data's v3 API (openapi/core-data.yaml of
 //! edgexfoundry/edgex-go) beyond the main ones: the time-range reading routes of a resource and
 //! of a device (with the `resourceNames` body), `POST /secret` (501, with why), core-data 4's
-//! `numeric` and `aggregateFunc` (refused with 501, never ignored), a `limit` above
-//! MaxResultCount (416, said, not clamped), `X-Correlation-ID` (echoed, made when missing,
-//! refused when not a UUID), and values held to their valueType.
+//! `numeric` and `aggregateFunc` (computed as core-data computes them) and roamkv's `every`
+//! buckets, a `limit` above MaxResultCount (400, said, not clamped), `X-Correlation-ID` (echoed,
+//! made when missing, refused when not a UUID), and values held to their valueType.
 
 mod common;
 
@@ -74,6 +74,22 @@ async fn the_time_range_routes_of_a_resource_and_of_a_device_answer() {
         "both resources, the first two seconds: {body}"
     );
 
+    // Every device and resource in a window: car-1's two and car-2's one at t1.
+    let (status, body) = server
+        .get(&format!("/api/v3/reading/start/{t1}/end/{t1}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["totalCount"], 3, "{body}");
+    // A window past i64 (the document allows any integer) is one no reading is in.
+    let (status, body) = server
+        .get("/api/v3/reading/start/99999999999999999999/end/99999999999999999999")
+        .await;
+    assert_eq!(
+        (status, body["totalCount"].clone()),
+        (200, json!(0)),
+        "{body}"
+    );
+
     // The body narrows it to some resources, as core-data's does (a GET with a body).
     let client = reqwest::Client::new();
     let answer = client
@@ -106,45 +122,122 @@ async fn the_time_range_routes_of_a_resource_and_of_a_device_answer() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parameters_roamkv_does_not_compute_are_refused_not_ignored() {
-    let server = Server::start(|args| args.max_result_count = Some(50)).await;
-    load(&server, now_ns() - 10_000_000_000).await;
+/// (device, resource, value) of an aggregate answer's readings, in its order.
+fn groups(body: &Value) -> Vec<(String, String, Value)> {
+    body["readings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no readings in {body}"))
+        .iter()
+        .map(|r| {
+            (
+                r["deviceName"].as_str().unwrap_or_default().to_string(),
+                r["resourceName"].as_str().unwrap_or_default().to_string(),
+                r["value"].clone(),
+            )
+        })
+        .collect()
+}
 
-    for (query, want, says) in [
-        (
-            "aggregateFunc=AVG",
-            501,
-            "aggregateFunc=AVG is not supported",
-        ),
-        ("aggregateFunc=avg", 501, "not supported"),
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_and_numeric_values_answer_as_core_data_computes_them() {
+    let server = Server::start(|args| args.max_result_count = Some(50)).await;
+    let t0 = now_ns() - 10_000_000_000;
+    load(&server, t0).await;
+    let g = |d: &str, r: &str, v: Value| (d.to_string(), r.to_string(), v);
+
+    // Groups by device, profile, resource and type, in device order; the function's answer.
+    let (status, body) = server.get("/api/v3/reading/all?aggregateFunc=max").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["aggregateFunc"], "MAX");
+    assert_eq!(
+        groups(&body),
+        [
+            g("car-1", "fuel", json!(0.5)),
+            g("car-1", "speed", json!(12.5)),
+            g("car-2", "speed", json!(99.0)),
+        ]
+    );
+    let (_, body) = server
+        .get("/api/v3/reading/resourceName/speed?aggregateFunc=SUM")
+        .await;
+    assert_eq!(
+        groups(&body),
+        [
+            g("car-1", "speed", json!(34.5)),
+            g("car-2", "speed", json!(99.0))
+        ]
+    );
+    let (_, body) = server
+        .get("/api/v3/reading/device/name/car-1?aggregateFunc=COUNT&offset=1")
+        .await;
+    assert_eq!(groups(&body), [g("car-1", "speed", json!(3))]);
+    assert_eq!(body["readings"][0]["valueType"], "Uint64");
+    // A window: the two later readings of car-1's speed.
+    let (t1, t2) = (t0 + 1_000_000_000, t0 + 2_000_000_000);
+    let (_, body) = server
+        .get(&format!(
+            "/api/v3/reading/device/name/car-1/resourceName/speed/start/{t1}/end/{t2}?aggregateFunc=MIN"
+        ))
+        .await;
+    assert_eq!(groups(&body), [g("car-1", "speed", json!(11.5))]);
+    // Buckets (roamkv's `every`): one a second, origin at the bucket's start.
+    let (status, body) = server
+        .get("/api/v3/reading/device/name/car-1/resourceName/fuel?aggregateFunc=AVG&every=1s")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let readings = body["readings"].as_array().expect("readings");
+    assert_eq!(readings.len(), 3, "{body}");
+    for (r, want) in readings.iter().zip([0.5, 0.4, 0.3]) {
+        assert_eq!(r["value"], json!(want), "{body}");
+        let origin = r["origin"].as_i64().expect("origin");
+        assert_eq!(origin % 1_000_000_000, 0, "{body}");
+    }
+
+    // numeric=true: numbers where the type is numeric, on readings and on events' readings.
+    let (_, body) = server
+        .get("/api/v3/reading/device/name/car-2?numeric=true")
+        .await;
+    assert_eq!(body["readings"][0]["value"], json!(99.0), "{body}");
+    let (_, body) = server
+        .get("/api/v3/event/device/name/car-2?numeric=1")
+        .await;
+    assert_eq!(
+        body["events"][0]["readings"][0]["value"],
+        json!(99.0),
+        "{body}"
+    );
+    let (_, body) = server
+        .get("/api/v3/reading/device/name/car-2?numeric=false")
+        .await;
+    assert_eq!(body["readings"][0]["value"], "99", "{body}");
+
+    for (query, says) in [
         (
             "aggregateFunc=MEDIAN",
-            400,
             "not one of MIN, MAX, COUNT, SUM, AVG",
         ),
-        ("numeric=true", 501, "numeric=true is not supported"),
-        ("numeric=maybe", 400, "not true or false"),
-        ("limit=51", 416, "above MaxResultCount 50"),
+        ("numeric=maybe", "not true or false"),
+        ("limit=51", "above MaxResultCount 50"),
+        ("offset=-2", "not an integer from -1"),
+        ("every=1m", "give aggregateFunc"),
+        ("aggregateFunc=AVG&every=soon", "not a duration"),
     ] {
         let (status, body) = server.get(&format!("/api/v3/reading/all?{query}")).await;
-        assert_eq!(status, want, "{query}: {body}");
+        assert_eq!(status, 400, "{query}: {body}");
         assert!(
             body["message"].as_str().is_some_and(|m| m.contains(says)),
             "{query}: {body}"
         );
-        assert_eq!(body["statusCode"], want, "the error body's shape: {body}");
+        assert_eq!(body["statusCode"], 400, "the error body's shape: {body}");
     }
-    let (status, body) = server
-        .get("/api/v3/reading/all?numeric=false&limit=50")
-        .await;
+    // offset=-1: no total is counted (core-data answers 0).
+    let (status, body) = server.get("/api/v3/reading/all?offset=-1&limit=50").await;
     assert_eq!(
         (status, body["totalCount"].clone()),
-        (200, json!(7)),
+        (200, json!(0)),
         "{body}"
     );
-    let (status, body) = server.get("/api/v3/event/all?numeric=true").await;
-    assert_eq!(status, 501, "{body}");
+    assert_eq!(body["readings"].as_array().map(Vec::len), Some(7), "{body}");
 
     let (status, body) = server
         .post(

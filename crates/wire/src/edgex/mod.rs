@@ -18,6 +18,7 @@ use crate::error::WireError;
 use crate::keyed::KeyedReading;
 use crate::names::check_name;
 
+pub mod aggregate;
 pub mod contract;
 mod dto;
 mod stored;

@@ -1,5 +1,8 @@
 //! The EdgeX core-data v3 routes (paths, shapes and status codes as in EdgeX's v3 OpenAPI).
-//! Every handler is a thin layer: one engine call (or one bounded series of paged scans).
+//! Every handler is a thin layer: one engine call (or one bounded series of paged scans); the
+//! query's parameters are parsed in `query`.
+
+mod query;
 
 use std::collections::HashMap;
 
@@ -10,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use roamkv_wire::edgex::aggregate::{Aggregation, make_numeric};
 use roamkv_wire::edgex::contract::API_VERSION;
 use roamkv_wire::edgex::{self, Decoded, PathNames};
 use roamkv_wire::names::{check_device_name, check_resource_name};
@@ -17,115 +21,13 @@ use roamkv_wire::names::{check_device_name, check_resource_name};
 use crate::body::read_body;
 use crate::error::ApiError;
 use crate::retention_store::Applied;
-use crate::state::{Shared, now_ns};
+use crate::state::{AppState, Shared, now_ns};
+use query::{Paging, ReadingQuery, apply_paging, window};
 
 pub const SERVICE_NAME: &str = "core-data";
 
-/// `offset` and `limit` as EdgeX takes them (limit -1 = all, up to MaxResultCount).
-struct Paging {
-    offset: usize,
-    limit: usize,
-}
-
-fn paging(query: &HashMap<String, String>, max_result_count: usize) -> Result<Paging, ApiError> {
-    refuse_numeric(query)?;
-    let offset = match query.get("offset") {
-        Some(text) => text.parse::<usize>().map_err(|_| {
-            ApiError::bad_request(format!("offset {text:?} is not a non-negative integer"))
-        })?,
-        None => 0,
-    };
-    let limit = match query.get("limit").map(|t| (t, t.parse::<i64>())) {
-        None => 20,
-        Some((_, Ok(-1))) => max_result_count,
-        Some((_, Ok(n))) if n >= 0 && n as u64 <= max_result_count as u64 => n as usize,
-        // Said, not clamped: a client asking for more than it gets must know.
-        Some((_, Ok(n))) if n >= 0 => {
-            return Err(ApiError::new(
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                format!(
-                    "limit {n} is above MaxResultCount {max_result_count} (--max-result-count); \
-                     page with offset, or ask for -1 (everything up to MaxResultCount)"
-                ),
-            ));
-        }
-        Some((text, _)) => {
-            return Err(ApiError::bad_request(format!(
-                "limit {text:?} is not an integer >= -1"
-            )));
-        }
-    };
-    Ok(Paging { offset, limit })
-}
-
-/// core-data 4's `numeric` (events and readings): `false` is what every answer already is;
-/// `true` is refused with 501 and why, never ignored.
-fn refuse_numeric(query: &HashMap<String, String>) -> Result<(), ApiError> {
-    match query.get("numeric").map(String::as_str) {
-        None | Some("false") => {}
-        Some("true") => {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "numeric=true is not supported yet: values are returned as strings, as with \
-                 numeric=false",
-            ));
-        }
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "numeric {other:?} is not true or false"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// core-data 4's `aggregateFunc` (readings): not computed yet, so refused with 501 and why, never
-/// ignored (an ignored `aggregateFunc=AVG` would answer raw readings with 200: a wrong answer).
-fn refuse_aggregate(query: &HashMap<String, String>) -> Result<(), ApiError> {
-    if let Some(function) = query.get("aggregateFunc") {
-        let known = ["MIN", "MAX", "COUNT", "SUM", "AVG"];
-        if !known.contains(&function.to_ascii_uppercase().as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "aggregateFunc {function:?} is not one of MIN, MAX, COUNT, SUM, AVG"
-            )));
-        }
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "aggregateFunc={function} is not supported yet: ask without it for the readings"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Applies offset/limit; an offset at or past a non-empty total is 416, as EdgeX answers it.
-fn apply_paging<T>(items: Vec<T>, paging: &Paging) -> Result<(Vec<T>, usize), ApiError> {
-    let total = items.len();
-    if total > 0 && paging.offset >= total {
-        return Err(ApiError::new(
-            StatusCode::RANGE_NOT_SATISFIABLE,
-            format!("offset {} is past the {total} items", paging.offset),
-        ));
-    }
-    let page = items
-        .into_iter()
-        .skip(paging.offset)
-        .take(paging.limit)
-        .collect();
-    Ok((page, total))
-}
-
 fn ok(body: Value) -> Response {
     (StatusCode::OK, Json(body)).into_response()
-}
-
-fn parse_ns(what: &str, text: &str) -> Result<i64, ApiError> {
-    text.parse::<i64>().map_err(|_| {
-        ApiError::bad_request(format!(
-            "{what} {text:?} is not a Unix time in nanoseconds (a signed 64-bit integer)"
-        ))
-    })
 }
 
 pub async fn add_event(
@@ -186,13 +88,11 @@ async fn events_response(
     device: Option<String>,
     window_ns: Option<(i64, i64)>,
 ) -> Result<Response, ApiError> {
-    let paging = paging(&query, state.config.max_result_count)?;
+    let paging = query::paging(&query, state.config.max_result_count)?;
+    let numeric = query::numeric(&query)?;
     let events = state
         .blocking(move |s| {
-            let (from_ns, to_ns) = match window_ns {
-                Some((start, end)) => edgex::inclusive_range(start, end),
-                None => (i64::MIN, i64::MAX),
-            };
+            let (from_ns, to_ns) = scan_range(window_ns);
             let readings = s.collect(device.as_deref(), None, from_ns, to_ns)?;
             let mut events = edgex::group_events(&readings);
             if let Some((start, end)) = window_ns {
@@ -208,9 +108,25 @@ async fn events_response(
         })
         .await?;
     let (page, total) = apply_paging(events, &paging)?;
+    let mut page = serde_json::to_value(page).map_err(|e| ApiError::internal(e.to_string()))?;
+    if numeric {
+        for event in page.as_array_mut().into_iter().flatten() {
+            if let Some(readings) = event.get_mut("readings").and_then(Value::as_array_mut) {
+                readings.iter_mut().for_each(make_numeric);
+            }
+        }
+    }
     Ok(ok(json!({
         "apiVersion": API_VERSION, "statusCode": 200, "totalCount": total, "events": page,
     })))
+}
+
+/// The engine's half-open range for an inclusive window (everything without one).
+fn scan_range(window_ns: Option<(i64, i64)>) -> (i64, i64) {
+    match window_ns {
+        Some((start, end)) => edgex::inclusive_range(start, end),
+        None => (i64::MIN, i64::MAX),
+    }
 }
 
 /// Which resources a reading query takes: one (from the path), a set (from a body), or all.
@@ -220,6 +136,23 @@ enum Resources {
     Set(Vec<String>),
 }
 
+impl Resources {
+    /// The one resource the engine can narrow its scan to.
+    fn one(&self) -> Option<&str> {
+        match self {
+            Resources::One(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    fn takes(&self, reading: &Decoded) -> bool {
+        match self {
+            Resources::Set(names) => names.contains(&reading.resource_name),
+            _ => true,
+        }
+    }
+}
+
 async fn readings_response(
     state: Shared,
     query: HashMap<String, String>,
@@ -227,44 +160,78 @@ async fn readings_response(
     resources: Resources,
     window_ns: Option<(i64, i64)>,
 ) -> Result<Response, ApiError> {
-    refuse_aggregate(&query)?;
-    let paging = paging(&query, state.config.max_result_count)?;
+    let query = query::reading_query(&query, state.config.max_result_count)?;
+    if query.aggregate.is_some() {
+        return aggregate_response(state, query, device, resources, window_ns).await;
+    }
     let readings = state
         .blocking(move |s| {
-            let (from_ns, to_ns) = match window_ns {
-                Some((start, end)) => edgex::inclusive_range(start, end),
-                None => (i64::MIN, i64::MAX),
-            };
-            let one = match &resources {
-                Resources::One(name) => Some(name.as_str()),
-                _ => None,
-            };
-            let mut readings = s.collect(device.as_deref(), one, from_ns, to_ns)?;
-            if let Some((start, end)) = window_ns {
-                readings.retain(|r| (start..=end).contains(&r.stored.origin));
-            }
-            if let Resources::Set(names) = &resources {
-                readings.retain(|r| names.contains(&r.resource_name));
-            }
+            let (from_ns, to_ns) = scan_range(window_ns);
+            let mut readings = s.collect(device.as_deref(), resources.one(), from_ns, to_ns)?;
+            readings.retain(|r| resources.takes(r));
             newest_first_readings(&mut readings);
             Ok(readings)
         })
         .await?;
-    let (page, total) = apply_paging(readings, &paging)?;
-    let page: Vec<edgex::Reading> = page.iter().map(Decoded::to_reading).collect();
+    let (page, total) = apply_paging(readings, &query.paging)?;
+    let mut page: Vec<Value> = page
+        .iter()
+        .map(|d| serde_json::to_value(d.to_reading()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if query.numeric {
+        page.iter_mut().for_each(make_numeric);
+    }
     Ok(ok(json!({
         "apiVersion": API_VERSION, "statusCode": 200, "totalCount": total, "readings": page,
     })))
 }
 
-fn window(start: &str, end: &str) -> Result<(i64, i64), ApiError> {
-    let (start, end) = (parse_ns("start", start)?, parse_ns("end", end)?);
-    if end < start {
-        return Err(ApiError::bad_request(format!(
-            "end {end} is before start {start}"
-        )));
-    }
-    Ok((start, end))
+/// `aggregateFunc` (and `every`): the readings folded into their groups as the engine's paged
+/// scan yields them; the groups, not the readings, are paged. At most `query_readings_max`
+/// groups (a narrow `every` over a long range would otherwise hold one per reading).
+async fn aggregate_response(
+    state: Shared,
+    query: ReadingQuery,
+    device: Option<String>,
+    resources: Resources,
+    window_ns: Option<(i64, i64)>,
+) -> Result<Response, ApiError> {
+    let Some(func) = query.aggregate else {
+        return Err(ApiError::internal(
+            "aggregate_response without aggregateFunc",
+        ));
+    };
+    let every_ns = query.every_ns;
+    let groups = state
+        .blocking(move |s: &AppState| {
+            let (from_ns, to_ns) = scan_range(window_ns);
+            let groups_max = s.config.query_readings_max;
+            let mut aggregation = Aggregation::new(func, every_ns);
+            s.each_page(device.as_deref(), resources.one(), from_ns, to_ns, |page| {
+                page.iter()
+                    .filter(|r| resources.takes(r))
+                    .for_each(|r| aggregation.add(r));
+                if aggregation.group_count() > groups_max {
+                    return Err(ApiError::new(
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        format!(
+                            "the aggregate would hold more than {groups_max} groups; widen \
+                             every, narrow the range (or raise --query-readings-max)"
+                        ),
+                    ));
+                }
+                Ok(())
+            })?;
+            Ok(aggregation.into_readings())
+        })
+        .await?;
+    let Paging { offset, limit, .. } = query.paging;
+    let page: Vec<Value> = groups.into_iter().skip(offset).take(limit).collect();
+    Ok(ok(json!({
+        "apiVersion": API_VERSION, "statusCode": 200,
+        "aggregateFunc": func.name(), "readings": page,
+    })))
 }
 
 pub async fn all_events(
@@ -485,11 +452,15 @@ pub async fn delete_by_age(
     State(state): State<Shared>,
     Path(age): Path<String>,
 ) -> Result<Response, ApiError> {
-    let age_ns = age.parse::<i64>().ok().filter(|a| *a >= 0).ok_or_else(|| {
-        ApiError::bad_request(format!(
-            "age {age:?} is not a non-negative number of nanoseconds"
-        ))
-    })?;
+    // An age past i64 saturates: older than every reading, so nothing goes.
+    let age_ns = query::path_ns("age", &age)
+        .ok()
+        .filter(|a| *a >= 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "age {age:?} is not a non-negative number of nanoseconds"
+            ))
+        })?;
     // Readings with origin < cutoff go; none at or after it.
     let cutoff_ns = now_ns().saturating_sub(age_ns);
     let counts = state
@@ -521,7 +492,7 @@ pub async fn delete_by_age(
         .into_response())
 }
 
-/// event/id/{id} and reading/id/{id}: the engine's keys are (device, resource, time); an id
+/// event/id/{id}: the engine's keys are (device, resource, time); an id
 /// is only inside the stored value, so finding one means reading everything. Not offered.
 pub async fn by_id_not_supported(Path(id): Path<String>) -> ApiError {
     ApiError::new(
