@@ -85,6 +85,8 @@ impl Edge {
         let exe =
             std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
         let mut child = Command::new(exe)
+            // Readings at ts 0, 1, ... (1970): the default retention would delete them.
+            .env("ROAMKV_RETENTION_DEFAULT_H", "0")
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(fixture.mount_dir().join("data"))
             .env("RUST_LOG", "warn")

@@ -35,6 +35,8 @@ impl Edge {
     /// `roamkv serve` on a free loopback port with the sink pointed at `pg`, `crash` armed.
     fn start(data: &Path, pg: &Cluster, crash: Option<&str>, extra: &[&str]) -> Edge {
         let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
+        // Readings at ts 1, 2, ... (1970): the default retention would delete them.
+        command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--sink"])
             .arg(pg.socket_url())

@@ -39,6 +39,8 @@ impl Edge {
     /// Starts on `port` (the same port across restarts: peers keep its URL).
     fn start(data: &Path, port: u16, crash: Option<&str>) -> Edge {
         let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
+        // Readings at synthetic times: the default retention would delete them.
+        command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
         command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data"])
             .arg(data)

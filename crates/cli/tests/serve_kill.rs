@@ -70,6 +70,8 @@ fn start_mosquitto(dir: &Path) -> (Killed, u16) {
 /// `roamkv serve` on a free port with MQTT ingest; returns once /ready says it takes both.
 fn start_server(data: &Path, broker_port: u16) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_roamkv"))
+        // Readings from 2023 (ORIGIN_BASE_NS): the default retention would delete them.
+        .env("ROAMKV_RETENTION_DEFAULT_H", "0")
         .args(["serve", "--listen", "127.0.0.1:0", "--durability", "sync"])
         .args(["--max-result-count", "1000000", "--data"])
         .arg(data)

@@ -236,6 +236,8 @@ fn settings_come_from_flags_then_environment_then_file() {
     // An unknown key is an error naming it, and nothing starts.
     std::fs::write(&file, "segment_size = 4\n").expect("write config");
     let output = Command::new(env!("CARGO_BIN_EXE_roamkv"))
+        // A reading from 2023: the default retention would delete it.
+        .env("ROAMKV_RETENTION_DEFAULT_H", "0")
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(&data)
         .arg("--config")

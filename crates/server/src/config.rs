@@ -114,7 +114,8 @@ pub struct ServeArgs {
     pub retention_interval_s: Option<u64>,
     /// Hours the readings of a device without a retention setting of its own are kept, applied
     /// every --retention-interval-s, as core-data's age-based retention; 0: kept until deleted
-    /// [default: 0].
+    /// [default: 168, core-data's week, for a data directory this server made; off for one
+    /// that held data before].
     #[arg(long, env = "ROAMKV_RETENTION_DEFAULT_H")]
     pub retention_default_h: Option<u64>,
     /// The cloud sink: every reading also goes to this PostgreSQL-protocol database,
@@ -213,8 +214,12 @@ pub struct Config {
     pub drain_timeout: Duration,
     pub retention_interval: Duration,
     /// The maximum age of the readings of devices without a setting of their own
-    /// (`--retention-default-h`); None: no default.
+    /// (`--retention-default-h`); None: no default. Until `start` settles it, the value given
+    /// (if `retention_default_given`); then the one in force (retention_store.rs).
     pub retention_default_ms: Option<u64>,
+    /// Whether `--retention-default-h` (or its environment variable or file key) was given;
+    /// if not, the data directory's recorded default holds (retention_store.rs).
+    pub retention_default_given: bool,
     /// The cloud sink, if one is configured.
     pub sink: Option<SinkSettings>,
     pub on_depart: OnDepart,
@@ -335,6 +340,10 @@ impl Config {
             drain_timeout: timeouts.drain,
             retention_interval: timeouts.retention_interval,
             retention_default_ms: retention_default_ms(args, &file)?,
+            retention_default_given: args
+                .retention_default_h
+                .or(file.retention_default_h)
+                .is_some(),
             sink: resolve_sink(args, &file)?,
             on_depart: resolve_on_depart(args, &file)?,
             advertise_url: args
@@ -535,7 +544,7 @@ impl Limits {
     }
 }
 
-/// `--retention-default-h` in milliseconds; 0 (the default) is none.
+/// `--retention-default-h` in milliseconds; 0 (or not given) is none.
 fn retention_default_ms(args: &ServeArgs, file: &FileConfig) -> Result<Option<u64>, String> {
     match args
         .retention_default_h

@@ -75,7 +75,7 @@ impl Running {
 }
 
 /// Opens the engine, binds the listener, starts MQTT ingest and the status sampler.
-pub async fn start(config: Config) -> Result<Running, String> {
+pub async fn start(mut config: Config) -> Result<Running, String> {
     // TLS first: a certificate that cannot be used stops the start before anything is opened.
     let tls = match &config.tls {
         Some(files) => Some(Arc::new(tls::Tls::load(files.clone())?)),
@@ -84,6 +84,10 @@ pub async fn start(config: Config) -> Result<Running, String> {
     let engine = open_engine(&config).await?;
     // After the engine: its LOCK keeps a second server away from the server's own files.
     let retention = retention::RetentionStore::open(&config.data)?;
+    if !config.retention_default_given {
+        let has_devices = !engine.devices().is_empty();
+        config.retention_default_ms = retention::settle_default(&config.data, has_devices)?;
+    }
     let edge_id = edge::load_or_make(&config.data)?;
     let departing = departing::Departing::open(&config.data)?;
     // Devices whose departure waits for the cloud take no writes, from before the first request.

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::state::{AppState, Shared};
 
-pub use crate::retention_store::{Applied, RetentionStore, SETTINGS_MAX};
+pub use crate::retention_store::{Applied, RetentionStore, SETTINGS_MAX, settle_default};
 
 /// Applies every setting every `interval`, until shutdown. A device that fails (e.g. the log
 /// budget is full) is logged and retried at the next pass.

@@ -1,4 +1,4 @@
-//! The per-device retention settings and the file that keeps them.
+//! The per-device retention settings and the file that keeps them; the data directory's default.
 //!
 //! The settings survive restarts in `DATA_DIR/server/retention.json` (the server's own file
 //! beside the engine's; the data directory's LOCK keeps a second server out), replaced
@@ -11,6 +11,56 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+
+/// core-data's default age-based retention: a week.
+pub const DEFAULT_MAX_AGE_MS: u64 = 168 * 3_600_000;
+
+/// `DATA_DIR/server/retention-default.json`: `{"format": 1, "max_age_ms": 604800000}` (or
+/// `null`: no default), recorded the first time a server starts on the directory without
+/// `--retention-default-h`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredDefault {
+    format: u32,
+    max_age_ms: Option<u64>,
+}
+
+/// The default retention in force when `--retention-default-h` was not given: the one recorded
+/// for this data directory, or, the first time, core-data's week if the engine holds no device
+/// yet, and none if it does. Why: a default turned on for data kept before it existed (an
+/// upgraded gateway, a directory filled by `roamkv load`) would delete, at the first pass,
+/// what was kept on purpose; on an empty directory it deletes nothing that was kept without it.
+/// Decided once and recorded (durably), so that a directory keeps its default across restarts.
+pub fn settle_default(data_dir: &Path, engine_has_devices: bool) -> Result<Option<u64>, String> {
+    let path = crate::files::server_file(data_dir, "retention-default.json");
+    if let Some(bytes) = crate::files::read_if_present(&path)? {
+        let stored: StoredDefault = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("the default retention {}: {e}", path.display()))?;
+        if stored.format != 1 {
+            return Err(format!(
+                "the default retention {}: format {} is not 1",
+                path.display(),
+                stored.format
+            ));
+        }
+        return Ok(stored.max_age_ms);
+    }
+    let stored = StoredDefault {
+        format: 1,
+        max_age_ms: (!engine_has_devices).then_some(DEFAULT_MAX_AGE_MS),
+    };
+    if engine_has_devices {
+        tracing::warn!(
+            "no default retention for {}: it held data before this server's default (168 h) \
+             existed; --retention-default-h 168 turns it on, 0 keeps it off and quiet",
+            data_dir.display()
+        );
+    }
+    let bytes = serde_json::to_vec_pretty(&stored)
+        .map_err(|e| format!("encoding the default retention: {e}"))?;
+    crate::files::write_atomically(&path, &bytes)?;
+    Ok(stored.max_age_ms)
+}
 
 /// Devices that may have a retention setting: bounds the file (rewritten whole on a change)
 /// and one application pass.

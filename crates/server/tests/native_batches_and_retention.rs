@@ -364,3 +364,92 @@ async fn a_default_retention_applies_to_devices_without_a_setting_of_their_own()
     assert_eq!(config["config"]["retentionDefaultH"], 1, "{config}");
     server.stop().await;
 }
+
+async fn post(server: &Server, lines: Vec<String>) {
+    let body = lines.join("\n").into_bytes();
+    let (status, answer) = server
+        .post("/api/roamkv/v1/readings", "application/x-ndjson", body)
+        .await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+async fn default_of(server: &Server) -> Value {
+    server.get("/api/roamkv/v1/retention").await.1["default_max_age_ms"].clone()
+}
+
+/// Without `--retention-default-h`: core-data's week on a directory this server made (readings
+/// older than 168 h go at the pass, newer ones stay), and none on a directory that held devices
+/// before the default existed (an upgraded gateway keeps what it kept); each directory's
+/// default is recorded and kept across restarts; the flag wins over the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_flag_a_new_directory_keeps_a_week_and_an_old_one_keeps_everything() {
+    let week = 168 * 3_600_000;
+    let now = now_ms();
+    let line = |device: &str, ts: i64| {
+        format!(r#"{{"device":"{device}","sensor":"temp","ts":{ts},"value":"{ts}"}}"#)
+    };
+
+    // A new directory: a week.
+    let fresh = Server::start(|a| {
+        a.retention_default_h = None;
+        a.retention_interval_s = Some(1);
+    })
+    .await;
+    assert_eq!(default_of(&fresh).await, json!(week));
+    let (_, config) = fresh.get("/api/v3/config").await;
+    assert_eq!(config["config"]["retentionDefaultH"], 168, "{config}");
+    let eight_days_ago = now - 8 * 24 * 3_600_000;
+    post(
+        &fresh,
+        vec![
+            line("last-week", eight_days_ago),
+            line("both", eight_days_ago),
+            line("both", now),
+        ],
+    )
+    .await;
+    let applied = eventually(10, || async {
+        readings(&fresh, "both").await.len() == 1 && readings(&fresh, "last-week").await.is_empty()
+    })
+    .await;
+    assert!(applied, "the week's retention did not apply within 10 s");
+    assert_eq!(
+        readings(&fresh, "both").await[0]["ts_ns"],
+        json!(now * 1_000_000)
+    );
+    fresh.stop().await;
+
+    // A directory that held a device before: no default, recorded, and kept so.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let start = |default_h: Option<u64>| {
+        let d = data.clone();
+        Server::start(move |a| {
+            a.data = Some(d);
+            a.retention_interval_s = Some(1);
+            a.retention_default_h = default_h;
+        })
+    };
+    let before = start(Some(0)).await;
+    post(&before, vec![line("kept-for-years", eight_days_ago)]).await;
+    before.stop().await;
+    for _restart in 0..2 {
+        let upgraded = start(None).await;
+        assert_eq!(default_of(&upgraded).await, Value::Null);
+        tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+        assert_eq!(readings(&upgraded, "kept-for-years").await.len(), 1);
+        upgraded.stop().await;
+    }
+    let record =
+        std::fs::read_to_string(data.join("server/retention-default.json")).expect("the record");
+    assert!(record.contains("\"max_age_ms\": null"), "{record}");
+    // The flag wins over the record.
+    let flagged = start(Some(168)).await;
+    assert_eq!(default_of(&flagged).await, json!(week));
+    let gone = eventually(10, || async {
+        readings(&flagged, "kept-for-years").await.is_empty()
+    })
+    .await;
+    assert!(gone, "--retention-default-h 168 did not apply within 10 s");
+    flagged.stop().await;
+}

@@ -22,6 +22,9 @@ impl ServeProcess {
     /// environment, and waits until it prints the address it listens on.
     pub fn start(binary: &Path, data: &Path, adjust: impl FnOnce(&mut Command)) -> ServeProcess {
         let mut command = Command::new(binary);
+        // The tests write readings at synthetic times (1970, 2023) that the default retention
+        // (a week) would delete at its first pass; a test of retention gives its own flag.
+        command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(data);

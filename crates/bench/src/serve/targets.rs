@@ -137,6 +137,9 @@ fn start_roamkv(
         std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
     let data = dir.path().join("data");
     let mut command = Command::new(&exe);
+    // The load's origins are from 2023 (fixed, so that every run writes the same keys): the
+    // default retention would delete them mid-run, and the counts would not match.
+    command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
     command
         .arg("serve")
         .arg("--data")

@@ -23,6 +23,9 @@ impl Server {
             data: Some(dir.path().join("data")),
             listen: Some("127.0.0.1:0".parse().expect("addr")),
             durability: Some("sync".into()),
+            // Tests write readings at synthetic times (ts -7, 1970, 2020) that the default
+            // retention (a week) would delete; the test of the default sets it back to None.
+            retention_default_h: Some(0),
             ..ServeArgs::default()
         };
         adjust(&mut args);
