@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use clap::Args;
+use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
 use roamkv_engine::{Clock, Durability, Engine, Options, Reading};
+use roamkv_wire::edgex::event_index::is_deleted;
 use roamkv_wire::report;
 use roamkv_wire::time_arg;
 use serde_json::Value;
@@ -209,7 +211,10 @@ pub fn scan(args: &ScanArgs) -> Result<(), String> {
             let readings = engine
                 .scan(&args.device, args.sensor.as_deref(), from, to)
                 .map_err(|e| e.to_string())?;
-            readings.iter().try_for_each(print_reading)
+            readings
+                .iter()
+                .filter(|r| !is_deleted(&r.value))
+                .try_for_each(print_reading)
         }
         // Page by page, each printed as it comes: memory stays one page whatever the range.
         Source::Remote(remote) => {
@@ -253,9 +258,13 @@ pub struct LatestArgs {
 
 pub fn latest(args: &LatestArgs) -> Result<(), String> {
     let readings = match args.source.open()? {
-        Source::Local(engine) => engine
-            .latest(&args.device, args.sensor.as_deref())
-            .map_err(|e| e.to_string())?,
+        Source::Local(engine) => {
+            let mut readings = engine
+                .latest(&args.device, args.sensor.as_deref())
+                .map_err(|e| e.to_string())?;
+            readings.retain(|r| !is_deleted(&r.value));
+            readings
+        }
         Source::Remote(remote) => {
             let query: Vec<(&str, String)> =
                 args.sensor.iter().map(|s| ("sensor", s.clone())).collect();
@@ -279,9 +288,11 @@ pub fn devices(args: &DevicesArgs) -> Result<(), String> {
         Source::Local(engine) => {
             // The engine's wall clock: the clock `registered_at_ms` is on.
             let now = roamkv_engine::SystemClock.now_ms();
+            // The server's own devices (its index of event ids) are not the user's.
             engine
                 .devices()
                 .iter()
+                .filter(|d| !d.name.starts_with(INTERNAL_DEVICE_PREFIX))
                 .map(|d| report::device_to_json(d, now))
                 .collect()
         }

@@ -98,12 +98,13 @@ impl Edge {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    /// Every reading of `device` here: (ts, value).
+    /// Every reading of `device`'s sensor `s` (the ledger's) here: (ts, value).
     fn readings(&self, device: &str) -> BTreeMap<i64, String> {
         let mut out = BTreeMap::new();
         let mut after = String::new();
         loop {
-            let path = format!("/api/roamkv/v1/devices/{device}/readings?limit=10000{after}");
+            let path =
+                format!("/api/roamkv/v1/devices/{device}/readings?sensor=s&limit=10000{after}");
             let (status, page) = self.json("GET", &path, "");
             if status == 404 {
                 return out;
@@ -261,10 +262,32 @@ fn a_device_moves_with_its_history_and_the_old_edge_refuses_its_writes() {
     for _ in 0..20 {
         assert_eq!(ledger.write(&a, "car-1", 300), 201);
     }
+    // An EdgeX event too: B finds it by id once the device is there (its index entry is made
+    // from the chunks), A no longer does.
+    let event_id = "5d6c3f4e-8a1b-4c2d-9e0f-1a2b3c4d5e6f";
+    let event = format!(
+        r#"{{"apiVersion":"v3","event":{{"apiVersion":"v3","id":"{event_id}","deviceName":"car-1","profileName":"car","sourceName":"s","origin":5000000,"readings":[{{"deviceName":"car-1","resourceName":"speed","profileName":"car","origin":5000000,"valueType":"Float64","value":"88.5"}},{{"deviceName":"car-1","resourceName":"fuel","profileName":"car","origin":5000001,"valueType":"Float64","value":"0.5"}}]}}}}"#
+    );
+    let (status, body) = a.call("POST", "/api/v3/event/svc/car/car-1/s", &event);
+    assert_eq!(status, 201, "{body}");
+    let by_id = format!("/api/v3/event/id/{event_id}");
+    assert_eq!(a.call("GET", &by_id, "").0, 200);
     let id = a.hand("car-1", &b);
     a.wait_state(&id, "done", Duration::from_secs(30));
     ledger.check(&b, "car-1");
     assert!(a.readings("car-1").is_empty(), "departed from A");
+    let (status, body) = b.json("GET", &by_id, "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["event"]["readings"].as_array().map(Vec::len),
+        Some(2),
+        "{body}"
+    );
+    assert_eq!(
+        a.call("GET", &by_id, "").0,
+        404,
+        "A's entry names a departed device"
+    );
     // A refuses the device's writes now, naming B.
     let (status, body) = a.call(
         "POST",

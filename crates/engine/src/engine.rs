@@ -239,6 +239,11 @@ impl Engine {
         query::devices(&self.inner)
     }
 
+    /// One device's entry, if it is mapped: `devices` for one name, without the pass.
+    pub fn device(&self, name: &str) -> Option<DeviceInfo> {
+        query::device(&self.inner, name)
+    }
+
     /// The newest reading of each sensor of a device (of one sensor, if given), in sensor
     /// order. The log: the last index entry per sensor; the lower tier: one reverse seek per
     /// sensor and run. An unknown device has none.

@@ -6,6 +6,10 @@
 pub const DEVICE_ID_BYTES_MAX: usize = 255;
 /// Sensor ids are names like "speed" (TPCx-IoT uses short ids); same reasoning as device ids.
 pub const SENSOR_ID_BYTES_MAX: usize = 255;
+/// Device ids starting with U+0001 hold an embedding program's own records (the server's index
+/// of event ids). The engine keeps them as any device; a program refuses the prefix in names it
+/// takes from outside, and one that copies devices elsewhere (the cloud sink) leaves them out.
+pub const INTERNAL_DEVICE_PREFIX: &str = "\u{1}";
 /// What can be wrong with an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdProblem {

@@ -118,6 +118,11 @@ pub struct ServeArgs {
     /// that held data before].
     #[arg(long, env = "ROAMKV_RETENTION_DEFAULT_H")]
     pub retention_default_h: Option<u64>,
+    /// Keep an index of event ids (one more engine record per event, in its batch) so that
+    /// GET and DELETE /api/v3/event/id/{id} find an event in one lookup; false: they answer 501
+    /// [default: true].
+    #[arg(long, env = "ROAMKV_EVENT_ID_INDEX")]
+    pub event_id_index: Option<bool>,
     /// The cloud sink: every reading also goes to this PostgreSQL-protocol database,
     /// `postgres://user@host:port/database` (`?sslmode=require` for TLS). Also
     /// $ROAMKV_SINK. None: no sink.
@@ -179,6 +184,7 @@ struct FileConfig {
     drain_timeout_s: Option<u64>,
     retention_interval_s: Option<u64>,
     retention_default_h: Option<u64>,
+    event_id_index: Option<bool>,
     sink: Option<String>,
     sink_password_file: Option<PathBuf>,
     sink_ca_file: Option<PathBuf>,
@@ -220,6 +226,8 @@ pub struct Config {
     /// Whether `--retention-default-h` (or its environment variable or file key) was given;
     /// if not, the data directory's recorded default holds (retention_store.rs).
     pub retention_default_given: bool,
+    /// Whether events are indexed by id (`--event-id-index`).
+    pub event_id_index: bool,
     /// The cloud sink, if one is configured.
     pub sink: Option<SinkSettings>,
     pub on_depart: OnDepart,
@@ -344,6 +352,7 @@ impl Config {
                 .retention_default_h
                 .or(file.retention_default_h)
                 .is_some(),
+            event_id_index: args.event_id_index.or(file.event_id_index).unwrap_or(true),
             sink: resolve_sink(args, &file)?,
             on_depart: resolve_on_depart(args, &file)?,
             advertise_url: args
@@ -398,6 +407,7 @@ impl Config {
             "drainTimeoutS": self.drain_timeout.as_secs(),
             "retentionIntervalS": self.retention_interval.as_secs(),
             "retentionDefaultH": self.retention_default_ms.map_or(0, |ms| ms / 3_600_000),
+            "eventIdIndex": self.event_id_index,
             "sink": self.sink.as_ref().map(|s| roamkv_sink::redact(&s.url)),
             "onDepart": self.on_depart.name(),
             "tls": self.tls.as_ref().map(|t| serde_json::json!({

@@ -16,6 +16,7 @@ pub mod config;
 pub mod departing;
 pub mod edge;
 mod error;
+mod event_ids;
 pub mod fence;
 pub mod files;
 pub mod handoff;
@@ -85,19 +86,11 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
     // After the engine: its LOCK keeps a second server away from the server's own files.
     let retention = retention::RetentionStore::open(&config.data)?;
     if !config.retention_default_given {
-        let has_devices = !engine.devices().is_empty();
-        config.retention_default_ms = retention::settle_default(&config.data, has_devices)?;
+        config.retention_default_ms = retention::settle_default(&config.data, &engine)?;
     }
     let edge_id = edge::load_or_make(&config.data)?;
     let departing = departing::Departing::open(&config.data)?;
-    // Devices whose departure waits for the cloud take no writes, from before the first request.
-    let fences = fence::Fences::default();
-    for waiting in departing.list() {
-        fences.fence(
-            &waiting.device,
-            "it is departing: its readings are on their way to the cloud",
-        )?;
-    }
+    let fences = departing_fences(&departing)?;
     let handoffs = handoff_book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
     let (stop, stop_rx) = watch::channel(false);
@@ -158,6 +151,18 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
         stop,
         task,
     })
+}
+
+/// Devices whose departure waits for the cloud take no writes, from before the first request.
+fn departing_fences(departing: &departing::Departing) -> Result<fence::Fences, String> {
+    let fences = fence::Fences::default();
+    for waiting in departing.list() {
+        fences.fence(
+            &waiting.device,
+            "it is departing: its readings are on their way to the cloud",
+        )?;
+    }
+    Ok(fences)
 }
 
 /// The engine with the server's settings (recovery may take a while: off the runtime's threads).

@@ -16,7 +16,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use roamkv_engine::Engine;
+use roamkv_engine::{DeviceTier, Engine};
+use roamkv_wire::edgex::event_index::INDEX_DEVICE;
 
 use crate::cloud_view::CloudView;
 
@@ -618,10 +619,31 @@ impl EngineMetrics {
 
     fn update(&self, engine: &Engine) {
         let stats = engine.stats();
-        for (tier, devices, records) in [
-            ("upper", stats.upper.devices, stats.upper.records),
-            ("lower", stats.lower.devices, stats.lower.records),
+        // Devices are the clients': the server's index of event ids is not one (its readings
+        // and bytes are in the other figures: they take room).
+        // Placed in the lower tier or not, as the engine's counts place it.
+        let own = engine.device(INDEX_DEVICE).map(|d| {
+            if d.lower_runs > 0 {
+                DeviceTier::Lower
+            } else {
+                DeviceTier::Upper
+            }
+        });
+        for (tier, devices, records, kind) in [
+            (
+                "upper",
+                stats.upper.devices,
+                stats.upper.records,
+                DeviceTier::Upper,
+            ),
+            (
+                "lower",
+                stats.lower.devices,
+                stats.lower.records,
+                DeviceTier::Lower,
+            ),
         ] {
+            let devices = devices.saturating_sub(u64::from(own == Some(kind)));
             set(&self.devices.get_or_create(&TierLabels { tier }), devices);
             set(&self.records.get_or_create(&TierLabels { tier }), records);
         }

@@ -39,7 +39,8 @@ use serde_json::{Value, json};
 
 use roamkv_wire::KeyedReading;
 use roamkv_wire::batch;
-use roamkv_wire::names::check_device_name;
+use roamkv_wire::edgex::event_index::is_deleted;
+use roamkv_wire::names::{check_device_name, check_not_internal};
 use roamkv_wire::report;
 use roamkv_wire::time_arg::{format_time, parse_time};
 
@@ -159,6 +160,10 @@ async fn post_readings(
         } else {
             parse_lines(&bytes, state.config.batch_readings_max)?
         };
+        // The server's own devices (U+0001 first) take no client writes.
+        for (i, r) in readings.iter().enumerate() {
+            check_not_internal(&format!("reading {i}: device"), &r.device)?;
+        }
         let n = readings.len();
         state.write(readings, "native", bytes.len()).await?;
         Ok(n)
@@ -185,7 +190,7 @@ fn reading_json(r: Reading) -> Value {
 }
 
 async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError> {
-    let devices = state.blocking(|s| Ok(s.engine.devices())).await?;
+    let devices = state.blocking(|s| Ok(s.devices())).await?;
     let now = now_ms();
     let devices: Vec<Value> = devices
         .iter()
@@ -205,6 +210,7 @@ async fn latest(
     Path(device): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    check_device_name(&device)?;
     let readings = state
         .blocking(move |s| {
             s.engine
@@ -212,7 +218,11 @@ async fn latest(
                 .map_err(ApiError::from_engine)
         })
         .await?;
-    let readings: Vec<Value> = readings.into_iter().map(reading_json).collect();
+    let readings: Vec<Value> = readings
+        .into_iter()
+        .filter(|r| !is_deleted(&r.value))
+        .map(reading_json)
+        .collect();
     Ok(Json(json!({ "readings": readings })).into_response())
 }
 
@@ -260,6 +270,7 @@ async fn scan(
     Path(device): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    check_device_name(&device)?;
     let from = parse_bound(&query, "from", i64::MIN)?;
     let to = parse_bound(&query, "to", i64::MAX)?;
     let limit = match query.get("limit") {
@@ -282,7 +293,13 @@ async fn scan(
         })
         .await?;
     let next = page.next.as_ref().map(encode_token);
-    let readings: Vec<Value> = page.readings.into_iter().map(reading_json).collect();
+    // Readings of events deleted by id are gone from every answer (event_ids.rs).
+    let readings: Vec<Value> = page
+        .readings
+        .into_iter()
+        .filter(|r| !is_deleted(&r.value))
+        .map(reading_json)
+        .collect();
     Ok(Json(json!({ "readings": readings, "next": next })).into_response())
 }
 

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use roamkv_engine::Engine;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -31,7 +32,7 @@ struct StoredDefault {
 /// upgraded gateway, a directory filled by `roamkv load`) would delete, at the first pass,
 /// what was kept on purpose; on an empty directory it deletes nothing that was kept without it.
 /// Decided once and recorded (durably), so that a directory keeps its default across restarts.
-pub fn settle_default(data_dir: &Path, engine_has_devices: bool) -> Result<Option<u64>, String> {
+pub fn settle_default(data_dir: &Path, engine: &Engine) -> Result<Option<u64>, String> {
     let path = crate::files::server_file(data_dir, "retention-default.json");
     if let Some(bytes) = crate::files::read_if_present(&path)? {
         let stored: StoredDefault = serde_json::from_slice(&bytes)
@@ -45,6 +46,7 @@ pub fn settle_default(data_dir: &Path, engine_has_devices: bool) -> Result<Optio
         }
         return Ok(stored.max_age_ms);
     }
+    let engine_has_devices = !engine.devices().is_empty();
     let stored = StoredDefault {
         format: 1,
         max_age_ms: (!engine_has_devices).then_some(DEFAULT_MAX_AGE_MS),

@@ -71,7 +71,7 @@ pub fn build(state: Shared) -> Router {
         .route("/event/age/{age}", delete(v3::delete_by_age))
         .route(
             "/event/id/{id}",
-            get(v3::by_id_not_supported).delete(v3::by_id_not_supported),
+            get(v3::event_by_id).delete(v3::delete_event_by_id),
         )
         .route("/reading/all", get(v3::all_readings))
         .route("/reading/count", get(v3::reading_count))
@@ -186,7 +186,7 @@ async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiErr
     state
         .blocking(|s| {
             let stats = s.engine.stats();
-            let devices = s.engine.devices();
+            let devices = s.devices();
             let cloud = crate::cloud::view(s);
             let history = s.history.lock();
             Ok(Html(status::render(&status::PageInput {

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use roamkv_engine::{Engine, Record, ScanCursor};
+use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
+use roamkv_engine::{DeviceInfo, Engine, Record, ScanCursor};
 use roamkv_wire::KeyedReading;
-use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames};
+use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames, event_index};
 use tokio::sync::Semaphore;
 
 use crate::config::{Config, OnDepart};
@@ -97,7 +98,17 @@ impl AppState {
         bytes: usize,
     ) -> Result<String, ApiError> {
         let id = request.event.id.clone();
-        let result = match edgex::event_to_readings(request, path, self.config.batch_readings_max) {
+        let (origin, device) = (request.event.origin, request.event.device_name.clone());
+        let checked = edgex::event_to_readings(request, path, self.config.batch_readings_max)
+            .and_then(|mut readings| {
+                // The index entry rides in the event's batch: both or neither after a crash.
+                if self.config.event_id_index {
+                    let entry = event_index::index_reading(&id, origin, &device, &readings)?;
+                    readings.push(entry);
+                }
+                Ok(readings)
+            });
+        let result = match checked {
             Ok(readings) => self.write(readings, source, bytes).await,
             Err(e) => Err(e.into()),
         };
@@ -117,7 +128,11 @@ impl AppState {
         source: &'static str,
         bytes: usize,
     ) -> Result<(), ApiError> {
-        let n = readings.len() as u64;
+        // Readings, not the server's own records (the event's index entry).
+        let n = readings
+            .iter()
+            .filter(|r| !r.device.starts_with(INTERNAL_DEVICE_PREFIX))
+            .count() as u64;
         let state = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             // Held until the engine has the batch: a fence waits for this write (fence.rs).
@@ -198,9 +213,18 @@ impl AppState {
         Ok(out)
     }
 
+    /// The devices clients wrote, sorted by name: the engine's, without the server's own
+    /// (`INTERNAL_DEVICE_PREFIX`: the index of event ids).
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        let mut devices = self.engine.devices();
+        devices.retain(|d| !d.name.starts_with(INTERNAL_DEVICE_PREFIX));
+        devices
+    }
+
     /// Hands every reading of the given devices (all devices if `None`) in the window to
     /// `visit`, decoded, one engine page at a time: what a fold over a range holds is one page,
-    /// never the range. Devices in name order, readings in (resource, time) order.
+    /// never the range. Devices in name order, readings in (resource, time) order; readings of
+    /// deleted events are not handed (event_index.rs).
     pub fn each_page(
         &self,
         device: Option<&str>,
@@ -211,7 +235,7 @@ impl AppState {
     ) -> Result<(), ApiError> {
         let devices: Vec<String> = match device {
             Some(d) => vec![d.to_string()],
-            None => self.engine.devices().into_iter().map(|d| d.name).collect(),
+            None => self.devices().into_iter().map(|d| d.name).collect(),
         };
         for device in &devices {
             let mut after: Option<ScanCursor> = None;
@@ -227,7 +251,13 @@ impl AppState {
                         QUERY_PAGE_READINGS,
                     )
                     .map_err(ApiError::from_engine)?;
-                visit(page.readings.into_iter().map(edgex::decode).collect())?;
+                visit(
+                    page.readings
+                        .into_iter()
+                        .filter(|r| !event_index::is_deleted(&r.value))
+                        .map(edgex::decode)
+                        .collect(),
+                )?;
                 match page.next {
                     Some(next) => after = Some(next),
                     None => break,

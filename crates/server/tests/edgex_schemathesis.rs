@@ -202,7 +202,7 @@ async fn edgex_core_data_openapi_holds_under_schemathesis() {
         "schemathesis found failures:\n{report}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    // The run covered the operations (24 but D10 and D12's three), not none of them.
+    // The run covered the operations (all 24 but D10's), not none of them.
     let tested: usize = report
         .lines()
         .find_map(|l| l.trim().strip_prefix("Tested: "))

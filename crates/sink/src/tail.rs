@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
 use roamkv_engine::{Engine, Error as EngineError, FeedBatch, FeedRecord, LogPos, ScanCursor};
 use tokio::sync::watch;
 
@@ -257,7 +258,8 @@ impl Tail {
     /// flag. Tailing from the position held before the scan then covers what came during it.
     async fn snapshot(&mut self) -> Result<(), DbError> {
         self.set_state("snapshot", None);
-        let devices = self.blocking(|e| e.devices()).await?;
+        let mut devices = self.blocking(|e| e.devices()).await?;
+        devices.retain(|d| !d.name.starts_with(INTERNAL_DEVICE_PREFIX));
         for device in devices {
             let mut after: Option<ScanCursor> = None;
             loop {
@@ -400,11 +402,15 @@ fn cut(batch: &FeedBatch, rows_max: usize) -> (usize, LogPos) {
 }
 
 /// The rows of the first `count` records: PUTs as readings, DEPARTs with the position after
-/// their batch; REGISTERs and TRIMs are not exported (the cloud keeps its own retention).
+/// their batch; REGISTERs and TRIMs are not exported (the cloud keeps its own retention), nor
+/// are the records of internal devices (`INTERNAL_DEVICE_PREFIX`: the server's own, such as its
+/// index of event ids).
 fn to_rows(batch: &FeedBatch, count: usize) -> Rows {
     let mut rows = Rows::default();
     for (i, record) in batch.records[..count].iter().enumerate() {
         match record {
+            FeedRecord::Put { device, .. } | FeedRecord::Depart { device }
+                if device.starts_with(INTERNAL_DEVICE_PREFIX) => {}
             FeedRecord::Put {
                 device,
                 sensor,

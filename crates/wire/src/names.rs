@@ -8,12 +8,24 @@ use roamkv_engine::limits::{self, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX};
 use crate::error::WireError;
 
 /// `name` against the id rule with a limit of `bytes_max`; the error names it as `what`
-/// ("event deviceName is empty", "resourceName contains a NUL byte").
+/// ("event deviceName is empty", "resourceName contains a NUL byte"). A name from outside may
+/// not start with U+0001 either: such ids are the server's own (`check_not_internal`).
 pub fn check_name(what: &str, name: &str, bytes_max: usize) -> Result<(), WireError> {
     match limits::id_problem(name, bytes_max) {
-        None => Ok(()),
+        None => check_not_internal(what, name),
         Some(problem) => Err(WireError::bad_input(format!("{what} {problem}"))),
     }
+}
+
+/// Refuses a name from outside that starts with U+0001, the prefix of the server's own devices
+/// (`limits::INTERNAL_DEVICE_PREFIX`: the index of event ids), so no client writes into them.
+pub fn check_not_internal(what: &str, name: &str) -> Result<(), WireError> {
+    if name.starts_with(limits::INTERNAL_DEVICE_PREFIX) {
+        return Err(WireError::bad_input(format!(
+            "{what} starts with U+0001, which roamkv keeps for its own records"
+        )));
+    }
+    Ok(())
 }
 
 /// A device named in a route's path: it becomes the engine's device id. The words are those the

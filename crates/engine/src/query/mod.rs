@@ -24,6 +24,7 @@ use crate::index_apply;
 use crate::limits::{READ_ATTEMPTS_MAX, SCAN_PAGE_READINGS_MAX};
 use crate::lower::keys::Place;
 use crate::lower::oldest_per_sensor;
+use crate::mapping::DeviceEntry;
 use crate::reading::{Reading, validate_device, validate_sensor};
 use crate::state::Inner;
 use crate::upper::{DeviceIndex, IndexEntry};
@@ -179,31 +180,45 @@ pub(crate) fn devices(inner: &Inner) -> Vec<DeviceInfo> {
         .map
         .entries()
         .filter(|(id, entry)| st.map.id(&entry.name) == Some(*id))
-        .map(|(_, entry)| {
-            let lower_runs = entry
-                .lower
-                .as_ref()
-                .map_or(0, |p| p.windows.len() + usize::from(p.settled));
-            let young = now_ms
-                < entry
-                    .registered_at_ms
-                    .saturating_add(inner.options.management_time_ms);
-            DeviceInfo {
-                name: entry.name.to_string(),
-                tier: if young && lower_runs == 0 {
-                    DeviceTier::Upper
-                } else {
-                    DeviceTier::Lower
-                },
-                registered_at_ms: entry.registered_at_ms,
-                log_readings: entry.index.records,
-                lower_runs,
-            }
-        })
+        .map(|(_, entry)| device_info(inner, entry, now_ms))
         .collect();
     drop(st);
     devices.sort_by(|a, b| a.name.cmp(&b.name));
     devices
+}
+
+/// `Engine::device`: one device's entry, looked up by name (no pass over the table).
+pub(crate) fn device(inner: &Inner, name: &str) -> Option<DeviceInfo> {
+    let now_ms = inner.options.clock.now_ms();
+    let mut st = inner.state.lock();
+    let _ = index_apply::wait_for_committed(inner, &mut st);
+    let id = st.map.id(name)?;
+    st.map
+        .entry(id)
+        .map(|entry| device_info(inner, entry, now_ms))
+}
+
+/// What is shown of a device's entry at `now_ms`.
+fn device_info(inner: &Inner, entry: &DeviceEntry, now_ms: u64) -> DeviceInfo {
+    let lower_runs = entry
+        .lower
+        .as_ref()
+        .map_or(0, |p| p.windows.len() + usize::from(p.settled));
+    let young = now_ms
+        < entry
+            .registered_at_ms
+            .saturating_add(inner.options.management_time_ms);
+    DeviceInfo {
+        name: entry.name.to_string(),
+        tier: if young && lower_runs == 0 {
+            DeviceTier::Upper
+        } else {
+            DeviceTier::Lower
+        },
+        registered_at_ms: entry.registered_at_ms,
+        log_readings: entry.index.records,
+        lower_runs,
+    }
 }
 
 /// `Engine::latest`.

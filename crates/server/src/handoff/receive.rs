@@ -163,8 +163,11 @@ pub async fn chunk(
                     other.device, record.device
                 )));
             }
+            // The events' index entries ride in the chunk's batch (event_ids.rs).
+            let index = s.index_entries_for(&readings)?;
             let records: Vec<Record<'_>> = readings
                 .iter()
+                .chain(&index)
                 .map(|r| Record {
                     device: &r.device,
                     sensor: &r.sensor,
@@ -182,7 +185,7 @@ pub async fn chunk(
             let mut book = s.handoffs.book.lock();
             if let Some(r) = book.ins.get_mut(&id) {
                 r.chunks = r.chunks.max(n + 1);
-                r.readings += records.len() as u64;
+                r.readings += readings.len() as u64;
             }
             s.handoffs
                 .counters

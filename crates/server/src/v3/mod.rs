@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
 use roamkv_wire::edgex::aggregate::{Aggregation, make_numeric};
 use roamkv_wire::edgex::contract::API_VERSION;
 use roamkv_wire::edgex::{self, Decoded, PathNames};
@@ -466,8 +467,14 @@ pub async fn delete_by_age(
     let counts = state
         .blocking(move |s| {
             let mut counts = [0usize; 3];
+            // Every engine device, the server's index of event ids too (its times are the
+            // events' origins); the answer counts the clients' devices.
             for device in s.engine.devices() {
-                let slot = match s.apply_cutoff(&device.name, cutoff_ns, "age")? {
+                let applied = s.apply_cutoff(&device.name, cutoff_ns, "age")?;
+                if device.name.starts_with(INTERNAL_DEVICE_PREFIX) {
+                    continue;
+                }
+                let slot = match applied {
                     Applied::Departed => 0,
                     Applied::Trimmed => 1,
                     Applied::Unchanged => 2,
@@ -492,16 +499,59 @@ pub async fn delete_by_age(
         .into_response())
 }
 
-/// event/id/{id}: the engine's keys are (device, resource, time); an id
-/// is only inside the stored value, so finding one means reading everything. Not offered.
-pub async fn by_id_not_supported(Path(id): Path<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "lookup by id ({id}) is not supported: roamkv keys readings by device, resource and \
-             time, so an id lookup would read the whole store; query by device and time instead"
-        ),
-    )
+/// The id of `event/id/{id}`, a UUID; and the index must be on (`--event-id-index`).
+fn event_id(state: &AppState, id: &str) -> Result<(), ApiError> {
+    if !state.config.event_id_index {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "events are not indexed by id on this server (--event-id-index false); query by \
+             device and time instead",
+        ));
+    }
+    if id.len() != 36 || uuid::Uuid::parse_str(id).is_err() {
+        return Err(ApiError::bad_request(format!(
+            "event id {id:?} is not a UUID"
+        )));
+    }
+    Ok(())
+}
+
+fn no_event(id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no event with id {id}"))
+}
+
+/// GET event/id/{id}: one index lookup, then the event's readings by their keys.
+pub async fn event_by_id(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    event_id(&state, &id)?;
+    let event = state
+        .blocking(move |s| {
+            s.find_event(&id)?
+                .and_then(|found| found.event())
+                .ok_or_else(|| no_event(&id))
+        })
+        .await?;
+    Ok(ok(
+        json!({"apiVersion": API_VERSION, "statusCode": 200, "event": event}),
+    ))
+}
+
+/// DELETE event/id/{id}: the event's readings and its index entry overwritten in one batch
+/// (event_ids.rs); their keys go with retention or the device's departure.
+pub async fn delete_event_by_id(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    event_id(&state, &id)?;
+    state
+        .blocking(move |s| match s.delete_event(&id)? {
+            true => Ok(()),
+            false => Err(no_event(&id)),
+        })
+        .await?;
+    Ok(ok(json!({"apiVersion": API_VERSION, "statusCode": 200})))
 }
 
 pub async fn ping() -> Response {

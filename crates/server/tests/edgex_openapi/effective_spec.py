@@ -11,7 +11,12 @@ import sys
 import yaml
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
-NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^\\x00]+$"}
+NAME_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": "^[^\\x00\\x01][^\\x00]*$",
+}
 UUID_OR_EMPTY = (
     "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})?$"
 )

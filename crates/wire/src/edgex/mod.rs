@@ -21,6 +21,7 @@ use crate::names::check_name;
 pub mod aggregate;
 pub mod contract;
 mod dto;
+pub mod event_index;
 mod stored;
 mod value;
 
