@@ -7,8 +7,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use clap::Args;
 use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
 use roamkv_engine::{Clock, Durability, Engine, Options, Reading};
@@ -17,7 +15,7 @@ use roamkv_wire::report;
 use roamkv_wire::time_arg;
 use serde_json::Value;
 
-use crate::json::OutputLine;
+use crate::json::{InputLine, OutputLine};
 use crate::remote::{Remote, RemoteArgs, refused};
 use crate::stats_table::stats_table;
 
@@ -96,27 +94,15 @@ fn print_json(line: &impl serde::Serialize) -> Result<(), String> {
 }
 
 /// A reading of the native API's answers (`value`, or `value_b64` for binary values).
+/// A reading of the server's answer: the same JSON-lines form `load` takes (crates/cli/src/json.rs).
 fn reading_from_api(value: &Value) -> Result<Reading, String> {
-    let text = |name: &str| {
-        value[name]
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| format!("the server's reading has no {name}: {value}"))
-    };
-    let bytes = match (value["value"].as_str(), value["value_b64"].as_str()) {
-        (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(b64)) => BASE64
-            .decode(b64)
-            .map_err(|e| format!("the server's value_b64 is not base64: {e}"))?,
-        (None, None) => return Err(format!("the server's reading has no value: {value}")),
-    };
+    let line: InputLine = serde_json::from_value(value.clone())
+        .map_err(|e| format!("the server's reading {value}: {e}"))?;
     Ok(Reading {
-        device: text("device")?,
-        sensor: text("sensor")?,
-        ts_ns: value["ts_ns"]
-            .as_i64()
-            .ok_or_else(|| format!("the server's reading has no ts_ns: {value}"))?,
-        value: bytes,
+        ts_ns: line.ts_ns()?,
+        value: line.value_bytes()?,
+        device: line.device,
+        sensor: line.sensor,
     })
 }
 

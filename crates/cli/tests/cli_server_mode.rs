@@ -38,13 +38,18 @@ fn ok(output: &Output, what: &str) -> String {
 
 /// POSTs JSON lines to the native API with the read-write token; the status line.
 fn post_readings(addr: &str, body: &str) -> String {
+    post(addr, "/api/roamkv/v1/readings", body)
+}
+
+/// POSTs `body` to `path` with the read-write token; the status line.
+fn post(addr: &str, path: &str, body: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
     write!(
         stream,
-        "POST /api/roamkv/v1/readings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {READ_WRITE_TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {READ_WRITE_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("write");
@@ -280,4 +285,73 @@ fn an_https_server_is_reached_through_its_ca_and_refused_without_it() {
     );
     server.signal(libc::SIGTERM);
     assert!(server.wait_exit(30).success());
+}
+
+/// A reading stored from an EdgeX event prints decoded (`"edgex"`: its value, type, units, a
+/// binary value with its media type, its event's fields), the same through the server and from
+/// the directory, and loads back (`roamkv load`) into the very bytes it was stored as.
+#[test]
+fn edgex_readings_print_decoded_and_load_back_unchanged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut server = ServeProcess::start(Path::new(ROAMKV), &data, |_| {});
+    let event = r#"{"apiVersion":"v3","event":{"apiVersion":"v3","id":"6f1c1b43-63b2-4c2b-a5a0-0c4b1a9d2e01","deviceName":"thermo-1","profileName":"thermo","sourceName":"readings","origin":1000,"tags":{"site":"a"},"readings":[{"deviceName":"thermo-1","resourceName":"temp","profileName":"thermo","origin":1000,"valueType":"Float64","units":"C","value":"21.5"},{"deviceName":"thermo-1","resourceName":"snapshot","profileName":"thermo","origin":1001,"valueType":"Binary","binaryValue":"AAEC","mediaType":"image/jpeg"}]}}"#;
+    let status = post(
+        &server.addr,
+        "/api/v3/event/svc/thermo/thermo-1/readings",
+        event,
+    );
+    assert!(status.contains(" 201 "), "{status}");
+    let scan = |source: &[&str]| {
+        ok(
+            &roamkv(&[&["scan", "--device", "thermo-1"], source].concat(), None),
+            "scan",
+        )
+    };
+    let url = server.url();
+    let through_server = scan(&["--server", &url]);
+    server.signal(libc::SIGTERM);
+    server.wait_exit(30);
+    let from_directory = scan(&["--data", data.to_str().expect("utf-8")]);
+    assert_eq!(through_server, from_directory);
+    let lines: Vec<serde_json::Value> = from_directory
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{from_directory}");
+    let (snapshot, temp) = (&lines[0]["edgex"], &lines[1]["edgex"]);
+    assert_eq!(
+        (temp["value"].clone(), temp["valueType"].clone()),
+        ("21.5".into(), "Float64".into())
+    );
+    assert_eq!(temp["units"], "C");
+    assert_eq!(temp["eventId"], "6f1c1b43-63b2-4c2b-a5a0-0c4b1a9d2e01");
+    assert_eq!(
+        (
+            snapshot["binaryValue"].clone(),
+            snapshot["mediaType"].clone()
+        ),
+        ("AAEC".into(), "image/jpeg".into())
+    );
+
+    // Loaded into another directory, it prints the same: the same bytes.
+    let copy = dir.path().join("copy");
+    let mut load = Command::new(ROAMKV)
+        .args(["load", "--data", copy.to_str().expect("utf-8")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("roamkv load");
+    load.stdin
+        .take()
+        .expect("stdin")
+        .write_all(from_directory.as_bytes())
+        .expect("write");
+    let loaded = load.wait_with_output().expect("load");
+    ok(&loaded, "load");
+    assert_eq!(
+        scan(&["--data", copy.to_str().expect("utf-8")]),
+        from_directory
+    );
 }

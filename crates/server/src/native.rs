@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 use roamkv_wire::KeyedReading;
 use roamkv_wire::batch;
 use roamkv_wire::edgex::event_index::is_deleted;
+use roamkv_wire::edgex::readable::readable;
 use roamkv_wire::names::{check_device_name, check_not_internal};
 use roamkv_wire::report;
 use roamkv_wire::time_arg::{format_time, parse_time};
@@ -178,10 +179,16 @@ async fn post_readings(
     }
 }
 
+/// A reading as the CLI prints it (crates/cli/src/json.rs): `value` text, `value_b64`, or, for
+/// a reading stored from an EdgeX event, `edgex`: the reading with its value decoded.
 fn reading_json(r: Reading) -> Value {
     let mut out = json!({
         "device": r.device, "sensor": r.sensor, "ts_ns": r.ts_ns, "ts": format_time(r.ts_ns),
     });
+    if let Some(edgex) = readable(&r.value) {
+        out["edgex"] = serde_json::to_value(edgex).unwrap_or(Value::Null);
+        return out;
+    }
     match String::from_utf8(r.value) {
         Ok(text) => out["value"] = Value::String(text),
         Err(e) => out["value_b64"] = Value::String(STANDARD.encode(e.into_bytes())),

@@ -42,6 +42,9 @@ pub enum Target {
     /// `roamkv serve` with its cloud sink on (`--sink`, into a private PostgreSQL on this
     /// machine), EdgeX JSON as `roamkv`: what the sink costs ingest.
     RoamkvSink,
+    /// `roamkv serve --event-id-index false`, EdgeX JSON as `roamkv`: what the index of event
+    /// ids costs ingest (`--engines roamkv,roamkv-no-index`).
+    RoamkvNoIndex,
     /// InfluxDB 1.6, line protocol over HTTP, WAL fsync'd per write.
     Influxdb,
     /// The in-process engine writing the same batches (the ceiling).
@@ -54,6 +57,7 @@ impl Target {
             Target::Roamkv => "roamkv",
             Target::RoamkvBinary => "roamkv-binary",
             Target::RoamkvSink => "roamkv-sink",
+            Target::RoamkvNoIndex => "roamkv-no-index",
             Target::Influxdb => "influxdb",
             Target::Engine => "engine",
         }
@@ -101,7 +105,9 @@ pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up> {
         .tempdir_in(work_dir)
         .map_err(|e| BenchError::io("making a directory under", work_dir, e))?;
     match target {
-        Target::Roamkv | Target::RoamkvBinary => start_roamkv(target, dir, clients, None),
+        Target::Roamkv | Target::RoamkvBinary | Target::RoamkvNoIndex => {
+            start_roamkv(target, dir, clients, None)
+        }
         Target::RoamkvSink => {
             let cloud = Cluster::create(dir.path(), dir.path(), "")
                 .map_err(|e| BenchError::step("starting the sink's PostgreSQL", e))?;
@@ -148,6 +154,9 @@ fn start_roamkv(
         .args(["--concurrent-requests-max", &(clients * 2 + 8).to_string()]);
     if let Some(cloud) = &cloud {
         command.arg("--sink").arg(cloud.socket_url());
+    }
+    if target == Target::RoamkvNoIndex {
+        command.args(["--event-id-index", "false"]);
     }
     let mut child = command
         .env("RUST_LOG", "warn")

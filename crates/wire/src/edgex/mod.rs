@@ -22,6 +22,7 @@ pub mod aggregate;
 pub mod contract;
 mod dto;
 pub mod event_index;
+pub mod readable;
 mod stored;
 mod value;
 

@@ -1,0 +1,134 @@
+//! An EdgeX reading as the native API and the CLI show it: the stored CBOR map
+//! ([`StoredReading`]) as the reading EdgeX would show it (its value decoded: text, binary in
+//! base64 with its media type, an object as JSON), with its event's fields beside; and read back
+//! into exactly the bytes it came from, so that `roamkv scan` output loads back unchanged.
+//!
+//! Only a value that *is* a stored reading is shown so: one that decodes as a `StoredReading`
+//! and encodes back to the same bytes. Any other value (a native reading that happens to be
+//! CBOR, say) stays raw, so no value is shown as something it does not round-trip to.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::dto::BinaryValue;
+use super::stored::StoredReading;
+use crate::error::WireError;
+
+/// A stored EdgeX reading in JSON (EdgeX's camelCase names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadableReading {
+    pub value_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_value: Option<BinaryValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<String>,
+    /// The reading's id and exact origin (ns).
+    pub id: String,
+    pub origin: i64,
+    pub profile_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Map<String, Value>>,
+    /// Its event's id, origin and source; the event's tags ride on its first reading.
+    pub event_id: String,
+    pub event_origin: i64,
+    pub source_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_tags: Option<Map<String, Value>>,
+}
+
+fn encode(stored: &StoredReading) -> Result<Vec<u8>, WireError> {
+    let mut bytes = Vec::new();
+    ciborium::into_writer(stored, &mut bytes).map_err(|e| WireError::Encoding {
+        message: format!("encoding a reading: {e}"),
+    })?;
+    Ok(bytes)
+}
+
+/// The readable form of a stored value, if the value is exactly a stored reading's encoding.
+pub fn readable(value: &[u8]) -> Option<ReadableReading> {
+    let stored: StoredReading = ciborium::from_reader(value).ok()?;
+    if encode(&stored).ok()?.as_slice() != value {
+        return None;
+    }
+    Some(ReadableReading {
+        value_type: stored.value_type,
+        value: stored.value,
+        binary_value: stored.binary_value.map(|b| BinaryValue(b.into_vec())),
+        media_type: stored.media_type,
+        object_value: stored.object_value,
+        units: stored.units,
+        id: stored.id,
+        origin: stored.origin,
+        profile_name: stored.profile_name,
+        tags: stored.tags,
+        event_id: stored.event_id,
+        event_origin: stored.event_origin,
+        source_name: stored.source_name,
+        event_tags: stored.event_tags,
+    })
+}
+
+/// The stored bytes of a readable reading: the inverse of [`readable`].
+pub fn stored_bytes(r: ReadableReading) -> Result<Vec<u8>, WireError> {
+    encode(&StoredReading {
+        event_id: r.event_id,
+        event_origin: r.event_origin,
+        profile_name: r.profile_name,
+        source_name: r.source_name,
+        id: r.id,
+        origin: r.origin,
+        value_type: r.value_type,
+        units: r.units,
+        value: r.value,
+        binary_value: r.binary_value.map(|b| serde_bytes::ByteBuf::from(b.0)),
+        media_type: r.media_type,
+        object_value: r.object_value,
+        tags: r.tags,
+        event_tags: r.event_tags,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edgex::{AddEventRequest, event_to_readings};
+
+    #[test]
+    fn stored_readings_read_back_to_their_bytes_and_others_are_not_taken() {
+        let request: AddEventRequest = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v3",
+            "event": {
+                "apiVersion": "v3", "id": "040bd523-ec33-440d-9d72-e5813a465f37",
+                "deviceName": "cam", "profileName": "p", "sourceName": "s", "origin": 7,
+                "tags": {"site": "a"},
+                "readings": [
+                    {"deviceName": "cam", "resourceName": "t", "profileName": "p", "origin": 7,
+                     "valueType": "Float64", "value": "21.5", "units": "C"},
+                    {"deviceName": "cam", "resourceName": "img", "profileName": "p", "origin": 8,
+                     "valueType": "Binary", "binaryValue": "AAEC", "mediaType": "image/jpeg"},
+                    {"deviceName": "cam", "resourceName": "pos", "profileName": "p", "origin": 9,
+                     "valueType": "Object", "objectValue": {"lat": 1.5}}
+                ]
+            }
+        }))
+        .expect("request");
+        for keyed in event_to_readings(request, None, 10).expect("readings") {
+            let shown = readable(&keyed.value).expect("a stored reading");
+            let json = serde_json::to_value(&shown).expect("json");
+            let back: ReadableReading = serde_json::from_value(json).expect("parses back");
+            assert_eq!(stored_bytes(back).expect("encodes"), keyed.value);
+        }
+        assert!(readable(b"21.5").is_none());
+        let mut extra = Vec::new();
+        ciborium::into_writer(&serde_json::json!({"e": "x", "unknown": 1}), &mut extra)
+            .expect("cbor");
+        assert!(readable(&extra).is_none());
+    }
+}
