@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
-use roamkv_engine::{DeviceInfo, Engine, Record, ScanCursor};
+use roamkv_engine::{DeviceInfo, Engine, Reading, Record, ScanCursor};
 use roamkv_wire::KeyedReading;
 use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames, event_index};
 use tokio::sync::Semaphore;
@@ -233,6 +233,21 @@ impl AppState {
         to_ns: i64,
         mut visit: impl FnMut(Vec<Decoded>) -> Result<(), ApiError>,
     ) -> Result<(), ApiError> {
+        self.each_raw_page(device, resource, from_ns, to_ns, |page| {
+            visit(page.into_iter().map(edgex::decode).collect())
+        })
+    }
+
+    /// `each_page` without the decoding: the engine's readings as they are stored (for a fold
+    /// that decodes only what it needs).
+    pub fn each_raw_page(
+        &self,
+        device: Option<&str>,
+        resource: Option<&str>,
+        from_ns: i64,
+        to_ns: i64,
+        mut visit: impl FnMut(Vec<Reading>) -> Result<(), ApiError>,
+    ) -> Result<(), ApiError> {
         let devices: Vec<String> = match device {
             Some(d) => vec![d.to_string()],
             None => self.devices().into_iter().map(|d| d.name).collect(),
@@ -251,13 +266,9 @@ impl AppState {
                         QUERY_PAGE_READINGS,
                     )
                     .map_err(ApiError::from_engine)?;
-                visit(
-                    page.readings
-                        .into_iter()
-                        .filter(|r| !event_index::is_deleted(&r.value))
-                        .map(edgex::decode)
-                        .collect(),
-                )?;
+                let mut readings = page.readings;
+                readings.retain(|r| !event_index::is_deleted(&r.value));
+                visit(readings)?;
                 match page.next {
                     Some(next) => after = Some(next),
                     None => break,

@@ -147,8 +147,12 @@ impl Resources {
     }
 
     fn takes(&self, reading: &Decoded) -> bool {
+        self.takes_resource(&reading.resource_name)
+    }
+
+    fn takes_resource(&self, resource: &str) -> bool {
         match self {
-            Resources::Set(names) => names.contains(&reading.resource_name),
+            Resources::Set(names) => names.iter().any(|n| n == resource),
             _ => true,
         }
     }
@@ -209,10 +213,10 @@ async fn aggregate_response(
             let (from_ns, to_ns) = scan_range(window_ns);
             let groups_max = s.config.query_readings_max;
             let mut aggregation = Aggregation::new(func, every_ns);
-            s.each_page(device.as_deref(), resources.one(), from_ns, to_ns, |page| {
-                page.iter()
-                    .filter(|r| resources.takes(r))
-                    .for_each(|r| aggregation.add(r));
+            s.each_raw_page(device.as_deref(), resources.one(), from_ns, to_ns, |page| {
+                for r in page.iter().filter(|r| resources.takes_resource(&r.sensor)) {
+                    aggregation.add_stored(&r.device, &r.sensor, r.ts_ns, &r.value);
+                }
                 if aggregation.group_count() > groups_max {
                     return Err(ApiError::new(
                         StatusCode::RANGE_NOT_SATISFIABLE,

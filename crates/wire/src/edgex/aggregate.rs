@@ -158,6 +158,21 @@ impl Accumulator {
         }
     }
 
+    /// Takes in another accumulator of the same group.
+    fn merge(&mut self, other: Accumulator) {
+        self.count += other.count;
+        self.int_sum += other.int_sum;
+        self.float_sum += other.float_sum;
+        for n in [other.min, other.max].into_iter().flatten() {
+            if self.min.is_none_or(|m| less(n, m)) {
+                self.min = Some(n);
+            }
+            if self.max.is_none_or(|m| less(m, n)) {
+                self.max = Some(n);
+            }
+        }
+    }
+
     fn sum(&self) -> f64 {
         // i128 → f64 rounds only beyond 2^53, where the exact sum was not asked for as a float.
         self.int_sum as f64 + self.float_sum
@@ -213,11 +228,28 @@ fn as_f64(n: Number) -> f64 {
     }
 }
 
-/// An aggregation being folded: one accumulator per group, readings added one at a time.
+/// What a fold reads of a stored reading: the grouping fields and the value, nothing else
+/// decoded (ids, tags and the rest of the CBOR map are skipped).
+#[derive(serde::Deserialize)]
+struct FoldedPart {
+    #[serde(rename = "p")]
+    profile: String,
+    #[serde(rename = "o")]
+    origin: i64,
+    #[serde(rename = "t")]
+    value_type: String,
+    #[serde(rename = "v", default)]
+    value: Option<String>,
+}
+
+/// An aggregation being folded: one accumulator per group, readings added one at a time. The
+/// group being added to is kept apart (readings come in key order, so most follow their
+/// predecessor's group): a reading costs a comparison, not a map lookup with a new key.
 pub struct Aggregation {
     func: AggregateFunc,
     every_ns: Option<i64>,
     groups: BTreeMap<GroupKey, Accumulator>,
+    current: Option<(GroupKey, Accumulator)>,
 }
 
 impl Aggregation {
@@ -227,39 +259,94 @@ impl Aggregation {
             func,
             every_ns: every_ns.filter(|e| *e > 0),
             groups: BTreeMap::new(),
+            current: None,
         }
     }
 
-    /// Folds one reading in.
+    /// Folds one decoded reading in.
     pub fn add(&mut self, reading: &Decoded) {
         let s = &reading.stored;
-        let key = GroupKey {
-            device: reading.device.clone(),
-            profile: s.profile_name.clone(),
-            resource: reading.resource_name.clone(),
-            value_type: s.value_type.clone(),
-            bucket_start_ns: self
-                .every_ns
-                .map(|every| s.origin.div_euclid(every) * every),
-        };
-        let group = self.groups.entry(key).or_default();
-        if let Some(n) = s
-            .value
-            .as_deref()
-            .and_then(|v| numeric_value(&s.value_type, v))
-        {
+        self.add_parts(
+            &reading.device,
+            &reading.resource_name,
+            &s.profile_name,
+            &s.value_type,
+            s.origin,
+            s.value.as_deref(),
+        );
+    }
+
+    /// Folds one engine reading in, from its stored bytes (the server's fold: only what it
+    /// groups and sums is decoded). A value that is no stored EdgeX reading (a native one) is
+    /// grouped as a String reading, as `decode` shows it.
+    pub fn add_stored(&mut self, device: &str, resource: &str, ts_ns: i64, value: &[u8]) {
+        match ciborium::from_reader::<FoldedPart, _>(value) {
+            Ok(part) => self.add_parts(
+                device,
+                resource,
+                &part.profile,
+                &part.value_type,
+                part.origin,
+                part.value.as_deref(),
+            ),
+            Err(_) => self.add_parts(device, resource, "", "String", ts_ns, None),
+        }
+    }
+
+    fn add_parts(
+        &mut self,
+        device: &str,
+        resource: &str,
+        profile: &str,
+        value_type: &str,
+        origin: i64,
+        value: Option<&str>,
+    ) {
+        let bucket_start_ns = self.every_ns.map(|every| origin.div_euclid(every) * every);
+        let same = self.current.as_ref().is_some_and(|(key, _)| {
+            key.bucket_start_ns == bucket_start_ns
+                && key.resource == resource
+                && key.device == device
+                && key.value_type == value_type
+                && key.profile == profile
+        });
+        if !same {
+            self.park();
+            self.current = Some((
+                GroupKey {
+                    device: device.to_string(),
+                    profile: profile.to_string(),
+                    resource: resource.to_string(),
+                    value_type: value_type.to_string(),
+                    bucket_start_ns,
+                },
+                Accumulator::default(),
+            ));
+        }
+        if let (Some((_, group)), Some(n)) = (
+            self.current.as_mut(),
+            value.and_then(|v| numeric_value(value_type, v)),
+        ) {
             group.add(n);
+        }
+    }
+
+    /// Moves the current group into the map, merged with what the map has of it.
+    fn park(&mut self) {
+        if let Some((key, accumulator)) = self.current.take() {
+            self.groups.entry(key).or_default().merge(accumulator);
         }
     }
 
     /// How many groups there are so far (the fold's memory).
     pub fn group_count(&self) -> usize {
-        self.groups.len()
+        self.groups.len() + usize::from(self.current.is_some())
     }
 
     /// The groups as readings (JSON, core-data's aggregated reading shape; `origin` is the
     /// bucket's start when bucketed), in group order.
-    pub fn into_readings(self) -> Vec<Value> {
+    pub fn into_readings(mut self) -> Vec<Value> {
+        self.park();
         let func = self.func;
         self.groups
             .into_iter()
@@ -367,6 +454,46 @@ mod tests {
         assert_eq!(starts, [-10, 0, 10]);
         assert_eq!(out[1]["valueType"], "Float64");
         assert_eq!(out[2]["value"], 7);
+    }
+
+    #[test]
+    fn folding_stored_bytes_answers_what_folding_decoded_readings_does() {
+        let request: crate::edgex::AddEventRequest = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v3",
+            "event": {
+                "apiVersion": "v3", "id": "040bd523-ec33-440d-9d72-e5813a465f37",
+                "deviceName": "d", "profileName": "p", "sourceName": "s", "origin": 5,
+                "readings": [
+                    {"deviceName": "d", "resourceName": "a", "profileName": "p", "origin": 5,
+                     "valueType": "Int16", "value": "-7"},
+                    {"deviceName": "d", "resourceName": "b", "profileName": "p", "origin": 5,
+                     "valueType": "Float64", "value": "2.5"},
+                    {"deviceName": "d", "resourceName": "c", "profileName": "p", "origin": 5,
+                     "valueType": "String", "value": "x"}
+                ]
+            }
+        }))
+        .expect("request");
+        let keyed = crate::edgex::event_to_readings(request, None, 10).expect("readings");
+        for func in [AggregateFunc::Sum, AggregateFunc::Count, AggregateFunc::Min] {
+            let (mut stored, mut decoded) =
+                (Aggregation::new(func, None), Aggregation::new(func, None));
+            // Twice, the second time after the others: groups met again merge.
+            for r in keyed.iter().chain(keyed.iter()) {
+                stored.add_stored(&r.device, &r.sensor, r.ts_ns, &r.value);
+                decoded.add(&crate::edgex::decode(roamkv_engine::Reading {
+                    device: r.device.clone(),
+                    sensor: r.sensor.clone(),
+                    ts_ns: r.ts_ns,
+                    value: r.value.clone(),
+                }));
+            }
+            assert_eq!(stored.into_readings(), decoded.into_readings());
+        }
+        let mut native = Aggregation::new(AggregateFunc::Count, None);
+        native.add_stored("d", "n", 1, b"plain text");
+        // A native reading is a String reading (as `decode` shows it): no number to count.
+        assert_eq!(native.into_readings()[0]["value"], 0);
     }
 
     #[test]
