@@ -308,6 +308,18 @@ async fn values_are_held_to_their_value_type_and_a_refused_event_writes_nothing(
             "{message}"
         );
     }
+    // An origin in milliseconds (EdgeX's are nanoseconds) would be stored in 1970: refused.
+    let in_ms = origin / 1_000_000;
+    let (status, body) = server
+        .post_event(&event("car-9", in_ms, &[("ok", "1.5")]))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("milliseconds")),
+        "{body}"
+    );
     let (_, count) = server.get("/api/v3/reading/count").await;
     assert_eq!(
         count["count"], 0,

@@ -62,7 +62,32 @@ fn check_origin(what: &str, origin: i64) -> Result<(), WireError> {
             "{what} origin {origin} is not a positive Unix time in nanoseconds"
         )));
     }
+    if let Some(unit) = unit_mistake(origin) {
+        return Err(WireError::bad_input(format!(
+            "{what} origin {origin} is a time between 2000 and 2100 in {unit}, and a moment of \
+             1970 in nanoseconds, which EdgeX origins are: refused rather than stored in 1970"
+        )));
+    }
     Ok(())
+}
+
+/// The years an origin given in the wrong unit lands in when read as that unit.
+const PLAUSIBLE_SECONDS: std::ops::Range<i64> = 946_684_800..4_102_444_800; // 2000..2100
+
+/// The unit an origin was likely given in, if it is a time of 2000..2100 in seconds,
+/// milliseconds or microseconds: as nanoseconds those are the first weeks of 1970, when no
+/// EdgeX device read anything. Any other origin is taken as it is.
+fn unit_mistake(origin: i64) -> Option<&'static str> {
+    [
+        ("seconds", 1i64),
+        ("milliseconds", 1_000),
+        ("microseconds", 1_000_000),
+    ]
+    .into_iter()
+    .find(|(_, per_second)| {
+        (PLAUSIBLE_SECONDS.start * per_second..PLAUSIBLE_SECONDS.end * per_second).contains(&origin)
+    })
+    .map(|(unit, _)| unit)
 }
 
 /// Checks an event completely and turns it into engine readings; on any error nothing is
@@ -430,6 +455,24 @@ mod tests {
             parsed.event.readings[0].binary_value,
             Some(BinaryValue(vec![0x89, b'P', b'N', b'G']))
         );
+    }
+
+    #[test]
+    fn origins_in_the_wrong_unit_are_refused_and_others_taken() {
+        assert_eq!(unit_mistake(1_764_000_000), Some("seconds"));
+        assert_eq!(unit_mistake(1_764_000_000_000), Some("milliseconds"));
+        assert_eq!(unit_mistake(1_764_000_000_000_000), Some("microseconds"));
+        for origin in [
+            1,
+            1_000,
+            5_000_000,
+            1_764_000_000_000_000_000,
+            946_684_799_999_999_999,
+        ] {
+            assert_eq!(unit_mistake(origin), None, "{origin}");
+        }
+        let message = check_origin("event", 1_764_000_000_000).expect_err("refused");
+        assert!(message.message().contains("milliseconds"), "{message:?}");
     }
 
     #[test]
