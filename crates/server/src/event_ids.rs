@@ -2,14 +2,13 @@
 //! is built so: `roamkv_wire::edgex::event_index`). A lookup is one scan of one index sensor (the
 //! id) and one `get` per reading of the event; nothing else is read.
 
-use roamkv_wire::KeyedReading;
-use roamkv_wire::edgex::event_index::{self, DELETED_READING, INDEX_DEVICE, IndexEntry};
-use roamkv_wire::edgex::{self, Decoded, Event};
-
 use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
 use roamkv_engine::Record;
+use roamkv_wire::KeyedReading;
+use roamkv_wire::edgex::event_index::{self, DELETED_READING, INDEX_DEVICE, IndexEntry};
+use roamkv_wire::edgex::{self, Decoded, Event};
 
 use crate::error::ApiError;
 use crate::state::AppState;
