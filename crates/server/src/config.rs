@@ -533,7 +533,8 @@ impl Limits {
                 args.batch_readings_max.or(file.batch_readings_max),
                 10_000,
             )?
-            .min(roamkv_engine::limits::BATCH_RECORDS_MAX),
+            // One record of an event's batch is its entry in the index of event ids.
+            .min(roamkv_engine::limits::BATCH_RECORDS_MAX - 1),
             concurrent_requests_max: positive(
                 "concurrent_requests_max",
                 args.concurrent_requests_max
