@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use axum::http::StatusCode;
-use roamkv_engine::Record;
 use roamkv_wire::KeyedReading;
 use roamkv_wire::edgex::event_index::{self, DELETED_READING, INDEX_DEVICE, IndexEntry};
 use roamkv_wire::edgex::{self, Decoded, Event};
@@ -86,16 +84,9 @@ impl AppState {
             .iter()
             .filter(|r| !event_index::is_deleted(&r.value))
         {
-            let decoded = edgex::decode(roamkv_engine::Reading {
-                device: r.device.clone(),
-                sensor: r.sensor.clone(),
-                ts_ns: r.ts_ns,
-                value: r.value.clone(),
-            });
-            let stored = decoded.stored;
-            if stored.event_id.is_empty() {
+            let Some(stored) = edgex::stored_of(&r.value) else {
                 continue; // a native reading: no event
-            }
+            };
             events
                 .entry((stored.event_id, stored.event_origin))
                 .or_insert_with(|| IndexEntry {
@@ -134,31 +125,7 @@ impl AppState {
         let Some(found) = self.find_event(id)? else {
             return Ok(false);
         };
-        let batch = deletion_of(id, &found)?;
-        let fences = self.fences.read();
-        if let Some((device, fence)) = fences.refusal(std::iter::once(found.entry.device.as_str()))
-        {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!(
-                    "device {device:?} takes no deletions here now: {}",
-                    fence.reason
-                ),
-            )
-            .with_location(fence.location));
-        }
-        let records: Vec<Record<'_>> = batch
-            .iter()
-            .map(|r| Record {
-                device: &r.device,
-                sensor: &r.sensor,
-                ts_ns: r.ts_ns,
-                value: &r.value,
-            })
-            .collect();
-        self.engine
-            .put_batch(&records)
-            .map_err(ApiError::from_engine)?;
+        self.put_fenced(&deletion_of(id, &found)?, "deletions")?;
         Ok(true)
     }
 }

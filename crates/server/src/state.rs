@@ -134,36 +134,7 @@ impl AppState {
             .filter(|r| !r.device.starts_with(INTERNAL_DEVICE_PREFIX))
             .count() as u64;
         let state = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            // Held until the engine has the batch: a fence waits for this write (fence.rs).
-            let fences = state.fences.read();
-            if let Some((device, fence)) =
-                fences.refusal(readings.iter().map(|r| r.device.as_str()))
-            {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    format!(
-                        "device {device:?} takes no writes here now: {}",
-                        fence.reason
-                    ),
-                )
-                .with_location(fence.location));
-            }
-            let records: Vec<Record<'_>> = readings
-                .iter()
-                .map(|r| Record {
-                    device: &r.device,
-                    sensor: &r.sensor,
-                    ts_ns: r.ts_ns,
-                    value: &r.value,
-                })
-                .collect();
-            state
-                .engine
-                .put_batch(&records)
-                .map_err(ApiError::from_engine)
-        })
-        .await??;
+        tokio::task::spawn_blocking(move || state.put_fenced(&readings, "writes")).await??;
         let labels = SourceLabels { source };
         self.metrics
             .ingested_readings
@@ -175,6 +146,27 @@ impl AppState {
             .get_or_create(&labels)
             .inc_by(bytes as u64);
         Ok(())
+    }
+
+    /// Puts `readings` as one engine batch unless a device of theirs is fenced (409 naming it,
+    /// and what it takes no more of: `what`). The fences are held until the engine has the
+    /// batch: a fence waits for this write (fence.rs). Blocking.
+    pub fn put_fenced(&self, readings: &[KeyedReading], what: &str) -> Result<(), ApiError> {
+        let fences = self.fences.read();
+        if let Some((device, fence)) = fences.refusal(readings.iter().map(|r| r.device.as_str())) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "device {device:?} takes no {what} here now: {}",
+                    fence.reason
+                ),
+            )
+            .with_location(fence.location));
+        }
+        let records: Vec<Record<'_>> = readings.iter().map(KeyedReading::record).collect();
+        self.engine
+            .put_batch(&records)
+            .map_err(ApiError::from_engine)
     }
 
     /// Runs a blocking engine call on the blocking pool.

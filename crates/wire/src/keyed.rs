@@ -9,3 +9,15 @@ pub struct KeyedReading {
     pub ts_ns: i64,
     pub value: Vec<u8>,
 }
+
+impl KeyedReading {
+    /// The engine's record of it, borrowed: what `Engine::put_batch` takes.
+    pub fn record(&self) -> roamkv_engine::Record<'_> {
+        roamkv_engine::Record {
+            device: &self.device,
+            sensor: &self.sensor,
+            ts_ns: self.ts_ns,
+            value: &self.value,
+        }
+    }
+}

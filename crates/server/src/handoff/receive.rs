@@ -13,8 +13,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use roamkv_engine::{Durability, Record, crash_point};
-use roamkv_wire::batch;
 use roamkv_wire::names::check_device_name;
+use roamkv_wire::{KeyedReading, batch};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -168,12 +168,7 @@ pub async fn chunk(
             let records: Vec<Record<'_>> = readings
                 .iter()
                 .chain(&index)
-                .map(|r| Record {
-                    device: &r.device,
-                    sensor: &r.sensor,
-                    ts_ns: r.ts_ns,
-                    value: &r.value,
-                })
+                .map(KeyedReading::record)
                 .collect();
             s.engine
                 .put_batch(&records)

@@ -29,7 +29,7 @@ mod value;
 use contract::{API_VERSION, VALUE_TYPES};
 pub use dto::{AddEventRequest, BinaryValue, Event, Reading};
 use stored::keyed_reading;
-pub use stored::{Decoded, StoredReading, decode, group_events};
+pub use stored::{Decoded, StoredReading, decode, group_events, stored_of};
 
 /// Where an event arrived from, to check its fields against (the POST route's path).
 #[derive(Clone, Copy)]

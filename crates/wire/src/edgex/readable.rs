@@ -53,7 +53,7 @@ fn encode(stored: &StoredReading) -> Result<Vec<u8>, WireError> {
 
 /// The readable form of a stored value, if the value is exactly a stored reading's encoding.
 pub fn readable(value: &[u8]) -> Option<ReadableReading> {
-    let stored: StoredReading = ciborium::from_reader(value).ok()?;
+    let stored = super::stored::stored_of(value)?;
     if encode(&stored).ok()?.as_slice() != value {
         return None;
     }

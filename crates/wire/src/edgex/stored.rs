@@ -129,26 +129,30 @@ pub struct Decoded {
     pub stored: StoredReading,
 }
 
+/// The stored reading a value holds, if it holds one (a reading written from an EdgeX event).
+pub fn stored_of(value: &[u8]) -> Option<StoredReading> {
+    ciborium::from_reader(value).ok()
+}
+
 /// Decodes an engine reading written by this server. Readings written through the native API
 /// (not EdgeX events) have no event: they are shown as String readings of their raw value.
 pub fn decode(reading: roamkv_engine::Reading) -> Decoded {
-    let stored = ciborium::from_reader::<StoredReading, _>(reading.value.as_slice())
-        .unwrap_or_else(|_| StoredReading {
-            event_id: String::new(),
-            event_origin: reading.ts_ns,
-            profile_name: String::new(),
-            source_name: String::new(),
-            id: String::new(),
-            origin: reading.ts_ns,
-            value_type: "String".into(),
-            units: None,
-            value: Some(String::from_utf8_lossy(&reading.value).into_owned()),
-            binary_value: None,
-            media_type: None,
-            object_value: None,
-            tags: None,
-            event_tags: None,
-        });
+    let stored = stored_of(&reading.value).unwrap_or_else(|| StoredReading {
+        event_id: String::new(),
+        event_origin: reading.ts_ns,
+        profile_name: String::new(),
+        source_name: String::new(),
+        id: String::new(),
+        origin: reading.ts_ns,
+        value_type: "String".into(),
+        units: None,
+        value: Some(String::from_utf8_lossy(&reading.value).into_owned()),
+        binary_value: None,
+        media_type: None,
+        object_value: None,
+        tags: None,
+        event_tags: None,
+    });
     Decoded {
         device: reading.device,
         resource_name: reading.sensor,
