@@ -1,5 +1,5 @@
 //! `roamkv bench ...`: the subcommands and their dispatch; each command lives in its module
-//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `faults`).
+//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `backup`, `faults`).
 
 use std::process::ExitCode;
 
@@ -35,6 +35,9 @@ pub enum BenchCommand {
     /// Devices handed between two `roamkv serve`s on loopback: time per handoff, bulk rate,
     /// what the sender writes meanwhile.
     Handoff(crate::handoff::HandoffBenchArgs),
+    /// An online backup of `roamkv serve` during full ingest: what it costs ingest, its rate
+    /// against the disk's sequential read, the restore and open times.
+    Backup(crate::backup::BackupBenchArgs),
     /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
     #[command(hide = true)]
     PowercutGuest(crate::faults::powercut::GuestArgs),
@@ -59,6 +62,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Serve(s) => return crate::serve::run(s),
         BenchCommand::Sink(s) => return crate::sink::run(s),
         BenchCommand::Handoff(h) => return crate::handoff::run(h),
+        BenchCommand::Backup(b) => return crate::backup::run(b),
         BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
     };
     match outcome {

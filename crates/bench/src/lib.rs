@@ -6,6 +6,7 @@
 //! two servers;
 //! `faults` are the kill -9 and power-cut soaks. One folder per command; `cli` dispatches; `error`
 //! is the crate's one error type.
+pub mod backup;
 pub mod cli;
 pub mod error;
 pub mod faults;

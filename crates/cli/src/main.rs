@@ -2,6 +2,7 @@
 //! `roamkv`: the operator's tools for a data directory, the demo, the benchmark and the I/O lab.
 
 mod admin;
+mod backup;
 mod demo;
 mod handoff;
 mod json;
@@ -44,6 +45,11 @@ enum Command {
     Stats(reads::StatsArgs),
     /// Verify every checksum of a data directory (exit 1 on damage).
     Check(admin::CheckArgs),
+    /// Copy a data directory, consistently, into a backup set while it serves (--server) or
+    /// while nothing runs on it (--data); or check a set (--verify).
+    Backup(backup::BackupArgs),
+    /// Make a new data directory from a backup.
+    Restore(backup::RestoreArgs),
     /// The TPCx-IoT mobility benchmark against RocksDB, LevelDB and SQLite.
     Bench(roamkv_bench::cli::BenchArgs),
     /// The I/O lab: file systems on loop devices, block tracing, SQLite workloads.
@@ -74,6 +80,11 @@ fn main() -> ExitCode {
         Command::Depart(args) => reads::depart(&args),
         Command::Stats(args) => reads::stats(&args),
         Command::Check(args) => return admin::check(&args),
+        Command::Backup(args) => match backup::run(&args) {
+            Ok(code) => return code,
+            Err(message) => Err(message),
+        },
+        Command::Restore(args) => backup::restore(&args),
         Command::Bench(args) => return roamkv_bench::cli::run(&args),
         Command::Lab(args) => return roamkv_lab::cli::run(&args),
         Command::Serve(args) => roamkv_server::run(&args),

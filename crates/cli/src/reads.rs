@@ -55,7 +55,7 @@ impl SourceArgs {
 
 /// Opens a data directory that must exist: a mistyped path never becomes a new, empty one. The
 /// directory keeps its own lower tier and segments; nothing runs in the background.
-fn open_existing(data: &Path) -> Result<Engine, String> {
+pub(crate) fn open_existing(data: &Path) -> Result<Engine, String> {
     if !roamkv_engine::is_data_dir(data) {
         return Err(format!(
             "{} is not a roamkv data directory (this command never creates one; \

@@ -31,6 +31,8 @@ pub struct Remote {
     pub base: String,
     token: Option<String>,
     client: reqwest::blocking::Client,
+    /// For answers that stream for as long as they need (a backup): no total timeout.
+    streaming: reqwest::blocking::Client,
 }
 
 /// How long one request may take; a scan is many requests, one page each.
@@ -59,6 +61,12 @@ impl Remote {
         let tls = roamkv_sink::tls::client_config(ca_file, "--ca-file")?;
         let client = reqwest::blocking::Client::builder()
             .timeout(REQUEST_TIMEOUT)
+            .use_preconfigured_tls(tls.clone())
+            .build()
+            .map_err(|e| format!("setting up the HTTP client: {e}"))?;
+        let streaming = reqwest::blocking::Client::builder()
+            .connect_timeout(REQUEST_TIMEOUT)
+            .timeout(None)
             .use_preconfigured_tls(tls)
             .build()
             .map_err(|e| format!("setting up the HTTP client: {e}"))?;
@@ -66,6 +74,7 @@ impl Remote {
             base: server.trim_end_matches('/').to_string(),
             token,
             client,
+            streaming,
         })
     }
 
@@ -100,6 +109,29 @@ impl Remote {
         let status = answer.status().as_u16();
         let json = answer.json().unwrap_or(Value::Null);
         Ok((status, json))
+    }
+
+    /// A POST to `/api/roamkv/v1{path}` whose answer is read as it streams (no total timeout);
+    /// any answer but 200 is an error carrying the server's message.
+    pub fn post_streaming(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<reqwest::blocking::Response, String> {
+        let url = format!("{}/api/roamkv/v1{path}", self.base);
+        let mut request = self.streaming.post(&url).json(body);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let answer = request
+            .send()
+            .map_err(|e| format!("{url}: {}", error_chain(&e.without_url())))?;
+        let status = answer.status().as_u16();
+        if status == 200 {
+            Ok(answer)
+        } else {
+            Err(refused(&url, status, &answer.json().unwrap_or(Value::Null)))
+        }
     }
 
     /// A GET that must answer 200; any other answer is an error carrying the server's message.

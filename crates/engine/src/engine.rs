@@ -329,6 +329,14 @@ impl Engine {
         Feed { inner: &self.inner }
     }
 
+    /// A consistent copy of the data directory's files while writes go on, for a backup
+    /// (`backup::Snapshot`): every write acknowledged before the call is in it, and nothing
+    /// after its recorded position. `extra_dirs`: directories of the data directory to copy
+    /// with it, unread (the server's own files).
+    pub fn snapshot(&self, extra_dirs: &[&str]) -> Result<crate::backup::Snapshot> {
+        crate::backup::Snapshot::take(&self.inner, extra_dirs)
+    }
+
     /// The data directory's path.
     pub fn path(&self) -> &Path {
         &self.inner.dir.path

@@ -85,6 +85,9 @@ pub enum Error {
     /// data directory was replaced, re-created or restored from a copy).
     #[error("feed position {position} does not belong to this log: {reason}")]
     FeedDiverged { position: String, reason: String },
+    /// A backup or restore refused or failed (the message says which file and why).
+    #[error("{0}")]
+    Backup(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -29,6 +29,7 @@
 //! ```
 #![deny(clippy::unwrap_used)]
 
+pub mod backup;
 mod clock;
 mod commit_log;
 mod dir;

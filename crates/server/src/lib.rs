@@ -9,6 +9,7 @@
 //! the data and no second journal.
 #![deny(clippy::unwrap_used)]
 
+mod backup;
 mod body;
 mod cloud;
 pub mod cloud_view;

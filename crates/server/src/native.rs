@@ -14,6 +14,7 @@
 //!   fenced and departs once the cloud sink has its readings (202, departing.rs);
 //! - `GET /sink`, `GET /departures`: the cloud sink and the departures waiting for it
 //!   (cloud.rs);
+//! - `POST /backup`: a consistent copy of the data directory as a tar stream (backup.rs);
 //! - `PUT|GET|DELETE /devices/{device}/retention` (`{"max_age_ms": N}`), `GET /retention`: the
 //!   device's maximum reading age, kept across restarts and applied every
 //!   `--retention-interval-s` (retention.rs).
@@ -71,6 +72,7 @@ pub fn routes() -> Router<Shared> {
         .route("/retention", get(list_retention))
         .merge(crate::cloud::routes())
         .merge(crate::handoff::routes())
+        .merge(crate::backup::routes())
 }
 
 /// One line of a batch. `value` is text; `value_b64` carries binary values.

@@ -49,6 +49,8 @@ pub(crate) struct Slot {
     pub for_snapshot: bool,
     /// What its file says, and when it was written.
     persisted: Option<(LogPos, Instant)>,
+    /// In memory only, never written (a backup's hold: `backup::snapshot`).
+    transient: bool,
 }
 
 /// Every slot, the log's identity, and how often holds were released. Guarded by the state
@@ -96,6 +98,7 @@ impl Loaded {
                     released: pos.seq < oldest_live_seq,
                     for_snapshot: false,
                     persisted: Some((pos, Instant::now())),
+                    transient: false,
                 };
                 (name, slot)
             })
@@ -296,6 +299,9 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// Whether a slot's file should be rewritten now (moved, and not written within the interval);
 /// notes it as written.
 pub(crate) fn due_for_persist(slot: &mut Slot, force: bool) -> bool {
+    if slot.transient {
+        return false;
+    }
     let due = match slot.persisted {
         Some((pos, _)) if pos == slot.pos => false,
         Some((_, at)) => force || at.elapsed() >= Duration::from_millis(SLOT_PERSIST_INTERVAL_MS),
@@ -313,5 +319,16 @@ pub(crate) fn new_slot(pos: LogPos) -> Slot {
         released: false,
         for_snapshot: false,
         persisted: None,
+        transient: false,
+    }
+}
+
+/// A hold that lives in memory only, kept past the cap as a reader's scan is (the log's
+/// budget still releases it): a backup's, for the time it reads its segments.
+pub(crate) fn transient_slot(pos: LogPos) -> Slot {
+    Slot {
+        for_snapshot: true,
+        transient: true,
+        ..new_slot(pos)
     }
 }

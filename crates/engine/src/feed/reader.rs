@@ -91,7 +91,7 @@ pub(crate) fn check(inner: &Inner, from: &LogPos) -> Result<()> {
             from,
             format!(
                 "it is a position in log {:016x}; this data directory's log is {log_id:016x} \
-                 (the directory was replaced or re-created)",
+                 (the directory was replaced, re-created or restored from a backup)",
                 from.log_id
             ),
         ));

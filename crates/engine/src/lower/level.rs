@@ -16,13 +16,13 @@
 //! - **Two databases.** Readings (runs and settled) in one, the catalog in another, so that the
 //!   catalog's small writes never widen the tables that hold runs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use roamkv_leveldb::{Db, Options, WriteBatch};
 
 use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
@@ -30,8 +30,15 @@ use crate::stats::LowerDiagnostics;
 /// larger keys) always sort above everything in it.
 const SETTLED_TAG: u8 = 0x01;
 const RUNS_TAG: u8 = 0x02;
+/// The two databases' directories under `DIR/lower`.
+const DATA_DB: &str = "leveldb";
+const CATALOG_DB: &str = "leveldb-catalog";
+/// Tries of a checkpoint that found the database changing under it.
+const CHECKPOINT_TRIES_MAX: usize = 20;
 
 pub struct LevelLower {
+    /// `DIR/lower`, for checkpoints.
+    dir: PathBuf,
     data: Db,
     catalog: Db,
     /// Bytes of a write batch when a run is written.
@@ -53,15 +60,15 @@ impl LevelLower {
             block_cache_bytes: (memory_bytes / 2).max(1 << 20) as usize,
             ..Options::default()
         };
-        let data = Db::open(&dir.join("leveldb"), &options).map_err(lower_err)?;
+        let data = Db::open(&dir.join(DATA_DB), &options).map_err(lower_err)?;
         let catalog_options = Options {
             write_buffer_bytes: 1 << 20,
             block_cache_bytes: 1 << 20,
             ..Options::default()
         };
-        let catalog =
-            Db::open(&dir.join("leveldb-catalog"), &catalog_options).map_err(lower_err)?;
+        let catalog = Db::open(&dir.join(CATALOG_DB), &catalog_options).map_err(lower_err)?;
         Ok(LevelLower {
+            dir: dir.to_path_buf(),
             data,
             catalog,
             batch_bytes: (write_buffer_bytes / 4).max(256 << 10),
@@ -351,6 +358,14 @@ impl LowerTier for LevelLower {
         Ok(keys)
     }
 
+    /// LevelDB has no checkpoint call: each database is copied as `checkpoint_db` says.
+    fn checkpoint(&self, to: &Path) -> Result<()> {
+        for name in [DATA_DB, CATALOG_DB] {
+            checkpoint_db(&self.dir.join(name), &to.join(name))?;
+        }
+        Ok(())
+    }
+
     fn diagnostics(&self) -> LowerDiagnostics {
         // LevelDB's stats table has one Write(MB) column for flushes and compactions together.
         LowerDiagnostics {
@@ -359,6 +374,67 @@ impl LowerTier for LevelLower {
             ..LowerDiagnostics::default()
         }
     }
+}
+
+/// A consistent copy of one LevelDB database without stopping it. roamkv writes nothing to it
+/// meanwhile (the maintenance lock), so only LevelDB's own compactions change its files, and a
+/// compaction deletes a file only after it recorded the change in the MANIFEST (LogAndApply,
+/// then RemoveObsoleteFiles): the MANIFEST is read, every table and log file hard-linked (logs
+/// copied), and the copy kept only if `CURRENT` and the MANIFEST's length did not change
+/// meanwhile. Otherwise it is made again. Files linked that the MANIFEST does not name are
+/// obsolete; LevelDB deletes them when the copy is opened.
+fn checkpoint_db(from: &Path, to: &Path) -> Result<()> {
+    for _ in 0..CHECKPOINT_TRIES_MAX {
+        if std::fs::exists(to).unwrap_or(false) {
+            std::fs::remove_dir_all(to).context(|| format!("removing {}", to.display()))?;
+        }
+        std::fs::create_dir_all(to).context(|| format!("creating {}", to.display()))?;
+        let current_path = from.join("CURRENT");
+        let current = std::fs::read(&current_path)
+            .context(|| format!("reading {}", current_path.display()))?;
+        let manifest_name = String::from_utf8_lossy(&current).trim().to_string();
+        let manifest_path = from.join(&manifest_name);
+        let manifest = std::fs::read(&manifest_path)
+            .context(|| format!("reading {}", manifest_path.display()))?;
+        if !link_files(from, to)? {
+            continue;
+        }
+        let unchanged = std::fs::read(&current_path).is_ok_and(|now| now == current)
+            && std::fs::metadata(&manifest_path).is_ok_and(|m| m.len() == manifest.len() as u64);
+        if unchanged {
+            std::fs::write(to.join(&manifest_name), &manifest)
+                .and_then(|()| std::fs::write(to.join("CURRENT"), &current))
+                .context(|| format!("writing {}", to.display()))?;
+            return Ok(());
+        }
+    }
+    Err(Error::Lower(format!(
+        "leveldb: {} kept changing during {CHECKPOINT_TRIES_MAX} checkpoints",
+        from.display()
+    )))
+}
+
+/// Hard-links the table files and copies the log files of `from` into `to`; false if one
+/// vanished meanwhile (a compaction removed it: the caller starts again).
+fn link_files(from: &Path, to: &Path) -> Result<bool> {
+    for entry in std::fs::read_dir(from).context(|| format!("listing {}", from.display()))? {
+        let entry = entry.context(|| format!("listing {}", from.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let target = to.join(&name);
+        let done = if name.ends_with(".ldb") || name.ends_with(".sst") {
+            std::fs::hard_link(entry.path(), &target)
+        } else if name.ends_with(".log") {
+            std::fs::copy(entry.path(), &target).map(|_| ())
+        } else {
+            continue;
+        };
+        match done {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e).context(|| format!("copying {}", entry.path().display())),
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

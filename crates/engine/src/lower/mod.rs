@@ -14,6 +14,8 @@
 //! Nothing on the write path touches the lower tier: every reading is written once to the
 //! commit log; the lower tier gets bulk runs and per-pass batches from maintenance only.
 
+use std::path::Path;
+
 use crate::error::{Error, Result};
 use crate::ids::{LowerId, WindowId};
 use crate::stats::LowerDiagnostics;
@@ -133,6 +135,11 @@ pub trait LowerTier: Send + Sync {
     fn verify(&self) -> Result<u64>;
     /// What the tier did by itself (flushes, compactions, stalls, ingest levels).
     fn diagnostics(&self) -> LowerDiagnostics;
+    /// Writes a consistent copy of the tier into `to` (an existing, empty directory on the
+    /// data directory's file system), laid out as under `DIR/lower/`: hard links where the
+    /// files never change. Called under the maintenance lock (nothing of roamkv's writes to the
+    /// tier meanwhile; the tier's own compactions may run).
+    fn checkpoint(&self, to: &Path) -> Result<()>;
 }
 
 pub(crate) fn space_of(place: Place) -> Space {

@@ -438,6 +438,14 @@ impl LowerTier for RocksLower {
         Ok(keys)
     }
 
+    /// RocksDB's Checkpoint: memtables flushed, table files hard-linked, the MANIFEST and
+    /// the WAL copied, consistent across the column families.
+    fn checkpoint(&self, to: &Path) -> Result<()> {
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(to.join("rocksdb")))
+            .map_err(lower_err)
+    }
+
     fn diagnostics(&self) -> LowerDiagnostics {
         let ticker = |t| self.options.get_ticker_count(t);
         LowerDiagnostics {

@@ -55,6 +55,8 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     options.validate()?;
     let started = Instant::now();
     let dir = DataDir::open(path, Some(options.lower_tier))?;
+    // Hard links a backup of an earlier process staged: nothing reads them any more.
+    crate::backup::remove_staging(&dir.path)?;
     let lower = open_lower(&dir, options.lower_memory_bytes)?;
     let counters = Counters::default();
     let log_dir = dir.log_dir();

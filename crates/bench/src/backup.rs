@@ -1,0 +1,510 @@
+//! `roamkv bench backup`: what an online backup costs a gateway that keeps ingesting
+//! (docs/SERVER.md, "Backup and restore").
+//!
+//! A real `roamkv serve` on its own ext4 (a loop device), a backup set on a second one (a
+//! gateway backs up to another disk). `--fill-mib` of readings first, a management time of
+//! `--management-time-ms` so that part of it is in the lower tier; then, with the page cache
+//! dropped:
+//! - **the ceiling**: the data disk's sequential read rate (O_DIRECT, 1 MiB reads of the loop
+//!   device), what a backup's read side can reach;
+//! - **ingest alone**: `--clients` closed-loop clients posting native batches for `--seconds`;
+//! - **ingest during backups**: the same load while `roamkv backup --server` runs back to back
+//!   (the first one full, the rest incremental); the ingest rate during the full backup as a
+//!   share of ingest alone, and the backup's rate as a share of the read ceiling;
+//! - **restore**: the newest backup restored (`roamkv restore`), then opened and checked
+//!   (`roamkv check`), each timed.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use roamkv_testbed::fixture::{Fixture, FsSpec, drop_caches};
+use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg, terminal_table};
+
+use crate::error::{BenchError, Result};
+use crate::serve::load::HttpClient;
+
+#[derive(Args, Debug)]
+pub struct BackupBenchArgs {
+    #[arg(long, default_value = "out/bench-backup")]
+    pub out: PathBuf,
+    /// Readings written before the measured phases, in MiB of values.
+    #[arg(long, default_value_t = 1024)]
+    pub fill_mib: u64,
+    /// Seconds of each measured phase.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Closed-loop clients posting batches.
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Readings per batch, and bytes per value.
+    #[arg(long, default_value_t = 200)]
+    pub batch_readings: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub value_bytes: usize,
+    /// The server's management time: readings leave the log for the lower tier after it.
+    #[arg(long, default_value_t = 20_000)]
+    pub management_time_ms: u64,
+    /// Small sizes and short phases: a functional check of the bench, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// One backup run during the load.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BackupRun {
+    pub backup: u64,
+    pub started_s: f64,
+    pub seconds: f64,
+    pub bytes: u64,
+    pub bytes_copied: u64,
+    pub mib_per_sec: f64,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct BackupResults {
+    pub data_bytes: u64,
+    pub disk_read_mib_per_sec: f64,
+    /// Readings/s acknowledged each second, alone and during backups.
+    pub alone: Vec<u64>,
+    pub during: Vec<u64>,
+    pub backups: Vec<BackupRun>,
+    pub ingest_alone_per_sec: f64,
+    /// Ingest during the full backup (the first), and its share of ingest alone.
+    pub ingest_during_full_per_sec: f64,
+    pub ingest_share_during_full: f64,
+    pub full_backup_share_of_disk_read: f64,
+    pub restore_seconds: f64,
+    pub restored_bytes: u64,
+    pub open_seconds: f64,
+    pub check_seconds: f64,
+}
+
+/// The server on its own file system.
+struct Edge {
+    child: Child,
+    addr: std::net::SocketAddr,
+    fixture: Fixture,
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn roamkv_exe() -> Result<PathBuf> {
+    std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))
+}
+
+impl Edge {
+    fn start(management_time_ms: u64) -> Result<Edge> {
+        let fixture = Fixture::create(FsSpec::Ext4, 16 << 30)?;
+        let mut child = Command::new(roamkv_exe()?)
+            // Readings at ts 0, 1, ... (1970): the default retention would delete them.
+            .env("ROAMKV_RETENTION_DEFAULT_H", "0")
+            .args(["serve", "--listen", "127.0.0.1:0", "--management-time-ms"])
+            .arg(management_time_ms.to_string())
+            .arg("--data")
+            .arg(fixture.mount_dir().join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| BenchError::os("starting roamkv serve", e))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+        let addr = loop {
+            let Some(Ok(line)) = lines.next() else {
+                return Err(BenchError::Run(
+                    "roamkv serve exited before it listened".into(),
+                ));
+            };
+            if let Some(a) = line.split("listening on http://").nth(1) {
+                break a
+                    .trim()
+                    .parse()
+                    .map_err(|e| BenchError::Run(format!("address {a:?}: {e}")))?;
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Ok(Edge {
+            child,
+            addr,
+            fixture,
+        })
+    }
+}
+
+/// Closed-loop writers: each posts batches of its own devices until stopped; `acked` counts
+/// acknowledged readings.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Load {
+    fn start(addr: std::net::SocketAddr, args: &BackupBenchArgs, first_ts: i64) -> Load {
+        let (stop, acked) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let threads = (0..args.clients)
+            .map(|c| {
+                let (stop, acked) = (Arc::clone(&stop), Arc::clone(&acked));
+                let (per, value) = (args.batch_readings, "v".repeat(args.value_bytes));
+                std::thread::spawn(move || {
+                    let mut client = HttpClient::new(addr);
+                    let mut ts = first_ts;
+                    while !stop.load(Ordering::Relaxed) {
+                        let device = format!("car-{c}-{}", ts / 100_000);
+                        let body: String = (0..per)
+                            .map(|i| format!("{{\"device\":\"{device}\",\"sensor\":\"s{}\",\"ts_ns\":{},\"value\":\"{value}\"}}\n", i % 8, ts + i as i64))
+                            .collect();
+                        ts += per as i64;
+                        let answer = client.request("POST", "/api/roamkv/v1/readings", "application/json", body.as_bytes())?;
+                        if answer.status != 201 {
+                            return Err(BenchError::HttpStatus {
+                                request: format!("writing {device}"),
+                                status: answer.status,
+                                body: String::from_utf8_lossy(&answer.body).into_owned(),
+                            });
+                        }
+                        acked.fetch_add(per as u64, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            acked,
+            threads,
+        }
+    }
+
+    fn stop(self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join()
+                .map_err(|_| BenchError::Run("a writer panicked".into()))??;
+        }
+        Ok(())
+    }
+}
+
+/// Readings/s acknowledged in each whole second while `busy` runs (then the load goes on
+/// until the phase's seconds are up).
+fn sample(
+    load: &Load,
+    seconds: u64,
+    mut busy: impl FnMut(f64) -> Result<bool>,
+) -> Result<Vec<u64>> {
+    let started = Instant::now();
+    let mut series = Vec::new();
+    let mut last = load.acked.load(Ordering::Relaxed);
+    let mut next = Duration::from_secs(1);
+    let mut busy_done = false;
+    while next <= Duration::from_secs(seconds) || !busy_done {
+        if !busy_done {
+            busy_done = busy(started.elapsed().as_secs_f64())?;
+        }
+        let wait = next.saturating_sub(started.elapsed());
+        std::thread::sleep(wait.min(Duration::from_millis(50)));
+        if started.elapsed() >= next {
+            let now = load.acked.load(Ordering::Relaxed);
+            series.push(now - last);
+            last = now;
+            next += Duration::from_secs(1);
+        }
+    }
+    Ok(series)
+}
+
+/// The data disk's sequential read rate: O_DIRECT 1 MiB reads of the loop device, up to
+/// `bytes`.
+fn disk_read_mib_per_sec(device: &Path, bytes: u64) -> Result<f64> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(device)
+        .map_err(|e| BenchError::io("opening", device, e))?;
+    // O_DIRECT wants an aligned buffer: a 1 MiB read into a 4 KiB-aligned part of 2 MiB.
+    let mut raw = vec![0u8; 2 << 20];
+    let offset = raw.as_ptr().align_offset(4096);
+    let buf = &mut raw[offset..offset + (1 << 20)];
+    let started = Instant::now();
+    let mut read = 0u64;
+    while read < bytes {
+        let n = file
+            .read(buf)
+            .map_err(|e| BenchError::io("reading", device, e))?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+    }
+    Ok(read as f64 / 1_048_576.0 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+fn du_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => du_bytes(&e.path()),
+                _ => e.metadata().map_or(0, |m| m.blocks() * 512),
+            })
+            .sum()
+    })
+}
+
+/// Runs `roamkv ARGS`; its stdout as JSON.
+fn roamkv_json(args: &[&str]) -> Result<serde_json::Value> {
+    let output = Command::new(roamkv_exe()?)
+        .args(args)
+        .output()
+        .map_err(|e| BenchError::os("running roamkv", e))?;
+    if !output.status.success() {
+        return Err(BenchError::Run(format!(
+            "roamkv {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    serde_json::from_slice(&output.stdout)
+        .map_err(|e| BenchError::Run(format!("roamkv {}: not JSON: {e}", args.join(" "))))
+}
+
+pub fn run(args: &BackupBenchArgs) -> ExitCode {
+    match bench(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("roamkv bench backup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(args: &BackupBenchArgs) -> Result<()> {
+    roamkv_testbed::prerequisite::require_root()?;
+    let args = &BackupBenchArgs {
+        fill_mib: if args.quick {
+            args.fill_mib.min(64)
+        } else {
+            args.fill_mib
+        },
+        seconds: if args.quick {
+            args.seconds.min(8)
+        } else {
+            args.seconds
+        },
+        out: args.out.clone(),
+        ..*args
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
+    let header = MachineHeader::collect();
+    let edge = Edge::start(args.management_time_ms)?;
+    let target = Fixture::create(FsSpec::Ext4, 16 << 30)?;
+    println!(
+        "roamkv bench backup: roamkv serve on an ext4 of its own, the backup set on another; {} MiB first, then {} s of {} clients alone and {} s during backups",
+        args.fill_mib, args.seconds, args.clients, args.seconds
+    );
+    let mut r = BackupResults::default();
+    fill(&edge, args)?;
+    let data = edge.fixture.mount_dir().join("data");
+    r.data_bytes = du_bytes(&data);
+    drop_caches()?;
+    r.disk_read_mib_per_sec =
+        disk_read_mib_per_sec(edge.fixture.device(), r.data_bytes.max(256 << 20))?;
+    println!(
+        "data directory {:.0} MiB; the disk reads {:.0} MiB/s sequentially",
+        r.data_bytes as f64 / 1_048_576.0,
+        r.disk_read_mib_per_sec
+    );
+
+    let load = Load::start(edge.addr, args, 1 << 40);
+    r.alone = sample(&load, args.seconds, |_| Ok(true))?;
+    load.stop()?;
+    drop_caches()?;
+    let set = target.mount_dir().join("set");
+    let load = Load::start(edge.addr, args, 1 << 41);
+    let url = format!("http://{}", edge.addr);
+    let mut backups = Vec::new();
+    r.during = sample(&load, args.seconds, |at| {
+        let started = Instant::now();
+        let out = roamkv_json(&[
+            "backup",
+            "--server",
+            &url,
+            "--to",
+            &set.to_string_lossy(),
+            "--json",
+        ])?;
+        let seconds = started.elapsed().as_secs_f64();
+        let copied = out["bytes_copied"].as_u64().unwrap_or(0);
+        backups.push(BackupRun {
+            backup: out["backup"].as_u64().unwrap_or(0),
+            started_s: at,
+            seconds,
+            bytes: out["bytes"].as_u64().unwrap_or(0),
+            bytes_copied: copied,
+            mib_per_sec: copied as f64 / 1_048_576.0 / seconds.max(1e-9),
+        });
+        Ok(at + seconds >= args.seconds as f64)
+    })?;
+    load.stop()?;
+    r.backups = backups;
+    restore(&target, &set, &mut r)?;
+    summarize(&mut r);
+    report(args, &header, &r)
+}
+
+/// Writes `--fill-mib` of readings and waits a management time, so that part of them is in
+/// the lower tier when the backups run.
+fn fill(edge: &Edge, args: &BackupBenchArgs) -> Result<()> {
+    let load = Load::start(edge.addr, args, 0);
+    let want = (args.fill_mib << 20) / args.value_bytes as u64;
+    let started = Instant::now();
+    while load.acked.load(Ordering::Relaxed) < want && !load.threads.iter().all(|t| t.is_finished())
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    load.stop()?;
+    println!(
+        "filled {want} readings in {:.0} s; waiting a management time",
+        started.elapsed().as_secs_f64()
+    );
+    std::thread::sleep(Duration::from_millis(args.management_time_ms * 3 / 2));
+    Ok(())
+}
+
+fn restore(target: &Fixture, set: &Path, r: &mut BackupResults) -> Result<()> {
+    let restored = target.mount_dir().join("restored");
+    drop_caches()?;
+    let started = Instant::now();
+    let out = roamkv_json(&[
+        "restore",
+        "--from",
+        &set.to_string_lossy(),
+        "--to",
+        &restored.to_string_lossy(),
+        "--json",
+    ])?;
+    r.restore_seconds = started.elapsed().as_secs_f64();
+    r.restored_bytes = out["bytes"].as_u64().unwrap_or(0);
+    let started = Instant::now();
+    roamkv_json(&["stats", "--data", &restored.to_string_lossy(), "--json"])?;
+    r.open_seconds = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let output = Command::new(roamkv_exe()?)
+        .args(["check", "--data"])
+        .arg(&restored)
+        .output()
+        .map_err(|e| BenchError::os("running roamkv check", e))?;
+    if !output.status.success() {
+        return Err(BenchError::Check(format!(
+            "the restored directory fails roamkv check: {}",
+            String::from_utf8_lossy(&output.stdout)
+        )));
+    }
+    r.check_seconds = started.elapsed().as_secs_f64();
+    Ok(())
+}
+
+fn summarize(r: &mut BackupResults) {
+    let mean = |s: &[u64]| s.iter().sum::<u64>() as f64 / s.len().max(1) as f64;
+    r.ingest_alone_per_sec = mean(&r.alone);
+    if let Some(full) = r.backups.first() {
+        let from = full.started_s.floor() as usize;
+        let to = ((full.started_s + full.seconds).ceil() as usize).min(r.during.len());
+        r.ingest_during_full_per_sec = mean(&r.during[from.min(to)..to]);
+        r.full_backup_share_of_disk_read = full.mib_per_sec / r.disk_read_mib_per_sec.max(1e-9);
+    }
+    r.ingest_share_during_full = r.ingest_during_full_per_sec / r.ingest_alone_per_sec.max(1e-9);
+}
+
+fn report(args: &BackupBenchArgs, header: &MachineHeader, r: &BackupResults) -> Result<()> {
+    let mut rows: Vec<Vec<String>> = r
+        .backups
+        .iter()
+        .map(|b| {
+            vec![
+                b.backup.to_string(),
+                format!("{:.1}", b.started_s),
+                format!("{:.2}", b.seconds),
+                format!("{:.0}", b.bytes as f64 / 1_048_576.0),
+                format!("{:.0}", b.bytes_copied as f64 / 1_048_576.0),
+                format!("{:.0}", b.mib_per_sec),
+            ]
+        })
+        .collect();
+    rows.truncate(20);
+    let columns = [
+        "backup",
+        "at s",
+        "seconds",
+        "MiB",
+        "MiB copied",
+        "MiB/s copied",
+    ];
+    println!("{}", terminal_table(&columns, &rows));
+    let summary = format!(
+        "ingest alone {:.0} readings/s; during the full backup {:.0} ({:.0} %); the full backup copied at {:.0} MiB/s, {:.0} % of the disk's sequential read ({:.0} MiB/s); restore of {:.0} MiB {:.1} s, open {:.1} s, check {:.1} s",
+        r.ingest_alone_per_sec,
+        r.ingest_during_full_per_sec,
+        r.ingest_share_during_full * 100.0,
+        r.backups.first().map_or(0.0, |b| b.mib_per_sec),
+        r.full_backup_share_of_disk_read * 100.0,
+        r.disk_read_mib_per_sec,
+        r.restored_bytes as f64 / 1_048_576.0,
+        r.restore_seconds,
+        r.open_seconds,
+        r.check_seconds
+    );
+    println!("{summary}");
+    let json = serde_json::json!({
+        "machine": header,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "args": format!("{args:?}"),
+        "results": r,
+    });
+    roamkv_testbed::report::write_json(&args.out, "results", &json)?;
+    let mut html = Html::new(
+        "roamkv bench backup: an online backup while ingest goes on",
+        header,
+    );
+    html.paragraph(&summary);
+    let points = |s: &[u64]| -> Vec<(f64, f64)> {
+        s.iter()
+            .enumerate()
+            .map(|(i, v)| (i as f64 + 1.0, *v as f64))
+            .collect()
+    };
+    html.svg(&line_chart_svg(
+        "Readings acknowledged per second",
+        "s",
+        "readings/s",
+        &[
+            ("ingest alone".to_string(), points(&r.alone)),
+            ("during backups".to_string(), points(&r.during)),
+        ],
+    ));
+    html.table(&columns, &rows);
+    html.write(&args.out.join("report.html"))?;
+    println!(
+        "wrote {0}/results.json, {0}/report.html",
+        args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! Backups of an open engine (`Engine::snapshot`, `backup::*`): a backup holds every reading
+//! written before it and nothing after, with readings in the log and in the lower tier, on both
+//! lower tiers; its segments stay while maintenance would retire them; a restore makes a
+//! directory that opens, passes `check` and is a new history of the log; a second backup copies
+//! only what is new; a damaged, truncated or partial backup is refused naming the file; nothing
+//! is ever written over.
+
+mod common;
+
+use std::path::Path;
+
+use common::{clock, open_with, settle, value};
+use roamkv_engine::backup::{self, BackupSet, Manifest};
+use roamkv_engine::{Engine, LowerTierKind, Record};
+
+const PER_BATCH: usize = 10;
+const VALUE_BYTES: usize = 1024;
+
+/// Writes batches `from..to` of `device`: batch b holds ts b*PER_BATCH .. (b+1)*PER_BATCH.
+fn write(engine: &Engine, device: &str, from: usize, to: usize) {
+    for b in from..to {
+        let values: Vec<(i64, Vec<u8>)> = (0..PER_BATCH)
+            .map(|i| {
+                let ts = (b * PER_BATCH + i) as i64;
+                (ts, value(device, "s", ts, VALUE_BYTES))
+            })
+            .collect();
+        let records: Vec<Record<'_>> = values
+            .iter()
+            .map(|(ts, v)| Record {
+                device,
+                sensor: "s",
+                ts_ns: *ts,
+                value: v,
+            })
+            .collect();
+        engine.put_batch(&records).expect("put");
+    }
+}
+
+/// Asserts the device holds exactly batches 0..batches, each value as written.
+fn assert_holds(engine: &Engine, device: &str, batches: usize) {
+    let readings = engine.scan(device, None, 0, i64::MAX).expect("scan");
+    assert_eq!(
+        readings.len(),
+        batches * PER_BATCH,
+        "{device}: {} readings, {batches} batches expected",
+        readings.len()
+    );
+    for (i, r) in readings.iter().enumerate() {
+        assert_eq!(r.ts_ns, i as i64);
+        assert_eq!(
+            r.value,
+            value(device, "s", r.ts_ns, VALUE_BYTES),
+            "{device} ts {i}"
+        );
+    }
+}
+
+/// Writes, lets readings leave the log, writes more, takes a snapshot and backs it up while
+/// writes and maintenance go on after it; returns the manifest and the original's log id.
+fn back_up_during_work(
+    engine: &Engine,
+    set: &BackupSet,
+    clock: &roamkv_engine::ManualClock,
+) -> (Manifest, u64) {
+    write(engine, "a", 0, 30);
+    write(engine, "b", 0, 30);
+    write(engine, "c", 0, 30);
+    settle(engine, clock);
+    write(engine, "a", 30, 40);
+    write(engine, "b", 30, 40);
+    engine.depart("c").expect("depart");
+    let snapshot = engine.snapshot(&["server"]).expect("snapshot");
+    // After the snapshot: not in the backup. Maintenance retires what it can meanwhile, but
+    // not the segments the snapshot holds.
+    write(engine, "a", 40, 80);
+    settle(engine, clock);
+    write(engine, "d", 0, 3);
+    let manifest = backup::to_set(&snapshot, set).expect("to_set");
+    drop(snapshot);
+    (manifest, engine.feed().status().log_id)
+}
+
+#[test]
+fn a_restored_backup_holds_what_was_written_before_it_and_nothing_after_on_both_tiers() {
+    for lower in [LowerTierKind::RocksDb, LowerTierKind::LevelDb] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().join("data");
+        let clock = clock();
+        let engine = open_with(&data, &clock, lower);
+        std::fs::create_dir_all(data.join("server")).expect("mkdir");
+        std::fs::write(data.join("server/edge.json"), b"{\"x\":1}").expect("write");
+        let set = BackupSet::open_or_create(&tmp.path().join("set")).expect("set");
+        let (manifest, log_id) = back_up_during_work(&engine, &set, &clock);
+        assert_eq!(manifest.backup, 1);
+        assert_eq!(
+            manifest.bytes, manifest.bytes_copied,
+            "a first backup copies all"
+        );
+        assert!(
+            manifest.files.iter().any(|f| f.name.starts_with("lower/")),
+            "{lower:?}: the lower tier is in the backup"
+        );
+        assert!(std::fs::read_dir(data.join("backup")).is_ok_and(|mut d| d.next().is_none()));
+        drop(engine);
+
+        let restored = tmp.path().join("restored");
+        let done = backup::restore(&set, None, &restored).expect("restore");
+        assert_eq!(done.backup, 1);
+        let report = roamkv_engine::check(&restored).expect("check");
+        assert!(
+            report.problems.is_empty(),
+            "{lower:?}: {:?}",
+            report.problems
+        );
+        assert_eq!(
+            std::fs::read(restored.join("server/edge.json")).expect("server file"),
+            b"{\"x\":1}"
+        );
+        let engine = open_with(&restored, &clock, lower);
+        assert_holds(&engine, "a", 40);
+        assert_holds(&engine, "b", 40);
+        assert!(
+            engine
+                .scan("c", None, 0, i64::MAX)
+                .expect("scan")
+                .is_empty(),
+            "c departed"
+        );
+        assert!(
+            engine
+                .scan("d", None, 0, i64::MAX)
+                .expect("scan")
+                .is_empty(),
+            "d came after"
+        );
+        assert_ne!(
+            engine.feed().status().log_id,
+            log_id,
+            "a restore is a new history"
+        );
+        // It takes writes and maintenance as any directory does.
+        write(&engine, "a", 40, 45);
+        settle(&engine, &clock);
+        assert_holds(&engine, "a", 45);
+    }
+}
+
+#[test]
+fn a_second_backup_copies_only_what_the_set_does_not_hold() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let clock = clock();
+    let engine = open_with(&data, &clock, LowerTierKind::RocksDb);
+    let set = BackupSet::open_or_create(&tmp.path().join("set")).expect("set");
+    let (first, _) = back_up_during_work(&engine, &set, &clock);
+    write(&engine, "e", 0, 5);
+    let snapshot = engine.snapshot(&[]).expect("snapshot");
+    let second = backup::to_set(&snapshot, &set).expect("second");
+    drop(snapshot);
+    assert_eq!(second.backup, 2);
+    let taken: u64 = second
+        .files
+        .iter()
+        .filter(|f| f.stored_in == 1)
+        .map(|f| f.bytes)
+        .sum();
+    let copied: u64 = second
+        .files
+        .iter()
+        .filter(|f| f.stored_in == 2)
+        .map(|f| f.bytes)
+        .sum();
+    assert_eq!(copied, second.bytes_copied);
+    assert_eq!(taken + copied, second.bytes);
+    assert!(taken > 0, "nothing taken from backup 1: {second:?}");
+    assert!(
+        second.bytes_copied < first.bytes_copied,
+        "backup 2 copied {} bytes, backup 1 {}",
+        second.bytes_copied,
+        first.bytes_copied
+    );
+    // Every copy on disk is in the backup that copied it, and nothing more.
+    let stored: u64 = walk_bytes(&set.backup_dir(2).join(backup::FILES_DIR));
+    assert_eq!(stored, second.bytes_copied);
+    drop(engine);
+    let restored = tmp.path().join("restored");
+    backup::restore(&set, Some(2), &restored).expect("restore 2");
+    let engine = open_with(&restored, &clock, LowerTierKind::RocksDb);
+    assert_holds(&engine, "a", 80);
+    assert_holds(&engine, "e", 5);
+    let verified = backup::verify(&set).expect("verify");
+    assert!(verified.iter().all(|v| v.outcome.is_ok()), "{verified:?}");
+}
+
+fn walk_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| {
+            let e = e.expect("entry");
+            if e.file_type().expect("type").is_dir() {
+                walk_bytes(&e.path())
+            } else {
+                e.metadata().expect("stat").len()
+            }
+        })
+        .sum()
+}
+
+/// A set with one complete backup of a few devices.
+fn one_backup(tmp: &Path) -> (BackupSet, Manifest) {
+    let clock = clock();
+    let engine = open_with(&tmp.join("data"), &clock, LowerTierKind::RocksDb);
+    let set = BackupSet::open_or_create(&tmp.join("set")).expect("set");
+    let (manifest, _) = back_up_during_work(&engine, &set, &clock);
+    (set, manifest)
+}
+
+#[test]
+fn a_damaged_truncated_or_partial_backup_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (set, manifest) = one_backup(tmp.path());
+    let segment = manifest
+        .files
+        .iter()
+        .find(|f| f.kind == "segment")
+        .expect("a segment");
+    let stored = set.object_path(segment);
+    let original = std::fs::read(&stored).expect("read");
+
+    // A byte flipped.
+    let mut flipped = original.clone();
+    flipped[5000] ^= 0x40;
+    std::fs::write(&stored, &flipped).expect("write");
+    let target = tmp.path().join("restored");
+    let e = backup::restore(&set, None, &target).expect_err("a flipped byte");
+    assert!(e.to_string().contains(&stored.display().to_string()), "{e}");
+    assert!(e.to_string().contains("crc32c"), "{e}");
+    assert!(!target.exists() && !tmp.path().join(".restored.restoring").exists());
+    let verified = backup::verify(&set).expect("verify");
+    let why = verified[0]
+        .outcome
+        .as_ref()
+        .expect_err("damage found")
+        .to_string();
+    assert!(why.contains(&stored.display().to_string()), "{why}");
+
+    // Truncated.
+    std::fs::write(&stored, &original[..original.len() / 2]).expect("write");
+    let e = backup::restore(&set, None, &target).expect_err("a truncated file");
+    assert!(e.to_string().contains("truncated"), "{e}");
+    std::fs::write(&stored, &original).expect("write");
+
+    // A manifest changed by hand.
+    let manifest_path = set.backup_dir(1).join(backup::MANIFEST_FILE);
+    let text = std::fs::read_to_string(&manifest_path).expect("manifest");
+    std::fs::write(
+        &manifest_path,
+        text.replacen("\"bytes\": ", "\"bytes\": 1", 1),
+    )
+    .expect("write");
+    let e = backup::restore(&set, Some(1), &target).expect_err("an edited manifest");
+    assert!(e.to_string().contains("manifest.json"), "{e}");
+    std::fs::write(&manifest_path, text).expect("write");
+
+    // Partial: killed before its manifest.
+    std::fs::create_dir_all(set.backup_dir(2).join(backup::FILES_DIR)).expect("mkdir");
+    let e = backup::restore(&set, Some(2), &target).expect_err("a partial backup");
+    assert!(e.to_string().contains("partial"), "{e}");
+    assert!(backup::verify(&set).expect("verify")[1].outcome.is_err());
+    // Without a number, the newest complete backup is restored.
+    assert_eq!(
+        backup::restore(&set, None, &target)
+            .expect("restore")
+            .backup,
+        1
+    );
+    // The next backup removes the partial one and takes its number.
+    assert_eq!(set.begin().expect("begin").number(), 2);
+}
+
+#[test]
+fn nothing_is_written_over() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (set, _) = one_backup(tmp.path());
+    let occupied = tmp.path().join("occupied");
+    std::fs::create_dir_all(&occupied).expect("mkdir");
+    std::fs::write(occupied.join("keep"), b"mine").expect("write");
+    let e = backup::restore(&set, None, &occupied).expect_err("a directory with files");
+    assert!(e.to_string().contains("never overwrites"), "{e}");
+    assert_eq!(std::fs::read(occupied.join("keep")).expect("kept"), b"mine");
+    let e = BackupSet::open_or_create(&occupied).expect_err("not a set");
+    assert!(e.to_string().contains("not a backup set"), "{e}");
+    assert_eq!(std::fs::read_dir(&occupied).expect("ls").count(), 1);
+    // An empty directory is taken.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    backup::restore(&set, None, &empty).expect("restore into an empty directory");
+}
