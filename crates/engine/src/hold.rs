@@ -2,7 +2,7 @@
 //! when they pass the cap or the log is under pressure, so a hold never makes a writer wait.
 //! (Apart from `slots`, which `State` holds: these need the state, the slots do not.)
 
-use crate::limits::{FEED_HOLD_BUDGET_PERCENT, LOG_PRESSURE_PERCENT};
+use crate::limits::{BACKUP_HOLD_RELEASE_PERCENT, FEED_HOLD_BUDGET_PERCENT, LOG_PRESSURE_PERCENT};
 use crate::state::{Inner, State};
 
 /// The cap in force: the option, or `FEED_HOLD_BUDGET_PERCENT` of the log budget.
@@ -32,8 +32,9 @@ pub(crate) fn held_bytes(st: &State) -> u64 {
 /// passes its cap, not at the next round of maintenance. Returns whether it released one.
 pub(crate) fn enforce_cap(inner: &Inner, st: &mut State) -> bool {
     let cap = hold_bytes_max(inner);
-    let pressure =
-        inner.spares.log_bytes() > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT;
+    let log_bytes = inner.spares.log_bytes();
+    let pressure = log_bytes > inner.spares.budget_bytes / 100 * LOG_PRESSURE_PERCENT;
+    let nearly_full = log_bytes > inner.spares.budget_bytes / 100 * BACKUP_HOLD_RELEASE_PERCENT;
     let mut released = false;
     loop {
         let held = held_bytes(st);
@@ -51,6 +52,10 @@ pub(crate) fn enforce_cap(inner: &Inner, st: &mut State) -> bool {
         };
         // A reader scanning the devices keeps its hold past the cap; only the budget takes it.
         if !pressure && oldest_slots().any(|s| s.for_snapshot) {
+            return released;
+        }
+        // A backup's copy keeps its hold until the budget is nearly full (limits.rs).
+        if !nearly_full && oldest_slots().any(|s| s.transient) {
             return released;
         }
         released = true;

@@ -196,6 +196,14 @@ pub const FEED_READ_BYTES_MIN: usize = 64 * 1024;
 /// well below `LOG_PRESSURE_PERCENT`, where holds are released anyway.
 pub const FEED_HOLD_BUDGET_PERCENT: u64 = 25;
 
+/// A backup's hold on the segments it copies (`backup/snapshot.rs`) outlasts log pressure: it
+/// is released only when the log passes this share of its budget, close enough to a full
+/// budget that a writer could soon wait for room. Below it, a copy under full ingest (where the
+/// log sits at `LOG_PRESSURE_PERCENT`, moving readings early) would lose its hold at once. The
+/// copy moves the hold on a segment at a time, oldest first, so what it keeps shrinks while
+/// ingest adds to the log.
+pub const BACKUP_HOLD_RELEASE_PERCENT: u64 = 95;
+
 /// Devices the mapping table may hold (upper and settled). About 200 bytes each: 16 M devices
 /// bound the table near 3 GiB; registering one more fails with `Error::TooManyDevices`.
 pub const DEVICES_MAX_DEFAULT: u64 = 16_000_000;
@@ -220,5 +228,8 @@ const _: () = assert!(WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX > 100);
 const _: () = assert!(WINDOW_RECLAIM_START_PERCENT > 0 && WINDOW_RECLAIM_START_PERCENT < 100);
 // Holds are released under log pressure: their default cap sits below it.
 const _: () = assert!(FEED_HOLD_BUDGET_PERCENT < LOG_PRESSURE_PERCENT);
+const _: () = assert!(
+    LOG_PRESSURE_PERCENT < BACKUP_HOLD_RELEASE_PERCENT && BACKUP_HOLD_RELEASE_PERCENT < 100
+);
 const _: () =
     assert!(READY_SEGMENTS_TARGET >= 1 && READY_SEGMENTS_TARGET < LOG_SEGMENTS_MIN as usize);

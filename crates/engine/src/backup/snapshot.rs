@@ -30,7 +30,7 @@ use crate::dir::{IDENTITY_FILE, LOWER_DIR, LowerTierKind};
 use crate::error::{Error, IoContext, Result};
 use crate::ids::SegmentSeq;
 use crate::index_apply;
-use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::limits::{BACKUP_HOLD_RELEASE_PERCENT, SEGMENT_HEADER_BYTES};
 use crate::state::Inner;
 
 /// Where snapshots stage their hard links and copies, inside the data directory. Removed by
@@ -270,14 +270,35 @@ impl Snapshot {
         }
     }
 
+    /// Checks that segment `seq` is still held (so what was read of it is its own bytes).
     fn check_held(&self, seq: SegmentSeq) -> Result<()> {
         let st = self.inner.state.lock();
         match st.feed.slots.get(&self.hold) {
             Some(slot) if !slot.released => Ok(()),
-            _ => Err(Error::FeedGap {
-                position: format!("segment {seq}"),
-                oldest_seq: st.log.segments.keys().next().copied().unwrap_or(seq),
-            }),
+            _ => Err(Error::Backup(format!(
+                "the log passed {BACKUP_HOLD_RELEASE_PERCENT} % of its budget and released the \
+                 backup's hold while it read segment {seq} (the oldest now is {}): the copy \
+                 stopped rather than read a recycled file; run it again, or give the log a \
+                 larger budget",
+                st.log.segments.keys().next().copied().unwrap_or(seq)
+            ))),
+        }
+    }
+
+    /// The copy is done with `file` (copied, or taken from an earlier backup): if it is the
+    /// oldest segment held, the hold moves to the next one, and it may retire. Segments are
+    /// copied oldest first, so what the hold keeps shrinks while ingest adds to the log.
+    pub fn done_with(&self, file: &SnapshotFile) {
+        let Source::Segment(seq) = file.source else {
+            return;
+        };
+        let next = self.segments.range(seq.next()..).next().map(|(s, _)| *s);
+        let mut st = self.inner.state.lock();
+        if let (Some(slot), Some(next)) = (st.feed.slots.get_mut(&self.hold), next)
+            && slot.pos.seq == seq
+        {
+            slot.pos.seq = next;
+            st.log.hold_from = st.feed.hold_from();
         }
     }
 }

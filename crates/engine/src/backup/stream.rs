@@ -64,6 +64,7 @@ fn copy_snapshot(
             let mut entry = SummaryFile::new(&file.name, file.bytes, 0, file.kind, true);
             entry.crc32c = held.crc32c.clone();
             files.push(entry);
+            snapshot.done_with(file);
             continue;
         }
         let mut checked = Checked {

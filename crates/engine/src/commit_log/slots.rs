@@ -49,8 +49,9 @@ pub(crate) struct Slot {
     pub for_snapshot: bool,
     /// What its file says, and when it was written.
     persisted: Option<(LogPos, Instant)>,
-    /// In memory only, never written (a backup's hold: `backup::snapshot`).
-    transient: bool,
+    /// In memory only, never written: a backup's hold (`backup::snapshot`), released only near
+    /// a full budget (`BACKUP_HOLD_RELEASE_PERCENT`).
+    pub transient: bool,
 }
 
 /// Every slot, the log's identity, and how often holds were released. Guarded by the state
