@@ -298,3 +298,70 @@ fn nothing_is_written_over() {
     std::fs::create_dir_all(&empty).expect("mkdir");
     backup::restore(&set, None, &empty).expect("restore into an empty directory");
 }
+
+#[test]
+fn a_backups_hold_outlasts_log_pressure_and_goes_only_near_a_full_budget() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let budget: u64 = 32 << 20;
+    let options = roamkv_engine::Options {
+        log_bytes_max: Some(budget),
+        write_stall_ms_max: 100,
+        ..common::options(&clock)
+    };
+    let engine = Engine::open(tmp.path().join("data"), options).expect("open");
+    let held = |engine: &Engine| {
+        engine
+            .feed()
+            .status()
+            .slots
+            .iter()
+            .any(|s| s.name.starts_with("backup-") && !s.released)
+    };
+    let percent = |engine: &Engine| engine.stats().log_bytes * 100 / budget;
+    // ~1.1 MiB a device-batch of 100 readings: fill a third of the budget, then hold it.
+    let mut next = 0;
+    let mut fill_to = |engine: &Engine, want: u64| {
+        while percent(engine) < want {
+            write(engine, "a", next, next + 10);
+            next += 10;
+        }
+    };
+    fill_to(&engine, 30);
+    let snapshot = engine.snapshot(&[]).expect("snapshot");
+    settle(&engine, &clock);
+    // Past the pressure mark (75 %): a change-feed reader's hold would be released here.
+    fill_to(&engine, 80);
+    engine.maintain().expect("maintain");
+    assert!(
+        percent(&engine) < 95,
+        "the log is at {} %",
+        percent(&engine)
+    );
+    assert!(
+        held(&engine),
+        "the hold went under pressure, at {} %",
+        percent(&engine)
+    );
+    // Near a full budget it goes, and the copy says why instead of reading recycled files.
+    let mut refused = None;
+    for _ in 0..200 {
+        if !held(&engine) {
+            break;
+        }
+        if let Err(e) = engine.put("b", "s", next as i64, &[0u8; 64 << 10]) {
+            refused = Some(e);
+        }
+        next += 1;
+    }
+    assert!(!held(&engine), "still held at {} %", percent(&engine));
+    let set = BackupSet::open_or_create(&tmp.path().join("set")).expect("set");
+    let e = backup::to_set(&snapshot, &set).expect_err("the hold was released");
+    assert!(e.to_string().contains("released the backup's hold"), "{e}");
+    drop(snapshot);
+    eprintln!("a write refused meanwhile: {refused:?}");
+    engine.maintain().expect("maintain");
+    engine
+        .put("b", "s", -1, b"after")
+        .expect("writes go on once the hold is gone");
+}
