@@ -14,7 +14,7 @@
 //! - **restore**: the newest backup restored (`roamkv restore`), then opened and checked
 //!   (`roamkv check`), each timed.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -50,13 +50,18 @@ pub struct BackupBenchArgs {
     /// The server's management time: readings leave the log for the lower tier after it.
     #[arg(long, default_value_t = 20_000)]
     pub management_time_ms: u64,
+    /// The server's log budget (`--log-budget-mib`). A backup holds the log's segments while
+    /// it copies them, and its hold goes when the log passes 95 % of this: under full ingest the
+    /// server's default (1024) leaves a copy of the log a few seconds.
+    #[arg(long, default_value_t = 4096)]
+    pub log_budget_mib: u64,
     /// Small sizes and short phases: a functional check of the bench, not a measurement.
     #[arg(long)]
     pub quick: bool,
 }
 
 /// One backup run during the load.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct BackupRun {
     pub backup: u64,
     pub started_s: f64,
@@ -64,6 +69,8 @@ pub struct BackupRun {
     pub bytes: u64,
     pub bytes_copied: u64,
     pub mib_per_sec: f64,
+    /// Why it failed (the server released its hold), if it did.
+    pub failed: Option<String>,
 }
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -107,16 +114,22 @@ fn roamkv_exe() -> Result<PathBuf> {
 }
 
 impl Edge {
-    fn start(management_time_ms: u64) -> Result<Edge> {
+    fn start(management_time_ms: u64, log_budget_mib: u64, out: &Path) -> Result<Edge> {
         let fixture = Fixture::create(FsSpec::Ext4, 16 << 30)?;
         let mut child = Command::new(roamkv_exe()?)
             // Readings at ts 0, 1, ... (1970): the default retention would delete them.
             .env("ROAMKV_RETENTION_DEFAULT_H", "0")
             .args(["serve", "--listen", "127.0.0.1:0", "--management-time-ms"])
             .arg(management_time_ms.to_string())
+            .arg("--log-budget-mib")
+            .arg(log_budget_mib.to_string())
             .arg("--data")
             .arg(fixture.mount_dir().join("data"))
-            .env("RUST_LOG", "warn")
+            // Warnings only; more with RUST_LOG=info.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -136,7 +149,15 @@ impl Edge {
                     .map_err(|e| BenchError::Run(format!("address {a:?}: {e}")))?;
             }
         };
-        std::thread::spawn(move || lines.for_each(drop));
+        // Its log (a backup stopped, and why) goes to OUT/serve.log.
+        let log_path = out.join("serve.log");
+        let mut log = std::fs::File::create(&log_path)
+            .map_err(|e| BenchError::io("creating", &log_path, e))?;
+        std::thread::spawn(move || {
+            for line in lines.map_while(std::result::Result::ok) {
+                let _ = writeln!(log, "{line}");
+            }
+        });
         Ok(Edge {
             child,
             addr,
@@ -203,32 +224,78 @@ impl Load {
     }
 }
 
-/// Readings/s acknowledged in each whole second while `busy` runs (then the load goes on
-/// until the phase's seconds are up).
+/// Readings/s acknowledged in each whole second, for `seconds` and for as long as `busy`
+/// (running beside the load) is not done.
 fn sample(
     load: &Load,
     seconds: u64,
-    mut busy: impl FnMut(f64) -> Result<bool>,
-) -> Result<Vec<u64>> {
+    busy: Option<&std::thread::JoinHandle<Result<()>>>,
+) -> Vec<u64> {
     let started = Instant::now();
     let mut series = Vec::new();
     let mut last = load.acked.load(Ordering::Relaxed);
     let mut next = Duration::from_secs(1);
-    let mut busy_done = false;
-    while next <= Duration::from_secs(seconds) || !busy_done {
-        if !busy_done {
-            busy_done = busy(started.elapsed().as_secs_f64())?;
-        }
-        let wait = next.saturating_sub(started.elapsed());
-        std::thread::sleep(wait.min(Duration::from_millis(50)));
-        if started.elapsed() >= next {
-            let now = load.acked.load(Ordering::Relaxed);
-            series.push(now - last);
-            last = now;
-            next += Duration::from_secs(1);
-        }
+    while next <= Duration::from_secs(seconds) || busy.is_some_and(|b| !b.is_finished()) {
+        std::thread::sleep(next.saturating_sub(started.elapsed()));
+        let now = load.acked.load(Ordering::Relaxed);
+        series.push(now - last);
+        last = now;
+        next += Duration::from_secs(1);
     }
-    Ok(series)
+    series
+}
+
+/// Runs `roamkv backup --server` back to back until `seconds` have passed since `started`.
+fn back_to_back(
+    url: String,
+    set: PathBuf,
+    seconds: u64,
+    runs: Arc<std::sync::Mutex<Vec<BackupRun>>>,
+) -> std::thread::JoinHandle<Result<()>> {
+    std::thread::spawn(move || {
+        let phase = Instant::now();
+        while phase.elapsed() < Duration::from_secs(seconds) {
+            let at = phase.elapsed().as_secs_f64();
+            let started = Instant::now();
+            let out = match roamkv_json(&[
+                "backup",
+                "--server",
+                &url,
+                "--to",
+                &set.to_string_lossy(),
+                "--json",
+            ]) {
+                Ok(out) => out,
+                Err(e) => {
+                    // Counted, not hidden: the hold was released (serve.log says why).
+                    let mut runs = runs
+                        .lock()
+                        .map_err(|_| BenchError::Run("a poisoned lock".into()))?;
+                    runs.push(BackupRun {
+                        failed: Some(e.to_string()),
+                        started_s: at,
+                        seconds: started.elapsed().as_secs_f64(),
+                        ..BackupRun::default()
+                    });
+                    continue;
+                }
+            };
+            let seconds = started.elapsed().as_secs_f64();
+            let copied = out["bytes_copied"].as_u64().unwrap_or(0);
+            runs.lock()
+                .map_err(|_| BenchError::Run("a poisoned lock".into()))?
+                .push(BackupRun {
+                    backup: out["backup"].as_u64().unwrap_or(0),
+                    started_s: at,
+                    seconds,
+                    bytes: out["bytes"].as_u64().unwrap_or(0),
+                    bytes_copied: copied,
+                    mib_per_sec: copied as f64 / 1_048_576.0 / seconds.max(1e-9),
+                    failed: None,
+                });
+        }
+        Ok(())
+    })
 }
 
 /// The data disk's sequential read rate: O_DIRECT 1 MiB reads of the loop device, up to
@@ -314,11 +381,11 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
-    let edge = Edge::start(args.management_time_ms)?;
+    let edge = Edge::start(args.management_time_ms, args.log_budget_mib, &args.out)?;
     let target = Fixture::create(FsSpec::Ext4, 16 << 30)?;
     println!(
-        "roamkv bench backup: roamkv serve on an ext4 of its own, the backup set on another; {} MiB first, then {} s of {} clients alone and {} s during backups",
-        args.fill_mib, args.seconds, args.clients, args.seconds
+        "roamkv bench backup: roamkv serve (log budget {} MiB) on an ext4 of its own, the backup set on another; {} MiB first, then {} s of {} clients alone and {} s during backups",
+        args.log_budget_mib, args.fill_mib, args.seconds, args.clients, args.seconds
     );
     let mut r = BackupResults::default();
     fill(&edge, args)?;
@@ -334,37 +401,27 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
     );
 
     let load = Load::start(edge.addr, args, 1 << 40);
-    r.alone = sample(&load, args.seconds, |_| Ok(true))?;
+    r.alone = sample(&load, args.seconds, None);
     load.stop()?;
     drop_caches()?;
     let set = target.mount_dir().join("set");
     let load = Load::start(edge.addr, args, 1 << 41);
-    let url = format!("http://{}", edge.addr);
-    let mut backups = Vec::new();
-    r.during = sample(&load, args.seconds, |at| {
-        let started = Instant::now();
-        let out = roamkv_json(&[
-            "backup",
-            "--server",
-            &url,
-            "--to",
-            &set.to_string_lossy(),
-            "--json",
-        ])?;
-        let seconds = started.elapsed().as_secs_f64();
-        let copied = out["bytes_copied"].as_u64().unwrap_or(0);
-        backups.push(BackupRun {
-            backup: out["backup"].as_u64().unwrap_or(0),
-            started_s: at,
-            seconds,
-            bytes: out["bytes"].as_u64().unwrap_or(0),
-            bytes_copied: copied,
-            mib_per_sec: copied as f64 / 1_048_576.0 / seconds.max(1e-9),
-        });
-        Ok(at + seconds >= args.seconds as f64)
-    })?;
+    let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let backups = back_to_back(
+        format!("http://{}", edge.addr),
+        set.clone(),
+        args.seconds,
+        Arc::clone(&runs),
+    );
+    r.during = sample(&load, args.seconds, Some(&backups));
     load.stop()?;
-    r.backups = backups;
+    backups
+        .join()
+        .map_err(|_| BenchError::Run("the backup thread panicked".into()))??;
+    r.backups = runs
+        .lock()
+        .map_err(|_| BenchError::Run("a poisoned lock".into()))?
+        .clone();
     restore(&target, &set, &mut r)?;
     summarize(&mut r);
     report(args, &header, &r)
@@ -425,7 +482,7 @@ fn restore(target: &Fixture, set: &Path, r: &mut BackupResults) -> Result<()> {
 fn summarize(r: &mut BackupResults) {
     let mean = |s: &[u64]| s.iter().sum::<u64>() as f64 / s.len().max(1) as f64;
     r.ingest_alone_per_sec = mean(&r.alone);
-    if let Some(full) = r.backups.first() {
+    if let Some(full) = r.backups.iter().find(|b| b.failed.is_none()) {
         let from = full.started_s.floor() as usize;
         let to = ((full.started_s + full.seconds).ceil() as usize).min(r.during.len());
         r.ingest_during_full_per_sec = mean(&r.during[from.min(to)..to]);
@@ -445,7 +502,10 @@ fn report(args: &BackupBenchArgs, header: &MachineHeader, r: &BackupResults) -> 
                 format!("{:.2}", b.seconds),
                 format!("{:.0}", b.bytes as f64 / 1_048_576.0),
                 format!("{:.0}", b.bytes_copied as f64 / 1_048_576.0),
-                format!("{:.0}", b.mib_per_sec),
+                match &b.failed {
+                    None => format!("{:.0}", b.mib_per_sec),
+                    Some(_) => "failed: hold released".into(),
+                },
             ]
         })
         .collect();
@@ -460,11 +520,16 @@ fn report(args: &BackupBenchArgs, header: &MachineHeader, r: &BackupResults) -> 
     ];
     println!("{}", terminal_table(&columns, &rows));
     let summary = format!(
-        "ingest alone {:.0} readings/s; during the full backup {:.0} ({:.0} %); the full backup copied at {:.0} MiB/s, {:.0} % of the disk's sequential read ({:.0} MiB/s); restore of {:.0} MiB {:.1} s, open {:.1} s, check {:.1} s",
+        "{} of {} backups completed (the rest lost their hold: serve.log); ingest alone {:.0} readings/s; during the first complete backup {:.0} ({:.0} %); the full backup copied at {:.0} MiB/s, {:.0} % of the disk's sequential read ({:.0} MiB/s); restore of {:.0} MiB {:.1} s, open {:.1} s, check {:.1} s",
+        r.backups.iter().filter(|b| b.failed.is_none()).count(),
+        r.backups.len(),
         r.ingest_alone_per_sec,
         r.ingest_during_full_per_sec,
         r.ingest_share_during_full * 100.0,
-        r.backups.first().map_or(0.0, |b| b.mib_per_sec),
+        r.backups
+            .iter()
+            .find(|b| b.failed.is_none())
+            .map_or(0.0, |b| b.mib_per_sec),
         r.full_backup_share_of_disk_read * 100.0,
         r.disk_read_mib_per_sec,
         r.restored_bytes as f64 / 1_048_576.0,
