@@ -175,7 +175,15 @@ struct Load {
 }
 
 impl Load {
-    fn start(addr: std::net::SocketAddr, args: &BackupBenchArgs, first_ts: i64) -> Load {
+    /// `depart`: a client's device departs when the client moves on to its next one (every
+    /// 100,000 readings), as a gateway's devices come and go: the data stays bounded however
+    /// long the run.
+    fn start(
+        addr: std::net::SocketAddr,
+        args: &BackupBenchArgs,
+        first_ts: i64,
+        depart: bool,
+    ) -> Load {
         let (stop, acked) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicU64::new(0)),
@@ -187,8 +195,14 @@ impl Load {
                 std::thread::spawn(move || {
                     let mut client = HttpClient::new(addr);
                     let mut ts = first_ts;
+                    let mut current: Option<String> = None;
                     while !stop.load(Ordering::Relaxed) {
                         let device = format!("car-{c}-{}", ts / 100_000);
+                        if depart && current.as_ref().is_some_and(|d| *d != device) {
+                            let gone = format!("/api/roamkv/v1/devices/{}", current.take().unwrap_or_default());
+                            client.request("DELETE", &gone, "application/json", b"")?;
+                        }
+                        current = Some(device.clone());
                         let body: String = (0..per)
                             .map(|i| format!("{{\"device\":\"{device}\",\"sensor\":\"s{}\",\"ts_ns\":{},\"value\":\"{value}\"}}\n", i % 8, ts + i as i64))
                             .collect();
@@ -400,12 +414,12 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
         r.disk_read_mib_per_sec
     );
 
-    let load = Load::start(edge.addr, args, 1 << 40);
+    let load = Load::start(edge.addr, args, 1 << 40, true);
     r.alone = sample(&load, args.seconds, None);
     load.stop()?;
     drop_caches()?;
     let set = target.mount_dir().join("set");
-    let load = Load::start(edge.addr, args, 1 << 41);
+    let load = Load::start(edge.addr, args, 1 << 41, true);
     let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
     let backups = back_to_back(
         format!("http://{}", edge.addr),
@@ -430,7 +444,7 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
 /// Writes `--fill-mib` of readings and waits a management time, so that part of them is in
 /// the lower tier when the backups run.
 fn fill(edge: &Edge, args: &BackupBenchArgs) -> Result<()> {
-    let load = Load::start(edge.addr, args, 0);
+    let load = Load::start(edge.addr, args, 0, false);
     let want = (args.fill_mib << 20) / args.value_bytes as u64;
     let started = Instant::now();
     while load.acked.load(Ordering::Relaxed) < want && !load.threads.iter().all(|t| t.is_finished())
