@@ -400,7 +400,8 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
     std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
     let header = MachineHeader::collect();
     let edge = Edge::start(args.management_time_ms, args.log_budget_mib, &args.out)?;
-    let target = Fixture::create(FsSpec::Ext4, 16 << 30)?;
+    // Back-to-back backups of a set that keeps every one: room for tens of GiB.
+    let target = Fixture::create(FsSpec::Ext4, 48 << 30)?;
     println!(
         "roamkv bench backup: roamkv serve (log budget {} MiB) on an ext4 of its own, the backup set on another; {} MiB first, then {} s of {} clients alone and {} s during backups",
         args.log_budget_mib, args.fill_mib, args.seconds, args.clients, args.seconds
