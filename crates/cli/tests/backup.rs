@@ -357,12 +357,25 @@ fn a_backup_killed_half_way_is_refused_and_the_next_one_copies_only_what_is_new(
     drop(edge);
     assert_eq!(batches_in(&target, 1)["car-0"].len(), 170);
     // With no server on it, the directory itself is backed up (`--data`), into the same set.
-    let offline = roamkv(&["backup", "--data", data.to_str().expect("utf-8"), "--to", set_arg, "--json"]);
+    let offline = roamkv(&[
+        "backup",
+        "--data",
+        data.to_str().expect("utf-8"),
+        "--to",
+        set_arg,
+        "--json",
+    ]);
     assert!(offline.status.success(), "{}", text(&offline));
     let offline: serde_json::Value = serde_json::from_slice(&offline.stdout).expect("JSON");
     assert_eq!(offline["backup"], 3);
     let target = tmp.path().join("restored-offline");
-    let restored = roamkv(&["restore", "--from", set_arg, "--to", target.to_str().expect("utf-8")]);
+    let restored = roamkv(&[
+        "restore",
+        "--from",
+        set_arg,
+        "--to",
+        target.to_str().expect("utf-8"),
+    ]);
     assert!(restored.status.success(), "{}", text(&restored));
     assert_eq!(batches_in(&target, 1)["car-0"].len(), 170);
 }
