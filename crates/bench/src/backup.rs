@@ -526,6 +526,30 @@ fn summarize(r: &mut BackupResults) {
     r.ingest_share_during_phase = mean(&r.during) / r.ingest_alone_per_sec.max(1e-9);
 }
 
+/// The run in one line: the terminal's last, the report's first.
+fn summary_line(r: &BackupResults) -> String {
+    format!(
+        "{} of {} backups completed (the rest lost their hold: serve.log); ingest alone {:.0} readings/s; during the first complete backup {:.0} ({:.0} %); over the whole phase of back-to-back backups {:.0} %; the full backup copied at {:.0} MiB/s, {:.0} % of the disk's sequential read ({:.0} MiB/s), with ingest stopped {:.0} MiB/s; restore of {:.0} MiB {:.1} s, open {:.1} s, check {:.1} s",
+        r.backups.iter().filter(|b| b.failed.is_none()).count(),
+        r.backups.len(),
+        r.ingest_alone_per_sec,
+        r.ingest_during_full_per_sec,
+        r.ingest_share_during_full * 100.0,
+        r.ingest_share_during_phase * 100.0,
+        r.backups
+            .iter()
+            .find(|b| b.failed.is_none())
+            .map_or(0.0, |b| b.mib_per_sec),
+        r.full_backup_share_of_disk_read * 100.0,
+        r.disk_read_mib_per_sec,
+        r.idle_backup_mib_per_sec,
+        r.restored_bytes as f64 / 1_048_576.0,
+        r.restore_seconds,
+        r.open_seconds,
+        r.check_seconds
+    )
+}
+
 fn report(args: &BackupBenchArgs, header: &MachineHeader, r: &BackupResults) -> Result<()> {
     let mut rows: Vec<Vec<String>> = r
         .backups
@@ -554,26 +578,7 @@ fn report(args: &BackupBenchArgs, header: &MachineHeader, r: &BackupResults) -> 
         "MiB/s copied",
     ];
     println!("{}", terminal_table(&columns, &rows));
-    let summary = format!(
-        "{} of {} backups completed (the rest lost their hold: serve.log); ingest alone {:.0} readings/s; during the first complete backup {:.0} ({:.0} %); over the whole phase of back-to-back backups {:.0} %; the full backup copied at {:.0} MiB/s, {:.0} % of the disk's sequential read ({:.0} MiB/s), with ingest stopped {:.0} MiB/s; restore of {:.0} MiB {:.1} s, open {:.1} s, check {:.1} s",
-        r.backups.iter().filter(|b| b.failed.is_none()).count(),
-        r.backups.len(),
-        r.ingest_alone_per_sec,
-        r.ingest_during_full_per_sec,
-        r.ingest_share_during_full * 100.0,
-        r.ingest_share_during_phase * 100.0,
-        r.backups
-            .iter()
-            .find(|b| b.failed.is_none())
-            .map_or(0.0, |b| b.mib_per_sec),
-        r.full_backup_share_of_disk_read * 100.0,
-        r.disk_read_mib_per_sec,
-        r.idle_backup_mib_per_sec,
-        r.restored_bytes as f64 / 1_048_576.0,
-        r.restore_seconds,
-        r.open_seconds,
-        r.check_seconds
-    );
+    let summary = summary_line(r);
     println!("{summary}");
     let json = serde_json::json!({
         "machine": header,
