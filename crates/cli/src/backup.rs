@@ -51,6 +51,12 @@ pub struct RestoreArgs {
     pub json: bool,
 }
 
+/// What a backup copies: a running server's directory, or one opened here.
+enum Source {
+    Server(Remote),
+    Directory(roamkv_engine::Engine),
+}
+
 pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
     if let Some(set) = &args.verify {
         return verify(set, args.json);
@@ -60,27 +66,61 @@ pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
         .as_deref()
         .ok_or("give --to DIR (the backup set), or --verify DIR")?;
     let started = Instant::now();
+    // The source is checked before the set is touched: bad input changes nothing.
+    let source = match (Remote::from_args(&args.remote)?, args.data.as_deref()) {
+        (Some(remote), _) => Source::Server(remote),
+        (None, Some(data)) => Source::Directory(open_existing(data)?),
+        (None, None) => {
+            return Err("give --data DIR or --server URL (the directory to back up)".into());
+        }
+    };
+    let made_here = !to.join(backup::SET_IDENTITY_FILE).exists();
+    let was_missing = !to.exists();
     let set = BackupSet::open_or_create(to).map_err(|e| e.to_string())?;
-    let manifest = if let Some(remote) = Remote::from_args(&args.remote)? {
-        let writer = set.begin().map_err(|e| e.to_string())?;
-        let have = serde_json::to_value(writer.have()).map_err(|e| e.to_string())?;
-        let mut answer = remote.post_streaming("/backup", &have)?;
-        backup::read_tar(&mut answer, writer)
-            .map_err(|e| format!("{} (from {}): {e}", set.path.display(), remote.base))?
-    } else {
-        let data = args
-            .data
-            .as_deref()
-            .ok_or("give --data DIR or --server URL (the directory to back up)")?;
-        let engine = open_existing(data)?;
-        let snapshot = engine.snapshot(&["server"]).map_err(|e| e.to_string())?;
-        let manifest = backup::to_set(&snapshot, &set).map_err(|e| e.to_string())?;
-        drop(snapshot);
-        engine.close().map_err(|e| e.to_string())?;
-        manifest
+    let outcome = match source {
+        Source::Server(remote) => from_server(&remote, &set),
+        Source::Directory(engine) => from_directory(engine, &set),
+    };
+    let manifest = match outcome {
+        Ok(manifest) => manifest,
+        Err(e) => {
+            if made_here {
+                // Nothing was backed up into a set made for it: it goes, as it was.
+                let _ = std::fs::remove_dir_all(to);
+                if !was_missing {
+                    let _ = std::fs::create_dir_all(to);
+                }
+            }
+            return Err(e);
+        }
     };
     report(&set, &manifest, started.elapsed().as_secs_f64(), args.json);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A backup streamed from a running server. A refusal before the stream began leaves no
+/// trace of the backup; a stream cut short leaves it partial (removed by the next backup).
+fn from_server(remote: &Remote, set: &BackupSet) -> Result<Manifest, String> {
+    let writer = set.begin().map_err(|e| e.to_string())?;
+    let have = serde_json::to_value(writer.have()).map_err(|e| e.to_string())?;
+    let mut answer = match remote.post_streaming("/backup", &have) {
+        Ok(answer) => answer,
+        Err(e) => {
+            let _ = writer.abandon();
+            return Err(e);
+        }
+    };
+    backup::read_tar(&mut answer, writer)
+        .map_err(|e| format!("{} (from {}): {e}", set.path.display(), remote.base))
+}
+
+/// A backup of a directory no server runs on, through the engine opened on it.
+fn from_directory(engine: roamkv_engine::Engine, set: &BackupSet) -> Result<Manifest, String> {
+    let snapshot = engine.snapshot(&["server"]).map_err(|e| e.to_string())?;
+    let manifest = backup::to_set(&snapshot, set).map_err(|e| e.to_string())?;
+    drop(snapshot);
+    engine.close().map_err(|e| e.to_string())?;
+    Ok(manifest)
 }
 
 fn report(set: &BackupSet, manifest: &Manifest, seconds: f64, as_json: bool) {

@@ -449,3 +449,48 @@ fn wait_for_rows(pg: &Cluster, rows: i64) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn bad_input_changes_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let set = tmp.path().join("set");
+    let set_arg = set.to_str().expect("utf-8");
+    let not_data = tmp.path().join("not-data");
+    std::fs::create_dir_all(&not_data).expect("mkdir");
+    for args in [
+        vec!["backup", "--to", set_arg],
+        vec![
+            "backup",
+            "--data",
+            not_data.to_str().expect("utf-8"),
+            "--to",
+            set_arg,
+        ],
+        // Nothing listens on port 9 (discard) here.
+        vec!["backup", "--server", "http://127.0.0.1:9", "--to", set_arg],
+        vec!["backup", "--server", "not-a-url", "--to", set_arg],
+    ] {
+        let output = roamkv(&args);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(
+            !set.exists(),
+            "{args:?} made {}: {}",
+            set.display(),
+            text(&output)
+        );
+    }
+    let output = roamkv(&[
+        "restore",
+        "--from",
+        set_arg,
+        "--to",
+        tmp.path().join("r").to_str().expect("utf-8"),
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output).contains("not a backup set"),
+        "{}",
+        text(&output)
+    );
+    assert!(!tmp.path().join("r").exists());
+}

@@ -237,6 +237,7 @@ impl BackupSet {
 /// A backup being written (`BackupSet::begin`).
 pub struct BackupWriter {
     number: u64,
+    /// `NNNNNNNNNN/` of this backup.
     dir: PathBuf,
     earlier: Option<Manifest>,
     /// Files received: name -> (bytes, crc32c).
@@ -266,6 +267,12 @@ impl FileSink {
 impl BackupWriter {
     pub fn number(&self) -> u64 {
         self.number
+    }
+
+    /// Gives the backup up before anything was received (its source refused): its directory
+    /// goes, as if it had not begun.
+    pub fn abandon(self) -> Result<()> {
+        fs::remove_dir_all(&self.dir).context(|| format!("removing {}", self.dir.display()))
     }
 
     /// What the set holds that this backup may take (empty for a first backup).
