@@ -6,8 +6,9 @@
 //!    before the call is before it;
 //! 2. the live segments the directory needs to open (those after the catalog's last aged
 //!    segment, up to P's), **held** (an in-memory feed slot: they do not retire while they are
-//!    read; the hold is released only near the log's budget, and then the copy fails rather
-//!    than read a recycled file);
+//!    read; the hold moves past each segment once it is copied, oldest first, and is released
+//!    only when the log passes `BACKUP_HOLD_RELEASE_PERCENT` of its budget, and then the copy
+//!    fails rather than read a recycled file);
 //! 3. the lower tier's **checkpoint** (RocksDB's Checkpoint; LevelDB: hard links checked
 //!    against its MANIFEST, `lower::level`), hard links in `DIR/backup/` (cheap, same file
 //!    system), and copies of the directories the caller names (`server/`).

@@ -324,8 +324,8 @@ pub(crate) fn new_slot(pos: LogPos) -> Slot {
     }
 }
 
-/// A hold that lives in memory only, kept past the cap as a reader's scan is (the log's
-/// budget still releases it): a backup's, for the time it reads its segments.
+/// A hold that lives in memory only, kept past the cap and past log pressure, released only
+/// near a full budget (hold.rs): a backup's, for the time it reads its segments.
 pub(crate) fn transient_slot(pos: LogPos) -> Slot {
     Slot {
         for_snapshot: true,
