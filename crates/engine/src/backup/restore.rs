@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::manifest::{Manifest, ManifestFile, crc_hex};
-use super::set::{BackupSet, sync_dir, sync_tree};
+use super::set::{BackupSet, sync_tree};
 use super::snapshot::FileKind;
+use crate::commit_log::slots::sync_dir;
 use crate::error::{Error, IoContext, Result};
 
 const CHUNK_BYTES: usize = 1 << 20;

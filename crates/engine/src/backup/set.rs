@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::manifest::{MANIFEST_FORMAT, Manifest, ManifestFile, check_name, crc_hex, kind_name};
 use super::snapshot::FileKind;
+use crate::commit_log::slots::{sync_dir, write_durably};
 use crate::error::{Error, IoContext, Result};
 
 /// The file that makes a directory a backup set.
@@ -107,7 +108,6 @@ impl BackupSet {
         }
         fs::create_dir_all(path).context(|| format!("creating {}", path.display()))?;
         write_durably(&identity, SET_IDENTITY.as_bytes())?;
-        sync_dir(path)?;
         Ok(BackupSet {
             path: path.to_path_buf(),
         })
@@ -394,7 +394,6 @@ impl BackupWriter {
         sync_tree(&self.dir)?;
         let bytes = manifest.to_bytes()?;
         write_durably(&self.dir.join(MANIFEST_FILE), &bytes)?;
-        sync_dir(&self.dir)?;
         Ok(manifest)
     }
 
@@ -426,22 +425,6 @@ pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Writes a file whole under a temporary name, fdatasync'd, renamed into place.
-pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut file = File::create(&tmp).context(|| format!("creating {}", tmp.display()))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_data())
-        .context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).context(|| format!("renaming {}", tmp.display()))
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .context(|| format!("fsync {}", dir.display()))
 }
 
 /// fsyncs every directory under `dir` and `dir` itself (the files were synced as written).

@@ -281,7 +281,8 @@ pub(crate) fn remove_slot(data_dir: &Path, name: &str) -> Result<()> {
 }
 
 /// tmp, fdatasync, rename, directory fsync: after a crash the file is the old one or the new.
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+/// (Also a backup set's identity file and manifests: `backup/set.rs`.)
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     fs::write(&tmp, bytes).context(|| format!("writing {}", tmp.display()))?;
     File::open(&tmp)
@@ -291,7 +292,7 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .context(|| format!("syncing directory {}", dir.display()))
