@@ -4,6 +4,7 @@
 mod admin;
 mod backup;
 mod demo;
+mod export;
 mod handoff;
 mod json;
 mod reads;
@@ -48,6 +49,9 @@ enum Command {
     /// Copy a data directory, consistently, into a backup set while it serves (--server) or
     /// while nothing runs on it (--data); or check a set (--verify).
     Backup(backup::BackupArgs),
+    /// Write readings (of some devices or all, over a time range) to a Parquet, Arrow, CSV or
+    /// JSON lines file, from a running server (--server) or a data directory (--data).
+    Export(export::ExportArgs),
     /// Make a new data directory from a backup.
     Restore(backup::RestoreArgs),
     /// The TPCx-IoT mobility benchmark against RocksDB, LevelDB and SQLite.
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
             Err(message) => Err(message),
         },
         Command::Restore(args) => backup::restore(&args),
+        Command::Export(args) => export::run(&args),
         Command::Bench(args) => return roamkv_bench::cli::run(&args),
         Command::Lab(args) => return roamkv_lab::cli::run(&args),
         Command::Serve(args) => roamkv_server::run(&args),

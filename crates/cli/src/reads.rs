@@ -35,13 +35,13 @@ pub struct SourceArgs {
     pub remote: RemoteArgs,
 }
 
-enum Source {
+pub(crate) enum Source {
     Local(Engine),
     Remote(Remote),
 }
 
 impl SourceArgs {
-    fn open(&self) -> Result<Source, String> {
+    pub(crate) fn open(&self) -> Result<Source, String> {
         if let Some(remote) = Remote::from_args(&self.remote)? {
             return Ok(Source::Remote(remote));
         }

@@ -119,7 +119,24 @@ impl Remote {
         body: &Value,
     ) -> Result<reqwest::blocking::Response, String> {
         let url = format!("{}/api/roamkv/v1{path}", self.base);
-        let mut request = self.streaming.post(&url).json(body);
+        self.streaming(self.streaming.post(&url).json(body), &url)
+    }
+
+    /// A GET of `/api/roamkv/v1{path}` read as it streams, as `post_streaming`.
+    pub fn get_streaming(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<reqwest::blocking::Response, String> {
+        let url = format!("{}/api/roamkv/v1{path}", self.base);
+        self.streaming(self.streaming.get(&url).query(query), &url)
+    }
+
+    fn streaming(
+        &self,
+        mut request: reqwest::blocking::RequestBuilder,
+        url: &str,
+    ) -> Result<reqwest::blocking::Response, String> {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -130,7 +147,7 @@ impl Remote {
         if status == 200 {
             Ok(answer)
         } else {
-            Err(refused(&url, status, &answer.json().unwrap_or(Value::Null)))
+            Err(refused(url, status, &answer.json().unwrap_or(Value::Null)))
         }
     }
 

@@ -424,8 +424,9 @@ fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     assert_eq!(roamkv_dependencies("wire"), set(&["engine"]));
     assert_eq!(
         roamkv_dependencies("server"),
-        set(&["engine", "sink", "wire"])
+        set(&["engine", "export", "sink", "wire"])
     );
+    assert_eq!(roamkv_dependencies("export"), set(&["engine", "wire"]));
     assert_eq!(roamkv_dependencies("sink"), set(&["engine"]));
     assert_eq!(
         roamkv_dependencies("bench"),
@@ -438,7 +439,7 @@ fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     assert_eq!(roamkv_dependencies("lab"), set(&["engine", "testbed"]));
     assert_eq!(
         roamkv_dependencies("cli"),
-        set(&["bench", "engine", "lab", "server", "sink", "wire"])
+        set(&["bench", "engine", "export", "lab", "server", "sink", "wire"])
     );
 }
 

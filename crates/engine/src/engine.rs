@@ -17,7 +17,7 @@ use crate::index_apply;
 use crate::limits::{self, SEGMENT_HEADER_BYTES};
 use crate::maintenance;
 use crate::options::{Durability, IndexApply, Options};
-use crate::query::{self, DeviceInfo, ScanCursor, ScanPage};
+use crate::query::{self, DeviceInfo, ReadView, ScanCursor, ScanPage};
 use crate::reading::{Reading, Record, user_bytes, validate_device, validate_record};
 use crate::recovery;
 use crate::state::{Inner, State};
@@ -263,7 +263,57 @@ impl Engine {
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<ScanPage> {
-        query::scan_page(&self.inner, device, sensor, from_ns, to_ns, after, limit)
+        query::scan_page(
+            &self.inner,
+            None,
+            device,
+            sensor,
+            from_ns,
+            to_ns,
+            after,
+            limit,
+        )
+    }
+
+    /// A view for reading many devices page by page as of now (an export): the devices mapped
+    /// and the end of what is acknowledged, taken together (`ReadView`).
+    pub fn read_view(&self) -> Result<ReadView> {
+        query::read_view(&self.inner)
+    }
+
+    /// `scan_page` in a view: the same page, without the log's readings written after the view
+    /// was taken. Readings that leave the log meanwhile are found in the lower tier, as by any
+    /// page; a device that departed since has none.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan_page_in(
+        &self,
+        view: &ReadView,
+        device: &str,
+        sensor: Option<&str>,
+        from_ns: i64,
+        to_ns: i64,
+        after: Option<&ScanCursor>,
+        limit: usize,
+    ) -> Result<ScanPage> {
+        let inner = &self.inner;
+        query::scan_page(
+            inner,
+            Some(view),
+            device,
+            sensor,
+            from_ns,
+            to_ns,
+            after,
+            limit,
+        )
+    }
+
+    /// Whether the lower tier still holds nothing written after `view` was taken: true until the
+    /// log segment being written then leaves the log (its management time, or log pressure).
+    /// Pages read while this holds are exactly the view's; later ones may add readings of the
+    /// view's devices written after it (never lose one written before).
+    pub fn view_is_exact(&self, view: &ReadView) -> bool {
+        query::view_is_exact(&self.inner, view)
     }
 
     /// Retention at device granularity: if every reading of `device` is older than `cutoff_ns`

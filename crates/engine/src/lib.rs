@@ -72,7 +72,7 @@ pub use ids::{LowerId, SegmentSeq, WindowId};
 pub use limits::SCAN_PAGE_READINGS_MAX;
 pub use lower::keys;
 pub use options::{Durability, IndexApply, MoveRule, Options};
-pub use query::{DeviceInfo, DeviceTier, ScanCursor, ScanPage};
+pub use query::{DeviceInfo, DeviceTier, ReadView, ScanCursor, ScanPage};
 pub use reading::{NS_PER_MS, Reading, Record, ms_to_ns, validate_record};
 pub use recovery::{CheckReport, check};
 pub use stats::{LowerDiagnostics, PassTimes, Stats, TierStats};

@@ -274,14 +274,17 @@ impl DeviceIndex {
     }
 
     /// Up to `limit` entries with from <= ts < to, of one sensor or all, in (sensor, ts) order,
-    /// strictly after `after` = (sensor, ts) when given. Costs O(s log s + log n + limit) for s
-    /// sensors whatever the window holds, so a paged scan never materialises a whole device.
+    /// strictly after `after` = (sensor, ts) when given, and only entries before `before` in the
+    /// log when given (a `ReadView`'s page). Costs O(s log s + log n + limit) for s sensors
+    /// whatever the window holds (plus the entries `before` skips), so a paged scan never
+    /// materialises a whole device.
     pub fn page(
         &self,
         sensor: Option<&str>,
         from_ns: i64,
         to_ns: i64,
         after: Option<(&str, i64)>,
+        before: Option<LogPosition>,
         limit: usize,
     ) -> Vec<(&str, IndexEntry)> {
         let candidates: Vec<(&str, &SensorEntries)> = match (sensor, after) {
@@ -313,8 +316,22 @@ impl DeviceIndex {
                 start = start.max(entries.partition_point(|e| e.ts_ns <= after_ts));
             }
             let end = entries.partition_point(|e| e.ts_ns < to_ns).max(start);
-            let take = (end - start).min(limit - out.len());
-            out.extend(entries.range(start..start + take).map(|e| (name, *e)));
+            let room = limit - out.len();
+            match before {
+                None => out.extend(
+                    entries
+                        .range(start..start + (end - start).min(room))
+                        .map(|e| (name, *e)),
+                ),
+                // A view's page: entries written at or after its position are not in it.
+                Some(p) => out.extend(
+                    entries
+                        .range(start..end)
+                        .filter(|e| e.position() < p)
+                        .take(room)
+                        .map(|e| (name, *e)),
+                ),
+            }
         }
         out
     }

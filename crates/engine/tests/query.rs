@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use roamkv_engine::{DeviceTier, Engine, LowerTierKind, Reading, ScanCursor};
+use roamkv_engine::{DeviceTier, Engine, LowerTierKind, ReadView, Reading, ScanCursor};
 
 const SENSORS: [&str; 3] = ["alt", "speed", "temp"];
 
@@ -180,4 +180,96 @@ fn bad_page_arguments_are_errors() {
         .scan_page("car-1", None, i64::MIN, i64::MAX, Some(&cursor), 5)
         .expect("page");
     assert!(page.readings.is_empty() && page.next.is_none());
+}
+
+/// Every page of a device in a view, following the cursors.
+fn view_pages(engine: &Engine, view: &ReadView, device: &str, limit: usize) -> Vec<Reading> {
+    let mut out = Vec::new();
+    let mut after: Option<ScanCursor> = None;
+    loop {
+        let page = engine
+            .scan_page_in(
+                view,
+                device,
+                None,
+                i64::MIN,
+                i64::MAX,
+                after.as_ref(),
+                limit,
+            )
+            .expect("scan_page_in");
+        out.extend(page.readings);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+}
+
+#[test]
+fn a_read_view_leaves_out_later_writes_and_follows_readings_that_leave_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = open(dir.path(), &clock);
+    fill(&engine);
+    let before: Vec<Reading> = ["car-1", "car-2"]
+        .iter()
+        .flat_map(|d| engine.scan(d, None, i64::MIN, i64::MAX).expect("scan"))
+        .collect();
+    let view = engine.read_view().expect("view");
+    let names: Vec<&str> = view.devices().iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["car-1", "car-2"]);
+    // Written after the view: new timestamps inside and after its range, a new sensor, a new
+    // device. None of them is in the view.
+    for ts in [1, 3, 5, 500] {
+        engine.put("car-1", "speed", ts, b"later").expect("put");
+    }
+    engine.put("car-1", "zzz", 7, b"later").expect("put");
+    engine.put("car-3", "speed", 7, b"later").expect("put");
+    let read = |limit| -> Vec<Reading> {
+        ["car-1", "car-2"]
+            .iter()
+            .flat_map(|d| view_pages(&engine, &view, d, limit))
+            .collect()
+    };
+    assert!(engine.view_is_exact(&view));
+    for limit in [1, 7, 1000] {
+        assert_eq!(read(limit), before, "page size {limit}");
+    }
+    // Half-way through car-1, its readings leave the log: the rest of its pages find them in
+    // the lower tier, none twice, none lost.
+    let mut first = engine
+        .scan_page_in(&view, "car-1", None, i64::MIN, i64::MAX, None, 60)
+        .expect("first page");
+    let cursor = first.next.take().expect("more pages");
+    clock.advance_ms(MANAGEMENT_MS / 2);
+    engine.maintain().expect("seal");
+    // The view's segment is still in the log: the view is exact.
+    assert!(engine.view_is_exact(&view));
+    settle(&engine, &clock);
+    let mut got = first.readings;
+    let mut after = Some(cursor);
+    while let Some(cursor) = after {
+        let page = engine
+            .scan_page_in(&view, "car-1", None, i64::MIN, i64::MAX, Some(&cursor), 13)
+            .expect("page");
+        got.extend(page.readings);
+        after = page.next;
+    }
+    let car1: Vec<Reading> = before
+        .iter()
+        .filter(|r| r.device == "car-1")
+        .cloned()
+        .collect();
+    // The writes after the view left the log with the rest: the lower tier now holds readings
+    // written after it, and the view says so.
+    assert!(!engine.view_is_exact(&view));
+    let later: Vec<&Reading> = got.iter().filter(|r| r.value == b"later").collect();
+    assert_eq!(got.len(), car1.len() + later.len(), "{later:?}");
+    let kept: Vec<Reading> = got
+        .iter()
+        .filter(|r| r.value != b"later")
+        .cloned()
+        .collect();
+    assert_eq!(kept, car1);
 }

@@ -10,8 +10,6 @@
 //! snapshot's hold on the log and its staged files at once.
 
 use std::io::Write;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -20,10 +18,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use roamkv_engine::backup::{Have, write_tar};
-use tokio::sync::mpsc;
 
 use crate::error::ApiError;
 use crate::state::Shared;
+use crate::stream;
 
 /// The server's own files, copied with the engine's (docs/FORMAT.md, "DIR/server").
 const SERVER_DIR: &str = "server";
@@ -51,10 +49,9 @@ async fn backup(State(state): State<Shared>, body: Bytes) -> Result<Response, Ap
         .map_err(|e| ApiError::internal(format!("taking the backup's snapshot: {e}")))?;
     let position = snapshot.position().to_string();
     tracing::info!(%position, files = snapshot.files().len(), "backup started");
-    let (sender, receiver) = mpsc::channel(STREAM_CHUNKS_MAX);
+    let (writer, chunks) = stream::channel(STREAM_CHUNKS_MAX);
     tokio::task::spawn_blocking(move || {
-        let mut out =
-            std::io::BufWriter::with_capacity(STREAM_CHUNK_BYTES, ChannelWriter(sender.clone()));
+        let mut out = std::io::BufWriter::with_capacity(STREAM_CHUNK_BYTES, writer.clone());
         let sent = write_tar(&snapshot, &have, &mut out).and_then(|summary| {
             out.flush()
                 .map_err(|e| roamkv_engine::Error::Backup(format!("sending the backup: {e}")))
@@ -69,12 +66,12 @@ async fn backup(State(state): State<Shared>, body: Bytes) -> Result<Response, Ap
             Err(e) => {
                 tracing::warn!(error = %e, "backup stopped");
                 // The client sees the stream end before its summary (a partial backup).
-                let _ = sender.blocking_send(Err(std::io::Error::other(e.to_string())));
+                writer.fail(e.to_string());
             }
         }
         drop(snapshot);
     });
-    let mut response = Body::from_stream(Chunks(receiver)).into_response();
+    let mut response = Body::from_stream(chunks).into_response();
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(
@@ -85,31 +82,4 @@ async fn backup(State(state): State<Shared>, body: Bytes) -> Result<Response, Ap
         headers.insert("x-roamkv-backup-position", value);
     }
     Ok(response)
-}
-
-/// The blocking side of the channel: a write waits for room, and fails once the client is gone.
-struct ChannelWriter(mpsc::Sender<Result<Vec<u8>, std::io::Error>>);
-
-impl Write for ChannelWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .blocking_send(Ok(buf.to_vec()))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client left"))?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The answer's body: the chunks as they come.
-struct Chunks(mpsc::Receiver<Result<Vec<u8>, std::io::Error>>);
-
-impl futures_core::Stream for Chunks {
-    type Item = Result<Vec<u8>, std::io::Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
-    }
 }

@@ -18,6 +18,7 @@ pub mod departing;
 pub mod edge;
 mod error;
 mod event_ids;
+mod export;
 pub mod fence;
 pub mod files;
 pub mod handoff;
@@ -31,6 +32,7 @@ pub mod retention_store;
 mod router;
 mod state;
 pub mod status;
+mod stream;
 pub mod tls;
 mod v3;
 

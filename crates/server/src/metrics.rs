@@ -69,6 +69,9 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_seconds: Family<RouteLabels, Histogram>,
     pub mqtt_connected: Gauge,
+    /// Exports being written (export.rs), and the readings they wrote.
+    pub exports_in_flight: Gauge,
+    pub exported_readings: Counter,
     /// REST-posted events published to the bus, or dropped from it (republish.rs).
     pub republished: Family<OutcomeLabels, Counter>,
     engine: EngineMetrics,
@@ -406,6 +409,8 @@ impl Metrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
             mqtt_connected: Gauge::default(),
+            exports_in_flight: Gauge::default(),
+            exported_readings: Counter::default(),
             republished: Family::default(),
             engine: EngineMetrics::default(),
             cloud: CloudMetrics::default(),
@@ -476,6 +481,16 @@ impl Metrics {
             "mqtt_connected",
             "1 while subscribed to the MQTT event topic",
             self.mqtt_connected.clone(),
+        );
+        r.register(
+            "exports_in_flight",
+            "Exports being written (GET /api/roamkv/v1/export)",
+            self.exports_in_flight.clone(),
+        );
+        r.register(
+            "exported_readings",
+            "Readings written by exports that finished",
+            self.exported_readings.clone(),
         );
         r.register(
             "republished_events",

@@ -15,6 +15,8 @@
 //! - `GET /sink`, `GET /departures`: the cloud sink and the departures waiting for it
 //!   (cloud.rs);
 //! - `POST /backup`: a consistent copy of the data directory as a tar stream (backup.rs);
+//! - `GET /export`: readings streamed out as Parquet, Arrow, CSV or JSON lines (export.rs,
+//!   merged by the router: it reads its times as the scan does, with `parse_bound`);
 //! - `PUT|GET|DELETE /devices/{device}/retention` (`{"max_age_ms": N}`), `GET /retention`: the
 //!   device's maximum reading age, kept across restarts and applied every
 //!   `--retention-interval-s` (retention.rs).
@@ -34,17 +36,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use roamkv_engine::{Reading, ScanCursor};
+use roamkv_engine::ScanCursor;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use roamkv_wire::KeyedReading;
 use roamkv_wire::batch;
 use roamkv_wire::edgex::event_index::is_deleted;
-use roamkv_wire::edgex::readable::readable;
+use roamkv_wire::edgex::readable::reading_json;
 use roamkv_wire::names::{check_device_name, check_not_internal};
 use roamkv_wire::report;
-use roamkv_wire::time_arg::{format_time, parse_time};
+use roamkv_wire::time_arg::parse_time;
 
 use crate::body::read_body;
 use crate::error::ApiError;
@@ -181,23 +183,6 @@ async fn post_readings(
     }
 }
 
-/// A reading as the CLI prints it (crates/cli/src/json.rs): `value` text, `value_b64`, or, for
-/// a reading stored from an EdgeX event, `edgex`: the reading with its value decoded.
-fn reading_json(r: Reading) -> Value {
-    let mut out = json!({
-        "device": r.device, "sensor": r.sensor, "ts_ns": r.ts_ns, "ts": format_time(r.ts_ns),
-    });
-    if let Some(edgex) = readable(&r.value) {
-        out["edgex"] = serde_json::to_value(edgex).unwrap_or(Value::Null);
-        return out;
-    }
-    match String::from_utf8(r.value) {
-        Ok(text) => out["value"] = Value::String(text),
-        Err(e) => out["value_b64"] = Value::String(STANDARD.encode(e.into_bytes())),
-    }
-    out
-}
-
 async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError> {
     let devices = state.blocking(|s| Ok(s.devices())).await?;
     let now = now_ms();
@@ -256,7 +241,11 @@ fn decode_token(token: &str) -> Result<ScanCursor, ApiError> {
 }
 
 /// A window bound: `NAME_ns` (integer nanoseconds) or `NAME` (`roamkv_wire::time_arg`), not both.
-fn parse_bound(query: &HashMap<String, String>, name: &str, default: i64) -> Result<i64, ApiError> {
+pub(crate) fn parse_bound(
+    query: &HashMap<String, String>,
+    name: &str,
+    default: i64,
+) -> Result<i64, ApiError> {
     let ns_name = format!("{name}_ns");
     match (query.get(name), query.get(&ns_name)) {
         (Some(_), Some(_)) => Err(ApiError::bad_request(format!(

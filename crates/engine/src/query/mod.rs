@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use self::log::{ReadError, read_log};
 use self::lower::{LowerView, get_lower, latest_lower, page_lower};
+use crate::commit_log::position::LogPosition;
 use crate::commit_log::segment::Segment;
 use crate::error::{Error, Result};
 use crate::index_apply;
@@ -26,7 +27,7 @@ use crate::lower::keys::Place;
 use crate::lower::oldest_per_sensor;
 use crate::mapping::DeviceEntry;
 use crate::reading::{Reading, validate_device, validate_sensor};
-use crate::state::Inner;
+use crate::state::{Inner, State};
 use crate::upper::{DeviceIndex, IndexEntry};
 
 /// Where a device is in its life at this edge.
@@ -172,19 +173,24 @@ pub(crate) fn read(
 
 /// `Engine::devices`.
 pub(crate) fn devices(inner: &Inner) -> Vec<DeviceInfo> {
-    let now_ms = inner.options.clock.now_ms();
     let mut st = inner.state.lock();
     // Every acknowledged write is counted (a poisoned or closing engine lists what it has).
     let _ = index_apply::wait_for_committed(inner, &mut st);
-    let mut devices: Vec<DeviceInfo> = st
-        .map
-        .entries()
-        .filter(|(id, entry)| st.map.id(&entry.name) == Some(*id))
-        .map(|(_, entry)| device_info(inner, entry, now_ms))
-        .collect();
+    let mut devices = mapped_devices(inner, &st);
     drop(st);
     devices.sort_by(|a, b| a.name.cmp(&b.name));
     devices
+}
+
+/// Every device mapped, unsorted: a pass over the mapping table, under the state lock (the
+/// callers sort after they let it go).
+fn mapped_devices(inner: &Inner, st: &State) -> Vec<DeviceInfo> {
+    let now_ms = inner.options.clock.now_ms();
+    st.map
+        .entries()
+        .filter(|(id, entry)| st.map.id(&entry.name) == Some(*id))
+        .map(|(_, entry)| device_info(inner, entry, now_ms))
+        .collect()
 }
 
 /// `Engine::device`: one device's entry, looked up by name (no pass over the table).
@@ -254,9 +260,51 @@ pub(crate) fn latest(inner: &Inner, device: &str, sensor: Option<&str>) -> Resul
     })
 }
 
-/// `Engine::scan_page`.
+/// A view for a long read that pages through many devices (an export): the devices mapped and
+/// the log's applied end when it was taken. A page read in it leaves out log entries written at
+/// or after that end; the lower tier holds only readings of segments that left the log, all
+/// written before it while `ReadView::exact` holds (docs/ENGINE.md, "Read views").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadView {
+    pub(crate) end: LogPosition,
+    devices: Vec<DeviceInfo>,
+}
+
+impl ReadView {
+    /// Every device mapped when the view was taken, sorted by name.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    /// Where the view ends in the log: `SEGMENT:OFFSET`.
+    pub fn position(&self) -> String {
+        format!("{}:{}", self.end.segment_seq.0, self.end.offset)
+    }
+}
+
+/// `Engine::read_view`: the index caught up, its applied end and the device list, both under
+/// one hold of the state lock (a device in the list has every write before the end indexed).
+pub(crate) fn read_view(inner: &Inner) -> Result<ReadView> {
+    let mut st = inner.state.lock();
+    index_apply::wait_for_committed(inner, &mut st)?;
+    let end = st.log.applied_end;
+    let mut devices = mapped_devices(inner, &st);
+    drop(st);
+    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(ReadView { end, devices })
+}
+
+/// `ReadView::exact`: no segment at or after the view's end has left the log, so the lower tier
+/// holds nothing written after it.
+pub(crate) fn view_is_exact(inner: &Inner, view: &ReadView) -> bool {
+    inner.state.lock().lower.last_aged_seq < view.end.segment_seq
+}
+
+/// `Engine::scan_page` (`view`: `Engine::scan_page_in`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn scan_page(
     inner: &Inner,
+    view: Option<&ReadView>,
     device: &str,
     sensor: Option<&str>,
     from_ns: i64,
@@ -275,7 +323,14 @@ pub(crate) fn scan_page(
     // One more than asked tells whether another page follows.
     let mut readings = retry_moved(inner, |inner| {
         let located = locate(inner, device, |index| {
-            index.page(sensor, from_ns, to_ns, after, limit + 1)
+            index.page(
+                sensor,
+                from_ns,
+                to_ns,
+                after,
+                view.map(|v| v.end),
+                limit + 1,
+            )
         })?;
         let Located::Present { log, lower } = located else {
             return Ok(Vec::new());

@@ -95,6 +95,29 @@ pub fn stored_bytes(r: ReadableReading) -> Result<Vec<u8>, WireError> {
     })
 }
 
+/// A reading as the CLI prints it (crates/cli/src/json.rs), the native API answers it and an
+/// export writes it as JSON lines: `value` text, `value_b64`, or, for a reading stored from an
+/// EdgeX event, `edgex`: the reading with its value decoded.
+pub fn reading_json(r: roamkv_engine::Reading) -> Value {
+    use base64::Engine as _;
+    let mut out = serde_json::json!({
+        "device": r.device, "sensor": r.sensor, "ts_ns": r.ts_ns,
+        "ts": crate::time_arg::format_time(r.ts_ns),
+    });
+    if let Some(edgex) = readable(&r.value) {
+        out["edgex"] = serde_json::to_value(edgex).unwrap_or(Value::Null);
+        return out;
+    }
+    match String::from_utf8(r.value) {
+        Ok(text) => out["value"] = Value::String(text),
+        Err(e) => {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(e.into_bytes());
+            out["value_b64"] = Value::String(b64);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

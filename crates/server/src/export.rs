@@ -1,0 +1,157 @@
+//! `GET /api/roamkv/v1/export?device=&sensor=&start=&end=&format=`: readings streamed out as
+//! Parquet, an Arrow IPC stream, CSV or JSON lines (`roamkv_export`), while the server serves.
+//!
+//! `device` may be given more than once (none: every device); `start` and `end` take what the
+//! scan's `from` and `to` take (RFC 3339, `-1h`, epoch milliseconds; `start_ns`, `end_ns` in
+//! nanoseconds); `format` is `parquet` (the default), `arrow`, `csv` or `jsonl`. The request is
+//! checked and the export's read view taken before the answer starts, so a bad one is a 4xx
+//! that wrote nothing: an unknown format, an empty range (400), a device not here (404). The
+//! export then writes from a blocking thread through a bounded channel (`stream.rs`): its
+//! memory is `roamkv_export::limits` plus `STREAM_CHUNKS_MAX` chunks, whatever the range. A
+//! client that leaves ends it at its next write.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use roamkv_export::limits::OUTPUT_BUFFER_BYTES;
+use roamkv_export::{Export, ExportError, Format, Request, Selection};
+
+use crate::error::ApiError;
+use crate::native::parse_bound;
+use crate::state::Shared;
+use crate::stream;
+
+/// Chunks (each up to `OUTPUT_BUFFER_BYTES`) queued for a client: at most 4 MiB in flight.
+const STREAM_CHUNKS_MAX: usize = 4;
+
+/// The query parameters an export takes; any other is refused (a typo must not widen it).
+const PARAMETERS: [&str; 7] = [
+    "device", "sensor", "start", "end", "start_ns", "end_ns", "format",
+];
+
+pub fn routes() -> Router<Shared> {
+    Router::new().route("/export", get(export))
+}
+
+/// The request a query asks for.
+fn parse_request(query: Option<&str>) -> Result<Request, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("the query string does not parse: {e}")))?;
+    let mut single: HashMap<String, String> = HashMap::new();
+    let mut devices = Vec::new();
+    for (name, value) in pairs {
+        if !PARAMETERS.contains(&name.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "unknown parameter {name:?}: an export takes {}",
+                PARAMETERS.join(", ")
+            )));
+        }
+        if name == "device" {
+            devices.push(value);
+        } else if single.insert(name.clone(), value).is_some() {
+            return Err(ApiError::bad_request(format!("{name} is given twice")));
+        }
+    }
+    let format = match single.get("format") {
+        Some(name) => Format::parse(name).map_err(|e| ApiError::bad_request(e.to_string()))?,
+        None => Format::Parquet,
+    };
+    Ok(Request {
+        selection: if devices.is_empty() {
+            Selection::All
+        } else {
+            Selection::Devices(devices)
+        },
+        sensor: single.get("sensor").cloned(),
+        from_ns: parse_bound(&single, "start", i64::MIN)?,
+        to_ns: parse_bound(&single, "end", i64::MAX)?,
+        format,
+    })
+}
+
+fn api_error(e: ExportError) -> ApiError {
+    match e {
+        ExportError::BadRequest(_) => ApiError::bad_request(e.to_string()),
+        ExportError::UnknownDevice(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+        ExportError::Engine(e) => ApiError::from_engine(e),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+async fn export(
+    State(state): State<Shared>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let request = parse_request(query.as_deref())?;
+    let engine = Arc::clone(&state.engine);
+    let plan = tokio::task::spawn_blocking(move || Export::plan(&engine, request))
+        .await?
+        .map_err(api_error)?;
+    let format = plan.format();
+    let (writer, chunks) = stream::channel(STREAM_CHUNKS_MAX);
+    let engine = Arc::clone(&state.engine);
+    let in_flight = state.metrics.exports_in_flight.clone();
+    let exported = state.metrics.exported_readings.clone();
+    in_flight.inc();
+    tokio::task::spawn_blocking(move || {
+        let out = std::io::BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, writer.clone());
+        let done = plan.write(&engine, out).and_then(|(summary, mut out)| {
+            out.flush()?;
+            Ok(summary)
+        });
+        in_flight.dec();
+        match done {
+            Ok(summary) => {
+                exported.inc_by(summary.readings);
+                tracing::info!(
+                    readings = summary.readings,
+                    devices = summary.devices,
+                    view = %summary.view,
+                    exact = summary.exact,
+                    "export sent"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "export stopped");
+                writer.fail(e.to_string());
+            }
+        }
+    });
+    let mut response = Body::from_stream(chunks).into_response();
+    *response.status_mut() = StatusCode::OK;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_parse_and_bad_ones_are_refused() {
+        let r = parse_request(Some("device=a&device=b%20c&format=csv&start_ns=5&end_ns=9"))
+            .expect("parses");
+        assert_eq!(
+            r.selection,
+            Selection::Devices(vec!["a".into(), "b c".into()])
+        );
+        assert_eq!((r.from_ns, r.to_ns, r.format), (5, 9, Format::Csv));
+        let r = parse_request(None).expect("no query: everything, as Parquet");
+        assert_eq!(r.selection, Selection::All);
+        assert_eq!(r.format, Format::Parquet);
+        for bad in ["format=xml", "devices=a", "sensor=a&sensor=b", "start=soon"] {
+            let e = parse_request(Some(bad)).expect_err(bad);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}: {}", e.message);
+        }
+    }
+}
