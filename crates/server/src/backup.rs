@@ -33,6 +33,9 @@ pub fn routes() -> Router<Shared> {
     Router::new().route("/backup", post(backup))
 }
 
+#[utoipa::path(post, path = "/api/roamkv/v1/backup", tag = "export and backup",
+    request_body(content = String, content_type = "application/json", description = "optional: what the client's backup set holds `{\"log_id\", \"files\"}`"),
+    responses((status = 200, description = "the snapshot as a tar stream", content_type = "application/x-tar"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
 async fn backup(State(state): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
     let have: Have = if body.iter().all(u8::is_ascii_whitespace) {
         Have::default()

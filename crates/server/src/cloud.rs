@@ -91,11 +91,15 @@ pub fn routes() -> Router<Shared> {
         .route("/departures", get(departures))
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/sink", tag = "cloud sink",
+    responses((status = 200, description = "the cloud sink's state, lag and hold")))]
 async fn sink_status(State(state): State<Shared>) -> Result<Response, ApiError> {
     let view = state.blocking(|s| Ok(view(s))).await?;
     Ok(Json(json!(view)).into_response())
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/departures", tag = "cloud sink",
+    responses((status = 200, description = "departures waiting for the cloud sink")))]
 async fn departures(State(state): State<Shared>) -> Result<Response, ApiError> {
     let waiting = state.departing.list();
     Ok(Json(json!({

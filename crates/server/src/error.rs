@@ -56,6 +56,18 @@ impl ApiError {
     }
 }
 
+/// The body of every refusal, as the OpenAPI document shows it (`error_body` makes it).
+#[derive(utoipa::ToSchema)]
+#[allow(non_snake_case, dead_code)]
+pub struct ApiErrorBody {
+    /// Always "v3" (EdgeX's ErrorResponse).
+    apiVersion: String,
+    /// The HTTP status again.
+    statusCode: u16,
+    /// What was wrong, in words.
+    message: String,
+}
+
 pub fn error_body(status: StatusCode, message: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": API_VERSION,

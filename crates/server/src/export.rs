@@ -85,6 +85,18 @@ fn api_error(e: ExportError) -> ApiError {
     }
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/export", tag = "export and backup",
+    params(("device" = Option<Vec<String>>, Query, description = "a device (again for more; none: all)", explode = true),
+        ("sensor" = Option<String>, Query, description = "only this sensor"),
+        ("start" = Option<String>, Query, description = "first time: RFC 3339, relative (-1h) or epoch ms"),
+        ("end" = Option<String>, Query, description = "end time (exclusive), the same forms"),
+        ("start_ns" = Option<i64>, Query, description = "first time in ns"),
+        ("end_ns" = Option<i64>, Query, description = "end time in ns"),
+        ("format" = Option<String>, Query, description = "parquet (default), arrow, csv or jsonl")),
+    responses((status = 200, description = "the readings, streamed (docs/SERVER.md, \"Export\")",
+            content((Vec<u8> = "application/vnd.apache.parquet"), (Vec<u8> = "application/vnd.apache.arrow.stream"),
+                (String = "text/csv"), (String = "application/jsonl"))), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
+        (status = 404, description = "a device not here", body = crate::error::ApiErrorBody)))]
 async fn export(
     State(state): State<Shared>,
     RawQuery(query): RawQuery,

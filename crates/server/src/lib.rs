@@ -26,6 +26,7 @@ pub mod handoff_book;
 pub mod metrics;
 pub mod mqtt;
 mod native;
+mod openapi;
 mod republish;
 pub mod retention;
 pub mod retention_store;

@@ -149,6 +149,13 @@ fn parse_lines(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
     Ok(out)
 }
 
+#[utoipa::path(post, path = "/api/roamkv/v1/readings", tag = "readings",
+    request_body(content = String, content_type = "application/jsonl",
+        description = "JSON lines `{\"device\",\"sensor\",\"ts_ns\"|\"ts\",\"value\"|\"value_b64\"}`, or a binary batch (`application/vnd.roamkv.batch`)"),
+    responses((status = 201, description = "written as one engine batch: `{\"written\": N}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
+        (status = 409, description = "a device is fenced (handed off)", body = crate::error::ApiErrorBody),
+        (status = 413, description = "over the batch or value limits", body = crate::error::ApiErrorBody),
+        (status = 507, description = "no room in the log's budget; nothing written", body = crate::error::ApiErrorBody)))]
 async fn post_readings(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -183,6 +190,8 @@ async fn post_readings(
     }
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/devices", tag = "devices",
+    responses((status = 200, description = "`{\"devices\": [{\"device\",\"tier\",\"registered_at_ms\",\"age_ms\",\"log_readings\",\"lower_runs\"}]}`")))]
 async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError> {
     let devices = state.blocking(|s| Ok(s.devices())).await?;
     let now = now_ms();
@@ -194,11 +203,17 @@ async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError>
 }
 
 /// The engine's statistics, as `roamkv stats --json` prints them (`roamkv_wire::report`).
+#[utoipa::path(get, path = "/api/roamkv/v1/stats", tag = "devices",
+    responses((status = 200, description = "every field of the engine's `Stats`, and `write_amplification`")))]
 async fn engine_stats(State(state): State<Shared>) -> Result<Response, ApiError> {
     let stats = state.blocking(|s| Ok(s.engine.stats())).await?;
     Ok(Json(report::stats_to_json(&stats)).into_response())
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/devices/{device}/latest", tag = "readings",
+    params(("device" = String, Path, description = "the device"),
+        ("sensor" = Option<String>, Query, description = "only this sensor")),
+    responses((status = 200, description = "`{\"readings\": [...]}`: the newest reading of each sensor"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
 async fn latest(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -263,6 +278,16 @@ pub(crate) fn parse_bound(
     }
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/devices/{device}/readings", tag = "readings",
+    params(("device" = String, Path, description = "the device"),
+        ("sensor" = Option<String>, Query, description = "only this sensor"),
+        ("from" = Option<String>, Query, description = "first time: RFC 3339, relative (-1h) or epoch ms"),
+        ("to" = Option<String>, Query, description = "end time (exclusive), the same forms"),
+        ("from_ns" = Option<i64>, Query, description = "first time in ns"),
+        ("to_ns" = Option<i64>, Query, description = "end time in ns"),
+        ("limit" = Option<usize>, Query, description = "readings per page (default 1000, at most 10000)"),
+        ("after" = Option<String>, Query, description = "the last page's `next` token")),
+    responses((status = 200, description = "`{\"readings\": [...], \"next\": TOKEN|null}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
 async fn scan(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -330,6 +355,11 @@ fn parse_retention(body: &[u8]) -> Result<u64, ApiError> {
 }
 
 /// Sets the device's retention (durably), applies it once now, and answers what that did.
+#[utoipa::path(put, path = "/api/roamkv/v1/devices/{device}/retention", tag = "retention",
+    params(("device" = String, Path, description = "the device")),
+    request_body(content = String, content_type = "application/json", description = "`{\"max_age_ms\": N}`"),
+    responses((status = 200, description = "the setting, and what it did at once"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
+        (status = 507, description = "over the limit of settings", body = crate::error::ApiErrorBody)))]
 async fn put_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -353,6 +383,10 @@ async fn put_retention(
     .into_response())
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/devices/{device}/retention", tag = "retention",
+    params(("device" = String, Path, description = "the device")),
+    responses((status = 200, description = "`{\"max_age_ms\": N}`"),
+        (status = 404, description = "no setting", body = crate::error::ApiErrorBody)))]
 async fn get_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -369,6 +403,10 @@ async fn get_retention(
     }
 }
 
+#[utoipa::path(delete, path = "/api/roamkv/v1/devices/{device}/retention", tag = "retention",
+    params(("device" = String, Path, description = "the device")),
+    responses((status = 200, description = "removed (nothing deleted)"),
+        (status = 404, description = "no setting", body = crate::error::ApiErrorBody)))]
 async fn delete_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -385,6 +423,8 @@ async fn delete_retention(
     }
 }
 
+#[utoipa::path(get, path = "/api/roamkv/v1/retention", tag = "retention",
+    responses((status = 200, description = "every setting, the interval and the limit")))]
 async fn list_retention(State(state): State<Shared>) -> Response {
     let settings: Vec<Value> = state
         .retention
@@ -401,6 +441,11 @@ async fn list_retention(State(state): State<Shared>) -> Response {
     .into_response()
 }
 
+#[utoipa::path(delete, path = "/api/roamkv/v1/devices/{device}", tag = "devices",
+    params(("device" = String, Path, description = "the device")),
+    responses((status = 200, description = "departed"),
+        (status = 202, description = "fenced; departs once the cloud sink has its readings (--on-depart cloud)"),
+        (status = 404, description = "not here", body = crate::error::ApiErrorBody)))]
 async fn depart_device(
     State(state): State<Shared>,
     Path(device): Path<String>,

@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 use crate::error::ApiError;
 use crate::metrics::{RequestLabels, RouteLabels};
 use crate::state::{Shared, now_ms};
-use crate::{export, native, status, v3};
+use crate::{export, native, openapi, status, v3};
 
 /// Routes that answer without a token: liveness checks must work before credentials exist.
 const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];
@@ -112,6 +112,7 @@ pub fn build(state: Shared) -> Router {
     Router::new()
         .nest("/api/v3", v3_routes)
         .nest("/api/roamkv/v1", native::routes().merge(export::routes()))
+        .route("/api/roamkv/v1/openapi.json", get(openapi::document))
         .route("/", get(status_page))
         .route("/health", get(health))
         .route("/ready", get(ready))

@@ -34,9 +34,9 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
 }
 
 fn ns_since_epoch(at: SystemTime) -> Result<i64, String> {
-    let since = at
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| "times before 1970 are given in nanoseconds (from_ns/to_ns)".to_string())?;
+    let since = at.duration_since(UNIX_EPOCH).map_err(|_| {
+        "times before 1970 are given in nanoseconds (the _ns form of the argument)".to_string()
+    })?;
     i64::try_from(since.as_nanos()).map_err(|_| "the time is after 2262".to_string())
 }
 

@@ -33,6 +33,11 @@ pub struct BeginRequest {
 }
 
 /// `POST /handoffs/{id}/begin`: takes the handoff (idempotent by id).
+#[utoipa::path(post, path = "/api/roamkv/v1/handoffs/{id}/begin", tag = "handoff",
+    params(("id" = String, Path, description = "the handoff")),
+    request_body(content = String, content_type = "application/json", description = "edge to edge: the device, its epoch, the sender"),
+    responses((status = 201, description = "recorded: `{\"edge_id\"}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
+        (status = 409, description = "a stale epoch, or the device handed on here", body = crate::error::ApiErrorBody)))]
 pub async fn begin(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -137,6 +142,13 @@ fn usable(s: &AppState, id: &str, epoch: Option<u64>) -> Result<InRecord, ApiErr
 
 /// `PUT /handoffs/{id}/chunks/{n}`: a native binary batch of the device's readings, written as
 /// one engine batch and made durable before the 201.
+#[utoipa::path(put, path = "/api/roamkv/v1/handoffs/{id}/chunks/{n}", tag = "handoff",
+    params(("id" = String, Path, description = "the handoff"), ("n" = u64, Path, description = "the chunk's number"),
+        ("x-roamkv-epoch" = u64, Header, description = "the handoff's epoch")),
+    request_body(content = Vec<u8>, content_type = "application/vnd.roamkv.batch", description = "a binary batch of the device's readings"),
+    responses((status = 201, description = "durable: `{\"applied\": N}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
+        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody),
+        (status = 409, description = "a stale epoch or a cancelled handoff", body = crate::error::ApiErrorBody)))]
 pub async fn chunk(
     State(state): State<Shared>,
     Path((id, n)): Path<(String, u64)>,
@@ -193,6 +205,11 @@ pub async fn chunk(
 }
 
 /// `POST /handoffs/{id}/commit`: recorded durably before the 200; idempotent.
+#[utoipa::path(post, path = "/api/roamkv/v1/handoffs/{id}/commit", tag = "handoff",
+    params(("id" = String, Path, description = "the handoff")),
+    responses((status = 200, description = "committed: this edge owns the device"),
+        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody),
+        (status = 409, description = "cancelled", body = crate::error::ApiErrorBody)))]
 pub async fn commit(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -262,6 +279,11 @@ pub struct ArrivedRequest {
 
 /// `POST /devices/{device}/arrived {"from": URL}`: this edge sees the device now; the edge that
 /// has its history is asked to hand it over (its answer is passed on).
+#[utoipa::path(post, path = "/api/roamkv/v1/devices/{device}/arrived", tag = "handoff",
+    params(("device" = String, Path, description = "the device")),
+    request_body(content = String, content_type = "application/json", description = "`{\"from\": \"http://host:port\"}`: the edge it left"),
+    responses((status = 202, description = "asked the edge it left to hand it here (its answer)"),
+        (status = 502, description = "the edge it left did not answer", body = crate::error::ApiErrorBody), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
 pub async fn arrived(
     State(state): State<Shared>,
     Path(device): Path<String>,

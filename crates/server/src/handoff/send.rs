@@ -36,6 +36,8 @@ fn fence_reason(to: &str, done: bool) -> String {
 }
 
 /// `GET /edge`: this edge's id (a sender asks it to refuse a handoff to itself).
+#[utoipa::path(get, path = "/api/roamkv/v1/edge", tag = "handoff",
+    responses((status = 200, description = "`{\"edge_id\"}`: this edge's identity")))]
 pub async fn edge(State(state): State<Shared>) -> Response {
     Json(json!({"edge_id": state.edge_id})).into_response()
 }
@@ -49,6 +51,12 @@ pub struct StartRequest {
 
 /// `POST /devices/{device}/handoff {"to": URL}`: fences the device, records the handoff, and
 /// answers 202; the task does the rest.
+#[utoipa::path(post, path = "/api/roamkv/v1/devices/{device}/handoff", tag = "handoff",
+    params(("device" = String, Path, description = "the device")),
+    request_body(content = String, content_type = "application/json", description = "`{\"to\": \"http://host:port\"}`: the next edge"),
+    responses((status = 202, description = "fenced and recorded; the handoff runs"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
+        (status = 404, description = "not here", body = crate::error::ApiErrorBody),
+        (status = 409, description = "already being handed off", body = crate::error::ApiErrorBody)))]
 pub async fn start(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -169,6 +177,8 @@ fn begin_here(s: &AppState, device: &str, to: &str) -> Result<OutRecord, ApiErro
 }
 
 /// `GET /handoffs`: every handoff made and received that this edge keeps.
+#[utoipa::path(get, path = "/api/roamkv/v1/handoffs", tag = "handoff",
+    responses((status = 200, description = "`{\"out\": [...], \"in\": [...]}`")))]
 pub async fn list(State(state): State<Shared>) -> Response {
     let book = state.handoffs.book.lock();
     let outs: Vec<&OutRecord> = book.outs.values().collect();
@@ -177,6 +187,10 @@ pub async fn list(State(state): State<Shared>) -> Response {
 }
 
 /// `GET /handoffs/{id}`: one handoff, made or received.
+#[utoipa::path(get, path = "/api/roamkv/v1/handoffs/{id}", tag = "handoff",
+    params(("id" = String, Path, description = "the handoff")),
+    responses((status = 200, description = "`{\"direction\", \"handoff\"}`"),
+        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody)))]
 pub async fn status(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -197,6 +211,11 @@ pub async fn status(
 /// `DELETE /handoffs/{id}`: a handoff this edge makes is called off (before the receiver
 /// committed: the device is writable here again); one it receives is marked called off by its
 /// sender (later chunks and the commit are refused).
+#[utoipa::path(delete, path = "/api/roamkv/v1/handoffs/{id}", tag = "handoff",
+    params(("id" = String, Path, description = "the handoff")),
+    responses((status = 200, description = "aborted (sender) or cancelled (receiver)"),
+        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody),
+        (status = 409, description = "too late: committed", body = crate::error::ApiErrorBody)))]
 pub async fn abort_or_cancel(
     State(state): State<Shared>,
     Path(id): Path<String>,
