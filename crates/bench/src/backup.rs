@@ -14,20 +14,20 @@
 //! - **restore**: the newest backup restored (`roamkv restore`), then opened and checked
 //!   (`roamkv check`), each timed.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use roamkv_testbed::fixture::{Fixture, FsSpec, drop_caches};
 use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg, terminal_table};
 
+use crate::edge_rig::{Edge, Load, LoadSpec, roamkv_exe, sample};
 use crate::error::{BenchError, Result};
-use crate::serve::load::HttpClient;
 
 #[derive(Args, Debug)]
 pub struct BackupBenchArgs {
@@ -94,173 +94,6 @@ pub struct BackupResults {
     pub restored_bytes: u64,
     pub open_seconds: f64,
     pub check_seconds: f64,
-}
-
-/// The server on its own file system.
-struct Edge {
-    child: Child,
-    addr: std::net::SocketAddr,
-    fixture: Fixture,
-}
-
-impl Drop for Edge {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let _ = self.child.wait();
-    }
-}
-
-fn roamkv_exe() -> Result<PathBuf> {
-    std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))
-}
-
-impl Edge {
-    fn start(management_time_ms: u64, log_budget_mib: u64, out: &Path) -> Result<Edge> {
-        let fixture = Fixture::create(FsSpec::Ext4, 16 << 30)?;
-        let mut child = Command::new(roamkv_exe()?)
-            // Readings at ts 0, 1, ... (1970): the default retention would delete them.
-            .env("ROAMKV_RETENTION_DEFAULT_H", "0")
-            .args(["serve", "--listen", "127.0.0.1:0", "--management-time-ms"])
-            .arg(management_time_ms.to_string())
-            .arg("--log-budget-mib")
-            .arg(log_budget_mib.to_string())
-            .arg("--data")
-            .arg(fixture.mount_dir().join("data"))
-            // Warnings only; more with RUST_LOG=info.
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| BenchError::os("starting roamkv serve", e))?;
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-        let addr = loop {
-            let Some(Ok(line)) = lines.next() else {
-                return Err(BenchError::Run(
-                    "roamkv serve exited before it listened".into(),
-                ));
-            };
-            if let Some(a) = line.split("listening on http://").nth(1) {
-                break a
-                    .trim()
-                    .parse()
-                    .map_err(|e| BenchError::Run(format!("address {a:?}: {e}")))?;
-            }
-        };
-        // Its log (a backup stopped, and why) goes to OUT/serve.log.
-        let log_path = out.join("serve.log");
-        let mut log = std::fs::File::create(&log_path)
-            .map_err(|e| BenchError::io("creating", &log_path, e))?;
-        std::thread::spawn(move || {
-            for line in lines.map_while(std::result::Result::ok) {
-                let _ = writeln!(log, "{line}");
-            }
-        });
-        Ok(Edge {
-            child,
-            addr,
-            fixture,
-        })
-    }
-}
-
-/// Closed-loop writers: each posts batches of its own devices until stopped; `acked` counts
-/// acknowledged readings.
-struct Load {
-    stop: Arc<AtomicBool>,
-    acked: Arc<AtomicU64>,
-    threads: Vec<std::thread::JoinHandle<Result<()>>>,
-}
-
-impl Load {
-    /// `depart`: a client's device departs when the client moves on to its next one (every
-    /// 100,000 readings), as a gateway's devices come and go: the data stays bounded however
-    /// long the run.
-    fn start(
-        addr: std::net::SocketAddr,
-        args: &BackupBenchArgs,
-        first_ts: i64,
-        depart: bool,
-    ) -> Load {
-        let (stop, acked) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicU64::new(0)),
-        );
-        let threads = (0..args.clients)
-            .map(|c| {
-                let (stop, acked) = (Arc::clone(&stop), Arc::clone(&acked));
-                let (per, value) = (args.batch_readings, "v".repeat(args.value_bytes));
-                std::thread::spawn(move || {
-                    let mut client = HttpClient::new(addr);
-                    let mut ts = first_ts;
-                    let mut current: Option<String> = None;
-                    while !stop.load(Ordering::Relaxed) {
-                        let device = format!("car-{c}-{}", ts / 100_000);
-                        if depart && current.as_ref().is_some_and(|d| *d != device) {
-                            let gone = format!("/api/roamkv/v1/devices/{}", current.take().unwrap_or_default());
-                            client.request("DELETE", &gone, "application/json", b"")?;
-                        }
-                        current = Some(device.clone());
-                        let body: String = (0..per)
-                            .map(|i| format!("{{\"device\":\"{device}\",\"sensor\":\"s{}\",\"ts_ns\":{},\"value\":\"{value}\"}}\n", i % 8, ts + i as i64))
-                            .collect();
-                        ts += per as i64;
-                        let answer = client.request("POST", "/api/roamkv/v1/readings", "application/json", body.as_bytes())?;
-                        if answer.status != 201 {
-                            return Err(BenchError::HttpStatus {
-                                request: format!("writing {device}"),
-                                status: answer.status,
-                                body: String::from_utf8_lossy(&answer.body).into_owned(),
-                            });
-                        }
-                        acked.fetch_add(per as u64, Ordering::Relaxed);
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            acked,
-            threads,
-        }
-    }
-
-    fn stop(self) -> Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            t.join()
-                .map_err(|_| BenchError::Run("a writer panicked".into()))??;
-        }
-        Ok(())
-    }
-}
-
-/// Readings/s acknowledged in each whole second, for `seconds` and for as long as `busy`
-/// (running beside the load) is not done.
-fn sample(
-    load: &Load,
-    seconds: u64,
-    busy: Option<&std::thread::JoinHandle<Result<()>>>,
-) -> Vec<u64> {
-    let started = Instant::now();
-    let mut series = Vec::new();
-    let mut last = load.acked.load(Ordering::Relaxed);
-    let mut next = Duration::from_secs(1);
-    while next <= Duration::from_secs(seconds) || busy.is_some_and(|b| !b.is_finished()) {
-        std::thread::sleep(next.saturating_sub(started.elapsed()));
-        let now = load.acked.load(Ordering::Relaxed);
-        series.push(now - last);
-        last = now;
-        next += Duration::from_secs(1);
-    }
-    series
 }
 
 /// Runs `roamkv backup --server` back to back until `seconds` have passed since `started`.
@@ -371,6 +204,14 @@ fn roamkv_json(args: &[&str]) -> Result<serde_json::Value> {
         .map_err(|e| BenchError::Run(format!("roamkv {}: not JSON: {e}", args.join(" "))))
 }
 
+fn load_spec(args: &BackupBenchArgs) -> LoadSpec {
+    LoadSpec {
+        clients: args.clients,
+        batch_readings: args.batch_readings,
+        value_bytes: args.value_bytes,
+    }
+}
+
 pub fn run(args: &BackupBenchArgs) -> ExitCode {
     match bench(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -408,23 +249,23 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
     );
     let mut r = BackupResults::default();
     fill(&edge, args)?;
-    let data = edge.fixture.mount_dir().join("data");
+    let data = edge.fixture().mount_dir().join("data");
     r.data_bytes = du_bytes(&data);
     drop_caches()?;
     r.disk_read_mib_per_sec =
-        disk_read_mib_per_sec(edge.fixture.device(), r.data_bytes.max(256 << 20))?;
+        disk_read_mib_per_sec(edge.fixture().device(), r.data_bytes.max(256 << 20))?;
     println!(
         "data directory {:.0} MiB; the disk reads {:.0} MiB/s sequentially",
         r.data_bytes as f64 / 1_048_576.0,
         r.disk_read_mib_per_sec
     );
 
-    let load = Load::start(edge.addr, args, 1 << 40, true);
+    let load = Load::start(edge.addr, &load_spec(args), 1 << 40, true);
     r.alone = sample(&load, args.seconds, None);
     load.stop()?;
     drop_caches()?;
     let set = target.mount_dir().join("set");
-    let load = Load::start(edge.addr, args, 1 << 41, true);
+    let load = Load::start(edge.addr, &load_spec(args), 1 << 41, true);
     let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
     let backups = back_to_back(
         format!("http://{}", edge.addr),
@@ -464,11 +305,10 @@ fn bench(args: &BackupBenchArgs) -> Result<()> {
 /// Writes `--fill-mib` of readings and waits a management time, so that part of them is in
 /// the lower tier when the backups run.
 fn fill(edge: &Edge, args: &BackupBenchArgs) -> Result<()> {
-    let load = Load::start(edge.addr, args, 0, false);
+    let load = Load::start(edge.addr, &load_spec(args), 0, false);
     let want = (args.fill_mib << 20) / args.value_bytes as u64;
     let started = Instant::now();
-    while load.acked.load(Ordering::Relaxed) < want && !load.threads.iter().all(|t| t.is_finished())
-    {
+    while load.acked.load(Ordering::Relaxed) < want && !load.ended() {
         std::thread::sleep(Duration::from_millis(100));
     }
     load.stop()?;

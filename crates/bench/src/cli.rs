@@ -1,5 +1,5 @@
 //! `roamkv bench ...`: the subcommands and their dispatch; each command lives in its module
-//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `backup`, `faults`).
+//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `backup`, `export`, `faults`).
 
 use std::process::ExitCode;
 
@@ -38,6 +38,9 @@ pub enum BenchCommand {
     /// An online backup of `roamkv serve` during full ingest: what it costs ingest, its rate
     /// against the disk's sequential read, the restore and open times.
     Backup(crate::backup::BackupBenchArgs),
+    /// Data out of `roamkv serve`: Parquet exports against the engine's scan, the server's
+    /// memory meanwhile, what exports cost ingest; with --python, Client.scan against JSON pages.
+    Export(crate::export::ExportBenchArgs),
     /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
     #[command(hide = true)]
     PowercutGuest(crate::faults::powercut::GuestArgs),
@@ -63,6 +66,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Sink(s) => return crate::sink::run(s),
         BenchCommand::Handoff(h) => return crate::handoff::run(h),
         BenchCommand::Backup(b) => return crate::backup::run(b),
+        BenchCommand::Export(x) => return crate::export::run(x),
         BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
     };
     match outcome {

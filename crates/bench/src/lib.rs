@@ -8,7 +8,9 @@
 //! is the crate's one error type.
 pub mod backup;
 pub mod cli;
+pub mod edge_rig;
 pub mod error;
+pub mod export;
 pub mod faults;
 pub mod handoff;
 pub mod mobility;

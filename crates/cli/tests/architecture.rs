@@ -430,7 +430,7 @@ fn the_crates_depend_on_each_other_as_the_page_draws_it() {
     assert_eq!(roamkv_dependencies("sink"), set(&["engine"]));
     assert_eq!(
         roamkv_dependencies("bench"),
-        set(&["engine", "leveldb", "testbed", "wire"])
+        set(&["engine", "export", "leveldb", "testbed", "wire"])
     );
     assert!(
         !roamkv_dependencies("bench").contains("server"),

@@ -13,6 +13,7 @@
 //! | `value_float` | float64, null | an EdgeX `Float32`/`Float64` reading's number |
 //! | `units` | utf8, null | an EdgeX reading's `units` |
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow_array::builder::{
@@ -53,9 +54,10 @@ pub fn schema() -> SchemaRef {
 
 /// What a value says beyond its bytes: an EdgeX reading decoded, or a native value's text.
 #[derive(Debug, Default, PartialEq)]
-pub struct Decoded {
+pub struct Decoded<'a> {
     pub value_type: Option<String>,
-    pub text: Option<String>,
+    /// Borrowed from the value when it is text itself (no copy per reading).
+    pub text: Option<Cow<'a, str>>,
     pub number: Option<Number>,
     pub units: Option<String>,
 }
@@ -66,7 +68,7 @@ fn may_be_cbor_map(value: &[u8]) -> bool {
     value.first().is_some_and(|b| b >> 5 == 5)
 }
 
-pub fn decode(value: &[u8]) -> Decoded {
+pub fn decode(value: &[u8]) -> Decoded<'_> {
     if may_be_cbor_map(value)
         && let Some(stored) = stored_of(value)
     {
@@ -76,13 +78,13 @@ pub fn decode(value: &[u8]) -> Decoded {
             .and_then(|v| numeric_value(&stored.value_type, v));
         return Decoded {
             value_type: Some(stored.value_type),
-            text: stored.value,
+            text: stored.value.map(Cow::Owned),
             number,
             units: stored.units,
         };
     }
     Decoded {
-        text: std::str::from_utf8(value).ok().map(str::to_owned),
+        text: std::str::from_utf8(value).ok().map(Cow::Borrowed),
         ..Decoded::default()
     }
 }
@@ -142,7 +144,7 @@ impl Columns {
         self.bytes += reading.device.len()
             + reading.sensor.len()
             + reading.value.len()
-            + decoded.text.as_ref().map_or(0, String::len)
+            + decoded.text.as_ref().map_or(0, |t| t.len())
             + 48;
     }
 

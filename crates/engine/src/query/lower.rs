@@ -70,11 +70,12 @@ pub(super) fn page_lower(
     after: Option<(&str, i64)>,
     limit: usize,
 ) -> Result<Vec<Reading>> {
-    // (sensor, ts) -> (the winning place's rank, value). A reading a trim hides in one place
-    // is hidden (or absent) in every older place too: trims cover every window older than
-    // their own, and consolidation drops what they hide. So hidden readings are just skipped.
-    let mut merged: BTreeMap<(String, i64), (usize, Vec<u8>)> = BTreeMap::new();
-    for (rank, &place) in lower.places.iter().enumerate() {
+    // A reading a trim hides in one place is hidden (or absent) in every older place too: trims
+    // cover every window older than their own, and consolidation drops what they hide. So
+    // hidden readings are just skipped. Each place gives its readings in key order; they are
+    // merged below (newest place wins a key).
+    let mut runs: Vec<Vec<(String, i64, Vec<u8>)>> = Vec::with_capacity(lower.places.len());
+    for &place in &lower.places {
         let (mut start, end) = place.range(lower.lower_id, sensor.map(|s| (s, from_ns, to_ns)));
         if let Some((after_sensor, after_ts)) = after {
             // The smallest key above the cursor's key: the cursor's key with a 0 byte appended.
@@ -82,47 +83,85 @@ pub(super) fn page_lower(
             resume.push(0);
             start = start.max(resume);
         }
-        if start >= end {
-            continue;
-        }
-        let mut taken = 0;
-        let mut bad_key = None;
-        inner
-            .lower
-            .scan(space_of(place), &start, &end, &mut |k, v| {
-                match place.parse(k) {
-                    Some((_, s, ts_ns))
-                        if (from_ns..to_ns).contains(&ts_ns) && !lower.hides(place, ts_ns) =>
-                    {
-                        taken += 1;
-                        merged
-                            .entry((s.to_string(), ts_ns))
-                            .and_modify(|held| {
-                                if rank < held.0 {
-                                    *held = (rank, v.to_vec());
-                                }
-                            })
-                            .or_insert_with(|| (rank, v.to_vec()));
+        let mut run = Vec::new();
+        if start < end {
+            let mut bad_key = None;
+            inner
+                .lower
+                .scan(space_of(place), &start, &end, &mut |k, v| {
+                    match place.parse(k) {
+                        Some((_, s, ts_ns))
+                            if (from_ns..to_ns).contains(&ts_ns) && !lower.hides(place, ts_ns) =>
+                        {
+                            run.push((s.to_string(), ts_ns, v.to_vec()));
+                        }
+                        Some(_) => {}
+                        None => bad_key = Some(k.to_vec()),
                     }
-                    Some(_) => {}
-                    None => bad_key = Some(k.to_vec()),
-                }
-                bad_key.is_none() && taken < limit
-            })?;
-        if let Some(k) = bad_key {
-            return Err(malformed(&k));
+                    bad_key.is_none() && run.len() < limit
+                })?;
+            if let Some(k) = bad_key {
+                return Err(malformed(&k));
+            }
         }
+        runs.push(run);
     }
-    Ok(merged
+    Ok(merge_runs(runs, limit)
         .into_iter()
-        .map(|((sensor, ts_ns), (_, value))| Reading {
+        .map(|(sensor, ts_ns, value)| Reading {
             device: device.into(),
             sensor,
             ts_ns,
             value,
         })
-        .take(limit)
         .collect())
+}
+
+/// The first `limit` keys of runs each in (sensor, ts) order, ranked newest first: where runs
+/// share a key, the newest run's reading wins. One run (a device in one place) is taken as it is.
+fn merge_runs(
+    mut runs: Vec<Vec<(String, i64, Vec<u8>)>>,
+    limit: usize,
+) -> Vec<(String, i64, Vec<u8>)> {
+    runs.retain(|run| !run.is_empty());
+    if runs.len() <= 1 {
+        let mut only = runs.pop().unwrap_or_default();
+        only.truncate(limit);
+        return only;
+    }
+    let mut at = vec![0usize; runs.len()];
+    let mut out = Vec::new();
+    while out.len() < limit {
+        // The smallest key among the runs' heads: the first (newest) run holding it wins.
+        let mut best: Option<usize> = None;
+        for (i, run) in runs.iter().enumerate() {
+            let Some((sensor, ts, _)) = run.get(at[i]) else {
+                continue;
+            };
+            let smaller = best.is_none_or(|b| {
+                let (held_sensor, held_ts, _) = &runs[b][at[b]];
+                (sensor.as_str(), *ts) < (held_sensor.as_str(), *held_ts)
+            });
+            if smaller {
+                best = Some(i);
+            }
+        }
+        let Some(b) = best else {
+            break;
+        };
+        let winner = std::mem::take(&mut runs[b][at[b]]);
+        at[b] += 1;
+        for i in b + 1..runs.len() {
+            if runs[i]
+                .get(at[i])
+                .is_some_and(|(s, ts, _)| *s == winner.0 && *ts == winner.1)
+            {
+                at[i] += 1;
+            }
+        }
+        out.push(winner);
+    }
+    out
 }
 
 /// The newest reading of each sensor (of one sensor, if given) over the device's lower-tier
@@ -174,4 +213,35 @@ pub(super) fn latest_lower(
             value,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_runs;
+
+    fn run(keys: &[(&str, i64, u8)]) -> Vec<(String, i64, Vec<u8>)> {
+        keys.iter()
+            .map(|&(s, t, v)| (s.to_string(), t, vec![v]))
+            .collect()
+    }
+
+    #[test]
+    fn runs_merge_in_key_order_and_the_newest_run_wins_a_key() {
+        // Run 0 is the newest place, run 2 the oldest.
+        let runs = vec![
+            run(&[("a", 2, 0), ("b", 1, 0)]),
+            run(&[]),
+            run(&[("a", 1, 2), ("a", 2, 2), ("c", 0, 2)]),
+        ];
+        let merged = merge_runs(runs.clone(), usize::MAX);
+        assert_eq!(
+            merged,
+            run(&[("a", 1, 2), ("a", 2, 0), ("b", 1, 0), ("c", 0, 2)])
+        );
+        assert_eq!(merge_runs(runs, 2), run(&[("a", 1, 2), ("a", 2, 0)]));
+        assert_eq!(
+            merge_runs(vec![run(&[("x", 1, 1)])], 5),
+            run(&[("x", 1, 1)])
+        );
+    }
 }
