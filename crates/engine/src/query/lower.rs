@@ -58,7 +58,11 @@ pub(super) fn get_lower(
 }
 
 /// Up to `limit` readings of the device's lower-tier places in the window, after the cursor,
-/// merged (newest place wins), trims applied, in (sensor, ts) order.
+/// merged (newest place wins a key), trims applied, in (sensor, ts) order.
+///
+/// Each place is read in chunks of about `limit / places` and refilled only when the merge has
+/// taken its chunk: a page reads about `limit` + one chunk per place, not `limit` from every
+/// place (a device in many windows would otherwise read each of them whole, page after page).
 #[allow(clippy::too_many_arguments)] // the scan's window, cursor and bound, as the caller gave them
 pub(super) fn page_lower(
     inner: &Inner,
@@ -70,77 +74,39 @@ pub(super) fn page_lower(
     after: Option<(&str, i64)>,
     limit: usize,
 ) -> Result<Vec<Reading>> {
-    // A reading a trim hides in one place is hidden (or absent) in every older place too: trims
-    // cover every window older than their own, and consolidation drops what they hide. So
-    // hidden readings are just skipped. Each place gives its readings in key order; they are
-    // merged below (newest place wins a key).
-    let mut runs: Vec<Vec<(String, i64, Vec<u8>)>> = Vec::with_capacity(lower.places.len());
-    for &place in &lower.places {
-        let (mut start, end) = place.range(lower.lower_id, sensor.map(|s| (s, from_ns, to_ns)));
-        if let Some((after_sensor, after_ts)) = after {
-            // The smallest key above the cursor's key: the cursor's key with a 0 byte appended.
-            let mut resume = place.key(lower.lower_id, after_sensor, after_ts);
-            resume.push(0);
-            start = start.max(resume);
-        }
-        let mut run = Vec::new();
-        if start < end {
-            let mut bad_key = None;
-            inner
-                .lower
-                .scan(space_of(place), &start, &end, &mut |k, v| {
-                    match place.parse(k) {
-                        Some((_, s, ts_ns))
-                            if (from_ns..to_ns).contains(&ts_ns) && !lower.hides(place, ts_ns) =>
-                        {
-                            run.push((s.to_string(), ts_ns, v.to_vec()));
-                        }
-                        Some(_) => {}
-                        None => bad_key = Some(k.to_vec()),
-                    }
-                    bad_key.is_none() && run.len() < limit
-                })?;
-            if let Some(k) = bad_key {
-                return Err(malformed(&k));
+    let chunk = (limit / lower.places.len().max(1)).clamp(PLACE_CHUNK_MIN.min(limit), limit);
+    let mut runs: Vec<PlaceRun> = lower
+        .places
+        .iter()
+        .map(|&place| {
+            let (mut start, end) = place.range(lower.lower_id, sensor.map(|s| (s, from_ns, to_ns)));
+            if let Some((after_sensor, after_ts)) = after {
+                start = start.max(key_after(place.key(lower.lower_id, after_sensor, after_ts)));
             }
-        }
-        runs.push(run);
-    }
-    Ok(merge_runs(runs, limit)
-        .into_iter()
-        .map(|(sensor, ts_ns, value)| Reading {
-            device: device.into(),
-            sensor,
-            ts_ns,
-            value,
+            PlaceRun {
+                place,
+                done: start >= end,
+                next: start,
+                end,
+                buf: std::collections::VecDeque::new(),
+            }
         })
-        .collect())
-}
-
-/// The first `limit` keys of runs each in (sensor, ts) order, ranked newest first: where runs
-/// share a key, the newest run's reading wins. One run (a device in one place) is taken as it is.
-fn merge_runs(
-    mut runs: Vec<Vec<(String, i64, Vec<u8>)>>,
-    limit: usize,
-) -> Vec<(String, i64, Vec<u8>)> {
-    runs.retain(|run| !run.is_empty());
-    if runs.len() <= 1 {
-        let mut only = runs.pop().unwrap_or_default();
-        only.truncate(limit);
-        return only;
-    }
-    let mut at = vec![0usize; runs.len()];
+        .collect();
     let mut out = Vec::new();
     while out.len() < limit {
-        // The smallest key among the runs' heads: the first (newest) run holding it wins.
+        for run in runs.iter_mut().filter(|r| r.buf.is_empty() && !r.done) {
+            run.refill(inner, lower, (from_ns, to_ns), chunk)?;
+        }
+        // The smallest key among the heads: the first (newest) place holding it wins; the
+        // same key in older places is dropped.
         let mut best: Option<usize> = None;
         for (i, run) in runs.iter().enumerate() {
-            let Some((sensor, ts, _)) = run.get(at[i]) else {
+            let Some((s, ts, _)) = run.buf.front() else {
                 continue;
             };
             let smaller = best.is_none_or(|b| {
-                let (held_sensor, held_ts, _) = &runs[b][at[b]];
-                (sensor.as_str(), *ts) < (held_sensor.as_str(), *held_ts)
+                let (held_s, held_ts, _) = runs[b].buf.front().expect("a head");
+                (s.as_str(), *ts) < (held_s.as_str(), *held_ts)
             });
             if smaller {
                 best = Some(i);
@@ -149,19 +115,87 @@ fn merge_runs(
         let Some(b) = best else {
             break;
         };
-        let winner = std::mem::take(&mut runs[b][at[b]]);
-        at[b] += 1;
-        for i in b + 1..runs.len() {
-            if runs[i]
-                .get(at[i])
-                .is_some_and(|(s, ts, _)| *s == winner.0 && *ts == winner.1)
+        let (sensor, ts_ns, value) = runs[b].buf.pop_front().expect("a head");
+        for run in &mut runs[b + 1..] {
+            if run
+                .buf
+                .front()
+                .is_some_and(|(s, ts, _)| *s == sensor && *ts == ts_ns)
             {
-                at[i] += 1;
+                run.buf.pop_front();
             }
         }
-        out.push(winner);
+        out.push(Reading {
+            device: device.into(),
+            sensor,
+            ts_ns,
+            value,
+        });
     }
-    out
+    Ok(out)
+}
+
+/// The least a place is read at a time by a page (a seek costs more than a few keys).
+const PLACE_CHUNK_MIN: usize = 64;
+
+/// The smallest key above `key`: the key with a 0 byte appended.
+fn key_after(mut key: Vec<u8>) -> Vec<u8> {
+    key.push(0);
+    key
+}
+
+/// One place's part of a page: what it has read and not yet merged, and where it goes on.
+struct PlaceRun {
+    place: Place,
+    /// The next key to read from, and the end of the range (exclusive).
+    next: Vec<u8>,
+    end: Vec<u8>,
+    done: bool,
+    buf: std::collections::VecDeque<(String, i64, Vec<u8>)>,
+}
+
+impl PlaceRun {
+    /// Reads up to `chunk` more visible readings in the window; `done` once the range is read.
+    fn refill(
+        &mut self,
+        inner: &Inner,
+        lower: &LowerView,
+        (from_ns, to_ns): (i64, i64),
+        chunk: usize,
+    ) -> Result<()> {
+        let place = self.place;
+        let (mut taken, mut last_key, mut bad_key) = (0, None, None);
+        let buf = &mut self.buf;
+        let mut stopped = false;
+        inner
+            .lower
+            .scan(space_of(place), &self.next, &self.end, &mut |k, v| {
+                match place.parse(k) {
+                    Some((_, s, ts_ns))
+                        if (from_ns..to_ns).contains(&ts_ns) && !lower.hides(place, ts_ns) =>
+                    {
+                        buf.push_back((s.to_string(), ts_ns, v.to_vec()));
+                        taken += 1;
+                    }
+                    Some(_) => {}
+                    None => bad_key = Some(k.to_vec()),
+                }
+                if bad_key.is_some() || taken >= chunk {
+                    last_key = Some(k.to_vec());
+                    stopped = true;
+                    return false;
+                }
+                true
+            })?;
+        if let Some(k) = bad_key {
+            return Err(malformed(&k));
+        }
+        match last_key {
+            Some(k) if stopped => self.next = key_after(k),
+            _ => self.done = true,
+        }
+        Ok(())
+    }
 }
 
 /// The newest reading of each sensor (of one sensor, if given) over the device's lower-tier
@@ -213,35 +247,4 @@ pub(super) fn latest_lower(
             value,
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::merge_runs;
-
-    fn run(keys: &[(&str, i64, u8)]) -> Vec<(String, i64, Vec<u8>)> {
-        keys.iter()
-            .map(|&(s, t, v)| (s.to_string(), t, vec![v]))
-            .collect()
-    }
-
-    #[test]
-    fn runs_merge_in_key_order_and_the_newest_run_wins_a_key() {
-        // Run 0 is the newest place, run 2 the oldest.
-        let runs = vec![
-            run(&[("a", 2, 0), ("b", 1, 0)]),
-            run(&[]),
-            run(&[("a", 1, 2), ("a", 2, 2), ("c", 0, 2)]),
-        ];
-        let merged = merge_runs(runs.clone(), usize::MAX);
-        assert_eq!(
-            merged,
-            run(&[("a", 1, 2), ("a", 2, 0), ("b", 1, 0), ("c", 0, 2)])
-        );
-        assert_eq!(merge_runs(runs, 2), run(&[("a", 1, 2), ("a", 2, 0)]));
-        assert_eq!(
-            merge_runs(vec![run(&[("x", 1, 1)])], 5),
-            run(&[("x", 1, 1)])
-        );
-    }
 }
