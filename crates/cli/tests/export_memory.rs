@@ -1,7 +1,8 @@
 //! An export's memory is bounded whatever its range (crates/export/src/limits.rs): a running
 //! `roamkv serve`, moved into a memory cgroup of `CGROUP_BYTES` once it holds the readings,
 //! exports more than twice that as Parquet while the cgroup's limit holds (no OOM kill, the
-//! server alive, every reading in the file). And an export whose client leaves ends at once.
+//! server alive, every reading in the file). And an export whose client leaves ends at once;
+//! past two at once, one more is refused.
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -133,7 +134,19 @@ fn an_export_whose_client_leaves_ends_at_once() {
     let mut first = vec![0u8; 1 << 16];
     answer.read_exact(&mut first).expect("the first bytes");
     assert_eq!(metric(&client, &url, "roamkv_exports_in_flight"), 1.0);
-    drop(answer);
+    // A second export may run beside it; a third is refused (the limit, 2) and counts nothing.
+    let mut second = client
+        .get(format!("{url}/api/roamkv/v1/export?format=jsonl"))
+        .send()
+        .expect("export");
+    second.read_exact(&mut first).expect("the first bytes");
+    let third = client
+        .get(format!("{url}/api/roamkv/v1/export?format=arrow"))
+        .send()
+        .expect("export");
+    assert_eq!(third.status(), 429);
+    assert_eq!(metric(&client, &url, "roamkv_exports_in_flight"), 2.0);
+    drop((answer, second));
     let deadline = Instant::now() + Duration::from_secs(5);
     while metric(&client, &url, "roamkv_exports_in_flight") != 0.0 {
         assert!(

@@ -20,6 +20,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use prometheus_client::metrics::gauge::Gauge;
 use roamkv_export::limits::OUTPUT_BUFFER_BYTES;
 use roamkv_export::{Export, ExportError, Format, Request, Selection};
 
@@ -47,6 +48,10 @@ fn lower_priority() {
         tracing::debug!(error = %std::io::Error::last_os_error(), "export at normal priority");
     }
 }
+
+/// Exports written at once; one more is refused with 429 (each holds up to ~64 MiB and a
+/// thread: many clients at once must not add up to the server's memory).
+const EXPORTS_IN_FLIGHT_MAX: i64 = 2;
 
 /// Chunks (each up to `OUTPUT_BUFFER_BYTES`) queued for a client: at most 4 MiB in flight.
 const STREAM_CHUNKS_MAX: usize = 4;
@@ -116,22 +121,58 @@ fn api_error(e: ExportError) -> ApiError {
     responses((status = 200, description = "the readings, streamed (docs/SERVER.md, \"Export\")",
             content((Vec<u8> = "application/vnd.apache.parquet"), (Vec<u8> = "application/vnd.apache.arrow.stream"),
                 (String = "text/csv"), (String = "application/jsonl"))), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 404, description = "a device not here", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "a device not here", body = crate::error::ApiErrorBody),
+        (status = 429, description = "as many exports as the limit are being written", body = crate::error::ApiErrorBody)))]
 async fn export(
     State(state): State<Shared>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let request = parse_request(query.as_deref())?;
+    // Taken before the view; given back when the export's thread ends, or when this handler
+    // ends without one (a refusal, a client gone while the view was taken).
+    let slot = InFlight::take(&state.metrics.exports_in_flight).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("{EXPORTS_IN_FLIGHT_MAX} exports are being written (the limit): retry later"),
+        )
+    })?;
+    let plan = plan(&state, request).await?;
+    stream_export(&state, plan, slot)
+}
+
+/// One export counted in `roamkv_exports_in_flight` for as long as it lives.
+struct InFlight(Gauge);
+
+impl InFlight {
+    /// A place among the `EXPORTS_IN_FLIGHT_MAX`, if one is free.
+    fn take(gauge: &Gauge) -> Option<InFlight> {
+        if gauge.inc() >= EXPORTS_IN_FLIGHT_MAX {
+            gauge.dec();
+            return None;
+        }
+        Some(InFlight(gauge.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+async fn plan(state: &Shared, request: Request) -> Result<Export, ApiError> {
     let engine = Arc::clone(&state.engine);
-    let plan = tokio::task::spawn_blocking(move || Export::plan(&engine, request))
+    tokio::task::spawn_blocking(move || Export::plan(&engine, request))
         .await?
-        .map_err(api_error)?;
+        .map_err(api_error)
+}
+
+/// The export written by its own thread into the answer's body; the thread holds `slot`.
+fn stream_export(state: &Shared, plan: Export, slot: InFlight) -> Result<Response, ApiError> {
     let format = plan.format();
     let (writer, chunks) = stream::channel(STREAM_CHUNKS_MAX);
     let engine = Arc::clone(&state.engine);
-    let in_flight = state.metrics.exports_in_flight.clone();
     let exported = state.metrics.exported_readings.clone();
-    in_flight.inc();
     let spawned = std::thread::Builder::new()
         .name("roamkv-export".into())
         .spawn(move || {
@@ -141,7 +182,7 @@ async fn export(
                 out.flush()?;
                 Ok(summary)
             });
-            in_flight.dec();
+            drop(slot);
             match done {
                 Ok(summary) => {
                     exported.inc_by(summary.readings);
@@ -160,7 +201,6 @@ async fn export(
             }
         });
     if let Err(e) = spawned {
-        state.metrics.exports_in_flight.dec();
         return Err(ApiError::internal(format!(
             "starting the export's thread: {e}"
         )));
