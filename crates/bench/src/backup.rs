@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use roamkv_testbed::fixture::{Fixture, FsSpec, drop_caches};
-use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg, terminal_table};
+use roamkv_testbed::report::{Html, MachineHeader, terminal_table};
 
-use crate::edge_rig::{Edge, Load, LoadSpec, roamkv_exe, sample};
+use crate::edge_rig::{Edge, Load, LoadSpec, acknowledged_chart, roamkv_exe, sample};
 use crate::error::{BenchError, Result};
 
 #[derive(Args, Debug)]
@@ -432,21 +432,7 @@ fn report(args: &BackupBenchArgs, header: &MachineHeader, r: &BackupResults) -> 
         header,
     );
     html.paragraph(&summary);
-    let points = |s: &[u64]| -> Vec<(f64, f64)> {
-        s.iter()
-            .enumerate()
-            .map(|(i, v)| (i as f64 + 1.0, *v as f64))
-            .collect()
-    };
-    html.svg(&line_chart_svg(
-        "Readings acknowledged per second",
-        "s",
-        "readings/s",
-        &[
-            ("ingest alone".to_string(), points(&r.alone)),
-            ("during backups".to_string(), points(&r.during)),
-        ],
-    ));
+    html.svg(&acknowledged_chart(&r.alone, &r.during, "during backups"));
     html.table(&columns, &rows);
     html.write(&args.out.join("report.html"))?;
     println!(

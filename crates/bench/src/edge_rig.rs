@@ -221,3 +221,23 @@ pub fn sample(
     }
     series
 }
+
+/// The chart of `sample`'s series: readings acknowledged each second alone, and during what the
+/// bench runs beside the load (`during_label`).
+pub fn acknowledged_chart(alone: &[u64], during: &[u64], during_label: &str) -> String {
+    let points = |s: &[u64]| -> Vec<(f64, f64)> {
+        s.iter()
+            .enumerate()
+            .map(|(i, v)| (i as f64 + 1.0, *v as f64))
+            .collect()
+    };
+    roamkv_testbed::report::line_chart_svg(
+        "Readings acknowledged per second",
+        "s",
+        "readings/s",
+        &[
+            ("ingest alone".to_string(), points(alone)),
+            (during_label.to_string(), points(during)),
+        ],
+    )
+}

@@ -30,7 +30,7 @@ use roamkv_engine::{Engine, Options, ScanCursor};
 use roamkv_export::{Export, Format, Request, Selection};
 use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg, terminal_table};
 
-use crate::edge_rig::{Edge, Load, LoadSpec, sample};
+use crate::edge_rig::{Edge, Load, LoadSpec, acknowledged_chart, sample};
 use crate::error::{BenchError, Result};
 
 /// The engine scan's page (the ceiling): the export's largest.
@@ -128,10 +128,9 @@ pub fn run(args: &ExportBenchArgs) -> ExitCode {
     }
 }
 
+/// The median of what `values` yields (`roamkv_testbed::stats::median`: NaN for none).
 fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    roamkv_testbed::stats::median(&mut values.collect::<Vec<f64>>())
 }
 
 fn quick(args: &ExportBenchArgs) -> ExportBenchArgs {
@@ -518,21 +517,7 @@ fn report(args: &ExportBenchArgs, header: &MachineHeader, r: &ExportResults) -> 
     );
     html.paragraph(&summary);
     html.table(&columns, &rows);
-    let points = |s: &[u64]| -> Vec<(f64, f64)> {
-        s.iter()
-            .enumerate()
-            .map(|(i, v)| (i as f64 + 1.0, *v as f64))
-            .collect()
-    };
-    html.svg(&line_chart_svg(
-        "Readings acknowledged per second",
-        "s",
-        "readings/s",
-        &[
-            ("ingest alone".to_string(), points(&r.alone)),
-            ("during exports".to_string(), points(&r.during)),
-        ],
-    ));
+    html.svg(&acknowledged_chart(&r.alone, &r.during, "during exports"));
     html.svg(&line_chart_svg(
         "The server's resident memory during an export over HTTP",
         "s",

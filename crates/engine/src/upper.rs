@@ -317,21 +317,14 @@ impl DeviceIndex {
             }
             let end = entries.partition_point(|e| e.ts_ns < to_ns).max(start);
             let room = limit - out.len();
-            match before {
-                None => out.extend(
-                    entries
-                        .range(start..start + (end - start).min(room))
-                        .map(|e| (name, *e)),
-                ),
-                // A view's page: entries written at or after its position are not in it.
-                Some(p) => out.extend(
-                    entries
-                        .range(start..end)
-                        .filter(|e| e.position() < p)
-                        .take(room)
-                        .map(|e| (name, *e)),
-                ),
-            }
+            // A view's page leaves out entries written at or after its position.
+            out.extend(
+                entries
+                    .range(start..end)
+                    .filter(|e| before.is_none_or(|p| e.position() < p))
+                    .take(room)
+                    .map(|e| (name, *e)),
+            );
         }
         out
     }
