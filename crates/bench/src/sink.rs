@@ -140,7 +140,12 @@ fn bench(args: &SinkBenchArgs) -> Result<SinkResults> {
         plan.outage.as_secs_f64(),
         args.work_dir.display()
     );
-    let mut up = targets::start(Target::RoamkvSink, &args.work_dir, args.clients)?;
+    let mut up = targets::start(
+        Target::RoamkvSink,
+        &args.work_dir,
+        args.clients,
+        roamkv_engine::Durability::Sync,
+    )?;
     let mut results = SinkResults::default();
     let phases = run_phases(&mut up, args, &plan, &mut results);
     // Whatever happened, the server stops, and the cloud is compared with the edge.

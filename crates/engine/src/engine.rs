@@ -22,6 +22,7 @@ use crate::reading::{Reading, Record, user_bytes, validate_device, validate_reco
 use crate::recovery;
 use crate::state::{Inner, State};
 use crate::stats::{Counters, Stats};
+use crate::timed_mutex::TimedGuard;
 use crate::trim;
 
 /// The embedded engine. Cheap to share across threads by reference (`&Engine` is `Sync`).
@@ -37,6 +38,15 @@ struct EncodedBatch {
     /// (start, len, payload_crc) per record.
     records: Vec<(usize, usize, u32)>,
     user_bytes: u64,
+}
+
+/// A batch queued for the group commit: what its writer waits for and counts once it commits.
+struct Queued {
+    ticket: u64,
+    user_bytes: u64,
+    records: u64,
+    /// The index was over its cap when it was queued: the log ages early once it commits.
+    over_index_cap: bool,
 }
 
 impl Engine {
@@ -104,30 +114,84 @@ impl Engine {
         if records.is_empty() {
             return Ok(());
         }
-        let mut batch = encode_batch(records, self.inner.options.segment_bytes)?;
+        let batch = encode_batch(records, self.inner.options.segment_bytes)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
+        let queued = self.enqueue_batch(&mut st, records, batch)?;
+        group_commit::wait_for(inner, st, queued.ticket)?;
+        self.note_committed(&[queued])
+    }
+
+    /// Writes several batches, each atomically as `put_batch` writes one, queued together and
+    /// waited for once: for a caller that collects the batches of many clients on one thread
+    /// (the server's ingest), one wake-up per group instead of a thread per batch. A batch's
+    /// input error fails that batch only; the answers come in the batches' order. Batches are
+    /// independent: one may be acknowledged while a later one is refused (no log room).
+    pub fn put_batches(&self, batches: &[&[Record<'_>]]) -> Vec<Result<()>> {
+        let segment_bytes = self.inner.options.segment_bytes;
+        let encoded: Vec<Result<Option<EncodedBatch>>> = batches
+            .iter()
+            .map(|records| {
+                (!records.is_empty())
+                    .then(|| encode_batch(records, segment_bytes))
+                    .transpose()
+            })
+            .collect();
+        let inner = &*self.inner;
+        let mut st = inner.state.lock();
+        let mut queued = Vec::with_capacity(batches.len());
+        let mut answers: Vec<Result<()>> = Vec::with_capacity(batches.len());
+        for (records, batch) in batches.iter().zip(encoded) {
+            answers.push(match batch {
+                Ok(Some(batch)) => self
+                    .enqueue_batch(&mut st, records, batch)
+                    .map(|q| queued.push(q)),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            });
+        }
+        let Some(last) = queued.last() else {
+            return answers;
+        };
+        let committed = group_commit::wait_for(inner, st, last.ticket)
+            .and_then(|()| self.note_committed(&queued));
+        if let Err(e) = committed {
+            // A failed commit poisons the engine: none of the queued batches is acknowledged.
+            let reason = e.to_string();
+            let mut first = Some(e);
+            for answer in answers.iter_mut().filter(|a| a.is_ok()) {
+                *answer = Err(first
+                    .take()
+                    .unwrap_or_else(|| Error::Poisoned(reason.clone())));
+            }
+        }
+        answers
+    }
+
+    /// Places an encoded batch in the log and queues it for the group commit (under the state
+    /// lock, which it may release while it waits for room). Returns its ticket.
+    fn enqueue_batch(
+        &self,
+        st: &mut TimedGuard<'_, State>,
+        records: &[Record<'_>],
+        mut batch: EncodedBatch,
+    ) -> Result<Queued> {
+        let inner = &*self.inner;
         let mut stall = Stall::default();
         let (new_devices, register_bytes) = loop {
             while st.log.queued_bytes > limits::PENDING_BYTES_MAX {
-                inner.check_poisoned(&st)?;
+                inner.check_poisoned(st)?;
                 st.wait(&inner.group_done);
             }
-            index_apply::wait_for_lag(inner, &mut st)?;
-            inner.check_poisoned(&st)?;
+            index_apply::wait_for_lag(inner, st)?;
+            inner.check_poisoned(st)?;
             let (new_names, register_bytes) =
-                devices_to_register(&st, records, inner.options.devices_max)?;
+                devices_to_register(st, records, inner.options.devices_max)?;
             // Waiting for log room releases the lock: then what was read above is re-read.
-            if group_commit::make_room(
-                inner,
-                &mut st,
-                register_bytes + batch.bytes.len(),
-                &mut stall,
-            )? {
+            if group_commit::make_room(inner, st, register_bytes + batch.bytes.len(), &mut stall)? {
                 break (new_names, register_bytes);
             }
         };
-
         // From here to `enqueue` the lock is held throughout: the mapping table and the log
         // placement change together.
         let now_ms = inner.options.clock.now_ms();
@@ -139,8 +203,7 @@ impl Engine {
             .iter()
             .map(|r| st.map.id(r.device).expect("registered above"))
             .collect();
-        let (segment, offset) =
-            group_commit::place(inner, &mut st, register_bytes + batch.bytes.len());
+        let (segment, offset) = group_commit::place(inner, st, register_bytes + batch.bytes.len());
         let seq_low = segment.seq_low();
         if !new_devices.is_empty() {
             let mut registers = Vec::with_capacity(register_bytes);
@@ -170,12 +233,23 @@ impl Engine {
             .log
             .enqueue(segment, offset + register_bytes as u64, batch.bytes, placed);
         st.map.note_last_ticket(&ids, ticket);
-        let over_index_cap = st.index_account.bytes > inner.options.index_bytes_max;
-        group_commit::wait_for(inner, st, ticket)?;
+        Ok(Queued {
+            ticket,
+            user_bytes: batch.user_bytes,
+            records: records.len() as u64,
+            over_index_cap: st.index_account.bytes > inner.options.index_bytes_max,
+        })
+    }
 
-        Counters::add(&inner.counters.user_bytes, batch.user_bytes);
-        Counters::add(&inner.counters.user_records, records.len() as u64);
-        if over_index_cap {
+    /// Counts committed batches, and ages the log early if the index was over its cap when
+    /// they were queued.
+    fn note_committed(&self, queued: &[Queued]) -> Result<()> {
+        let inner = &*self.inner;
+        for q in queued {
+            Counters::add(&inner.counters.user_bytes, q.user_bytes);
+            Counters::add(&inner.counters.user_records, q.records);
+        }
+        if queued.iter().any(|q| q.over_index_cap) {
             maintenance::age_for_memory(inner)?;
         }
         Ok(())

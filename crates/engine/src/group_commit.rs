@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 
 use crate::commit_log::log_state::{self, Group};
 use crate::commit_log::segment::Segment;
+use crate::commit_waiters::{CommitWaiters, Roles, Step};
 use crate::error::{Error, Result};
 use crate::index_apply;
-use crate::limits::{WRITE_STALL_POLL_MS, WRITER_YIELD_US};
+use crate::limits::{COMMIT_PARK_RECHECK_MS, WRITE_STALL_POLL_MS, WRITER_YIELD_US};
 use crate::options::{Durability, IndexApply};
 use crate::state::{Inner, State};
 use crate::stats::Counters;
@@ -200,37 +201,43 @@ pub(crate) fn wait_for<'a>(
     let started = Instant::now();
     let mut yielded = false;
     loop {
-        if st.log.committed_ticket >= ticket {
-            drop(st);
-            note_commit_wait(inner, started);
-            return Ok(());
+        if st.log.committed_ticket < ticket {
+            inner.check_poisoned(&st)?;
         }
-        inner.check_poisoned(&st)?;
-        let mine_written = st
-            .log
-            .written
-            .back()
-            .is_some_and(|g| g.last_ticket >= ticket);
-        if !st.log.syncer_active && mine_written {
-            st = sync_and_commit(inner, st)?;
-        } else if !st.log.writer_active && !st.log.queue.is_empty() && !mine_written {
-            st = write_group(inner, st)?;
-        } else if !st.log.syncer_active && !st.log.written.is_empty() {
-            // Written groups ahead of ours: syncing them is the way to ours.
-            st = sync_and_commit(inner, st)?;
-        } else {
-            let epoch = inner.group_epoch.load(Ordering::Acquire);
-            if !yielded && commits_are_quick(inner) {
-                yielded = true;
-                st.unlocked(|| yield_while_unchanged(inner, epoch));
-                continue;
+        // Its own group synced first, then the queue written, then groups written ahead of
+        // it synced (syncing them is the way to its own).
+        match Roles::of(&st.log).step(ticket) {
+            Step::Committed => {
+                drop(st);
+                note_commit_wait(inner, started);
+                return Ok(());
             }
-            // Signals come with the lock held: one that came since `epoch` was read under it is
-            // seen here, and a later one finds this thread parked.
-            if inner.group_epoch.load(Ordering::Acquire) == epoch {
-                st.wait(&inner.group_done);
+            Step::Sync => st = sync_and_commit(inner, st, ticket)?,
+            Step::Write => st = write_group(inner, st, ticket)?,
+            Step::Wait => {
+                if !yielded && commits_are_quick(inner) {
+                    yielded = true;
+                    let epoch = inner.group_epoch.load(Ordering::Acquire);
+                    st.unlocked(|| yield_while_unchanged(inner, epoch));
+                    continue;
+                }
+                park(inner, &mut st, ticket);
+                yielded = false;
             }
-            yielded = false;
+        }
+    }
+}
+
+/// Parks a waiting writer until a change of the group commit wakes it (commit_waiters.rs),
+/// re-checking every `COMMIT_PARK_RECHECK_MS`: a re-check that finds work it was not woken
+/// for is a missed wake, counted (`commit_wakes_missed`) and taken up.
+fn park(inner: &Inner, st: &mut TimedGuard<'_, State>, ticket: u64) {
+    let wake = st.commit_waiters.register(ticket);
+    st.unlocked(|| wake.park(Duration::from_millis(COMMIT_PARK_RECHECK_MS)));
+    if !wake.is_woken() {
+        st.commit_waiters.forget(&wake);
+        if CommitWaiters::has_work(&Roles::of(&st.log), ticket) {
+            Counters::add(&inner.counters.commit_wakes_missed, 1);
         }
     }
 }
@@ -265,6 +272,7 @@ fn yield_while_unchanged(inner: &Inner, epoch: u64) {
 fn write_group<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
+    ticket: u64,
 ) -> Result<TimedGuard<'a, State>> {
     let group = st.log.take_group();
     let sync = inner.options.durability == Durability::Sync;
@@ -277,7 +285,7 @@ fn write_group<'a>(
     match written {
         Ok(()) => {
             st.log.written.push_back(group);
-            inner.groups_changed();
+            inner.groups_changed(&mut st, Some(ticket));
             Ok(st)
         }
         Err(e) => {
@@ -296,6 +304,7 @@ fn write_group<'a>(
 fn sync_and_commit<'a>(
     inner: &'a Inner,
     mut st: TimedGuard<'a, State>,
+    ticket: u64,
 ) -> Result<TimedGuard<'a, State>> {
     let groups: Vec<Group> = st.log.written.drain(..).collect();
     st.log.syncer_active = true;
@@ -319,10 +328,10 @@ fn sync_and_commit<'a>(
                     // The lock is held from the commit through the apply: no writer sees its
                     // ticket committed before its records are indexed.
                     index_apply::apply_all_locked(inner, &mut st)?;
-                    inner.groups_changed();
+                    inner.groups_changed(&mut st, Some(ticket));
                 }
                 IndexApply::AfterAck => {
-                    inner.groups_changed();
+                    inner.groups_changed(&mut st, Some(ticket));
                     index_apply::apply_committed(inner, &mut st)?;
                 }
             }

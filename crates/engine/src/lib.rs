@@ -32,6 +32,7 @@
 pub mod backup;
 mod clock;
 mod commit_log;
+mod commit_waiters;
 mod dir;
 mod engine;
 mod error;

@@ -98,6 +98,10 @@ pub const WRITE_STALL_POLL_MS: u64 = 50;
 /// third of the write path's CPU on 2 cores (RocksDB's write thread does the same;
 /// docs/BENCHMARKS.md, "Diagnosis").
 pub const WRITER_YIELD_US: u64 = 100;
+/// A writer parked for its commit is woken by the change that lets it go on
+/// (commit_waiters.rs); it also re-checks after this long, so that a missed wake would cost a
+/// pause, not a hang (and is counted: `Stats::commit_wakes_missed`).
+pub const COMMIT_PARK_RECHECK_MS: u64 = 100;
 
 /// Default cap on the log's in-memory index; beyond it the oldest segments leave the log early.
 pub const INDEX_BYTES_MAX_DEFAULT: u64 = 256 * 1024 * 1024;

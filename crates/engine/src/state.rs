@@ -21,6 +21,7 @@ use crate::commit_log::position::LogPosition;
 use crate::commit_log::record::Body;
 use crate::commit_log::slots::Slots;
 use crate::commit_log::spares::Spares;
+use crate::commit_waiters::{CommitWaiters, Roles};
 use crate::dir::DataDir;
 use crate::error::{Error, Result};
 use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
@@ -151,6 +152,8 @@ pub(crate) struct State {
     /// The change feed's slots and the log's identity (commit_log/slots.rs): they set
     /// `log.hold_from`.
     pub feed: Slots,
+    /// The writers parked in the group commit (commit_waiters.rs).
+    pub commit_waiters: CommitWaiters,
 }
 
 impl State {
@@ -163,6 +166,7 @@ impl State {
             lower,
             last_maintenance_error: None,
             feed: Slots::default(),
+            commit_waiters: CommitWaiters::default(),
         }
     }
 }
@@ -179,9 +183,11 @@ pub(crate) struct Inner {
     pub dir: DataDir,
     pub options: Options,
     pub state: TimedMutex<State>,
-    /// Signalled when a group is written or committed (or the engine is poisoned).
+    /// Signalled when a group is written or committed (or the engine is poisoned): writers
+    /// waiting for the queue to shrink below `PENDING_BYTES_MAX` wait on it. Writers waiting
+    /// for their commit park in `State::commit_waiters` instead, and are woken one by one.
     pub group_done: Condvar,
-    /// Bumped, under the state lock, at every `group_done` signal: a writer that yields
+    /// Bumped, under the state lock, at every change of the group commit: a writer that yields
     /// instead of parking (group_commit::wait_for) watches it without the lock.
     pub group_epoch: AtomicU64,
     /// Running average of a writer's wait for its commit, in microseconds: writers yield
@@ -256,15 +262,22 @@ impl Inner {
     /// and every waiting writer is woken to see it.
     pub(crate) fn poison(&self, st: &mut State, reason: &str) {
         st.poisoned.get_or_insert_with(|| reason.to_string());
-        self.groups_changed();
+        self.group_epoch.fetch_add(1, Ordering::Release);
+        self.group_done.notify_all();
+        st.commit_waiters.wake_all();
         self.index_applied.notify_all();
     }
 
-    /// Wakes every writer waiting on the group commit (called with the state lock held, so a
-    /// writer that checked `group_epoch` under the lock cannot miss it).
-    pub(crate) fn groups_changed(&self) {
+    /// The group commit moved on (a group written, or groups committed): wakes the writers
+    /// waiting for the queue to shrink, and of those waiting for their commit the ones it lets
+    /// go on (commit_waiters.rs). `changer`: the ticket of the writer that made the change, when
+    /// it goes on waiting (it takes a free role itself). Called with the state lock held, so a
+    /// writer that checked `group_epoch` or registered under the lock cannot miss it.
+    pub(crate) fn groups_changed(&self, st: &mut State, changer: Option<u64>) {
         self.group_epoch.fetch_add(1, Ordering::Release);
         self.group_done.notify_all();
+        let roles = Roles::of(&st.log);
+        st.commit_waiters.wake(&roles, changer);
     }
 
     /// Asks the maintenance thread to run now rather than at its next interval.

@@ -108,6 +108,9 @@ pub struct Stats {
     pub write_stalls: u64,
     pub write_stall_ms: u64,
     pub no_space_errors: u64,
+    /// Writers parked for their commit that found, at a periodic re-check, work they had not
+    /// been woken for (commit_waiters.rs): 0 unless the wake rules miss a case.
+    pub commit_wakes_missed: u64,
     /// Encoded bytes queued for the next group commit, and the bound past which writers wait.
     pub pending_bytes: u64,
     pub pending_bytes_max: u64,
@@ -218,6 +221,7 @@ pub(crate) struct Counters {
     pub settled_reclaims: AtomicU64,
     pub write_stalls: AtomicU64,
     pub write_stall_ms: AtomicU64,
+    pub commit_wakes_missed: AtomicU64,
     pub no_space_errors: AtomicU64,
     pub segments_retired: AtomicU64,
     pub departures: AtomicU64,

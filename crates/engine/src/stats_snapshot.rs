@@ -119,9 +119,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     stats.devices_max = inner.options.devices_max;
     stats.window_bytes_max = limits::WINDOW_BYTES_MAX;
     stats.log_dirty_bytes_max = 2 * inner.options.log_writeback_bytes;
-    stats.write_stalls = Counters::get(&c.write_stalls);
-    stats.write_stall_ms = Counters::get(&c.write_stall_ms);
-    stats.no_space_errors = Counters::get(&c.no_space_errors);
+    write_waits(c, &mut stats);
     stats.recovery_ms = inner.recovery.ms;
     stats.recovered_records = inner.recovery.records;
     stats.recovery_buffer_bytes_max = inner.recovery.buffer_bytes_max;
@@ -131,4 +129,13 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     stats.maintenance_read_bytes = Counters::get(&c.maintenance_read_bytes);
     stats.lower_diagnostics = inner.lower.diagnostics();
     stats
+}
+
+/// What writers waited for: log room (stalls, their time, the refusals past the bound), and
+/// wakes of parked writers that did not come (commit_waiters.rs).
+fn write_waits(c: &Counters, stats: &mut Stats) {
+    stats.write_stalls = Counters::get(&c.write_stalls);
+    stats.write_stall_ms = Counters::get(&c.write_stall_ms);
+    stats.no_space_errors = Counters::get(&c.no_space_errors);
+    stats.commit_wakes_missed = Counters::get(&c.commit_wakes_missed);
 }

@@ -8,7 +8,10 @@
 
 use std::collections::HashMap;
 
+use axum::http::StatusCode;
 use parking_lot::{RwLock, RwLockReadGuard};
+
+use crate::error::ApiError;
 
 /// Devices fenced at once at most: a departure waiting for the cloud holds one, and their
 /// number is bounded by what the departing file may hold (`departing::WAITING_MAX`).
@@ -92,6 +95,26 @@ impl FenceView<'_> {
             return None;
         }
         devices.find_map(|d| self.0.get(d).map(|fence| (d.to_string(), fence.clone())))
+    }
+
+    /// The 409 for a write of `devices` if one of them is fenced, naming it, what it takes no
+    /// more of (`what`: "writes", "deletions") and where it went.
+    pub fn refuse<'d>(
+        &self,
+        devices: impl Iterator<Item = &'d str>,
+        what: &str,
+    ) -> Option<ApiError> {
+        let (device, fence) = self.refusal(devices)?;
+        Some(
+            ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "device {device:?} takes no {what} here now: {}",
+                    fence.reason
+                ),
+            )
+            .with_location(fence.location),
+        )
     }
 }
 

@@ -23,6 +23,7 @@ pub mod fence;
 pub mod files;
 pub mod handoff;
 pub mod handoff_book;
+mod ingest;
 pub mod metrics;
 pub mod mqtt;
 mod native;
@@ -94,9 +95,10 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
     }
     let edge_id = edge::load_or_make(&config.data)?;
     let departing = departing::Departing::open(&config.data)?;
-    let fences = departing_fences(&departing)?;
+    let fences = Arc::new(departing_fences(&departing)?);
     let handoffs = handoff_book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
+    let ingest = ingest::Ingest::start(Arc::clone(&engine), Arc::clone(&fences))?;
     let (stop, stop_rx) = watch::channel(false);
     let sink = match &config.sink {
         Some(settings) => Some(cloud::start(&engine, settings, &edge_id, stop_rx.clone()).await?),
@@ -132,6 +134,7 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
         edge_id,
         sink,
         fences,
+        ingest,
         departing,
         handoffs,
         advertise_url,
@@ -281,6 +284,9 @@ async fn shut_down(
     if let Some(sink) = &state.sink {
         sink.join().await;
     }
+    // The ingest threads write what is queued and let go of the engine.
+    let stopping = Arc::clone(&state);
+    let _ = tokio::task::spawn_blocking(move || stopping.ingest.stop()).await;
     close_engine(state).await?;
     tracing::info!("engine closed");
     Ok(())

@@ -35,8 +35,11 @@ pub struct AppState {
     pub edge_id: String,
     /// The cloud sink, when `--sink` is given.
     pub sink: Option<roamkv_sink::Sink>,
-    /// Devices that take no writes here now (departing for the cloud).
-    pub fences: Fences,
+    /// Devices that take no writes here now (departing for the cloud); shared with the ingest
+    /// threads.
+    pub fences: Arc<Fences>,
+    /// The threads that write requests' readings, gathered (ingest.rs).
+    pub ingest: crate::ingest::Ingest,
     /// Departures waiting for the cloud sink (`--on-depart cloud`).
     pub departing: Departing,
     /// Handoffs of devices to and from other edges (handoff/).
@@ -121,7 +124,8 @@ impl AppState {
         }
     }
 
-    /// Writes readings as one engine batch, off the async threads (the group commit blocks).
+    /// Writes readings as one engine batch, by the ingest threads (ingest.rs: the group commit
+    /// blocks, and requests are gathered into one engine call).
     pub async fn write(
         self: &Arc<Self>,
         readings: Vec<KeyedReading>,
@@ -133,8 +137,7 @@ impl AppState {
             .iter()
             .filter(|r| !r.device.starts_with(INTERNAL_DEVICE_PREFIX))
             .count() as u64;
-        let state = Arc::clone(self);
-        tokio::task::spawn_blocking(move || state.put_fenced(&readings, "writes")).await??;
+        self.ingest.put(readings, "writes").await?;
         let labels = SourceLabels { source };
         self.metrics
             .ingested_readings
@@ -153,15 +156,8 @@ impl AppState {
     /// batch: a fence waits for this write (fence.rs). Blocking.
     pub fn put_fenced(&self, readings: &[KeyedReading], what: &str) -> Result<(), ApiError> {
         let fences = self.fences.read();
-        if let Some((device, fence)) = fences.refusal(readings.iter().map(|r| r.device.as_str())) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!(
-                    "device {device:?} takes no {what} here now: {}",
-                    fence.reason
-                ),
-            )
-            .with_location(fence.location));
+        if let Some(refused) = fences.refuse(readings.iter().map(|r| r.device.as_str()), what) {
+            return Err(refused);
         }
         let records: Vec<Record<'_>> = readings.iter().map(KeyedReading::record).collect();
         self.engine

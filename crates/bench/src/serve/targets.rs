@@ -8,10 +8,7 @@
 //!   SIGTERM (graceful) and its data directory opened with the engine to count every reading.
 //! - **roamkv-binary** — the same server, the same readings (the same stored bytes) as native
 //!   binary batches: what the server costs without JSON parsing and CBOR encoding.
-//! - **influxdb** — InfluxDB 1.6 (Debian's `influxdb`), `influxd` with a generated config in a
-//!   temporary directory on loopback ports, line protocol on `/write`, its WAL fsync'd on every
-//!   write (`wal-fsync-delay = "0s"`, equal to roamkv's `sync`); counted with
-//!   `SELECT count(value)`.
+//! - **influxdb**, **questdb** — the peers (peers.rs), line protocol over HTTP.
 //! - **engine** — the in-process engine (`Durability::Sync`) writing the same batches the
 //!   server would write (keys and CBOR values), from as many threads as there are clients: the
 //!   ceiling.
@@ -32,6 +29,7 @@ use crate::serve::load::{
     EventSpec, HttpClient, HttpSender, PROFILE, SOURCE, Sender, device_name, edgex_json,
     influx_lines, resource_name,
 };
+use crate::serve::peers;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Target {
@@ -47,6 +45,8 @@ pub enum Target {
     RoamkvNoIndex,
     /// InfluxDB 1.6, line protocol over HTTP, WAL fsync'd per write.
     Influxdb,
+    /// QuestDB 9.2, line protocol over HTTP, commits fsync'd under `--durability sync`.
+    Questdb,
     /// The in-process engine writing the same batches (the ceiling).
     Engine,
 }
@@ -59,19 +59,26 @@ impl Target {
             Target::RoamkvSink => "roamkv-sink",
             Target::RoamkvNoIndex => "roamkv-no-index",
             Target::Influxdb => "influxdb",
+            Target::Questdb => "questdb",
             Target::Engine => "engine",
         }
     }
 
     /// The systems a run takes when none are named (the sink's cost is its own comparison:
     /// `--engines roamkv,roamkv-sink`).
-    pub fn all() -> [Target; 4] {
+    pub fn all() -> [Target; 5] {
         [
             Target::Roamkv,
             Target::RoamkvBinary,
             Target::Influxdb,
+            Target::Questdb,
             Target::Engine,
         ]
+    }
+
+    /// A third-party server (peers.rs), not roamkv.
+    pub fn is_peer(self) -> bool {
+        matches!(self, Target::Influxdb | Target::Questdb)
     }
 
     /// Whether requests go over HTTP (and so have a server process).
@@ -98,24 +105,30 @@ pub struct ServerProcess {
     dir: tempfile::TempDir,
 }
 
-/// Starts `target` fresh under `work_dir` for `clients` clients.
-pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up> {
+/// Starts `target` fresh under `work_dir` for `clients` clients, at `durability` (`Sync` or
+/// `None`; peers.rs says what each peer runs at).
+pub fn start(
+    target: Target,
+    work_dir: &Path,
+    clients: usize,
+    durability: Durability,
+) -> Result<Up> {
     let dir = tempfile::Builder::new()
         .prefix(&format!("serve-{}-", target.name()))
         .tempdir_in(work_dir)
         .map_err(|e| BenchError::io("making a directory under", work_dir, e))?;
     match target {
         Target::Roamkv | Target::RoamkvBinary | Target::RoamkvNoIndex => {
-            start_roamkv(target, dir, clients, None)
+            start_roamkv(target, dir, clients, durability, None)
         }
         Target::RoamkvSink => {
             let cloud = Cluster::create(dir.path(), dir.path(), "")
                 .map_err(|e| BenchError::step("starting the sink's PostgreSQL", e))?;
-            start_roamkv(target, dir, clients, Some(Box::new(cloud)))
+            start_roamkv(target, dir, clients, durability, Some(Box::new(cloud)))
         }
-        Target::Influxdb => start_influxdb(dir),
+        Target::Influxdb | Target::Questdb => start_peer(target, dir, durability),
         Target::Engine => {
-            let engine = Engine::open(dir.path().join("data"), engine_options())
+            let engine = Engine::open(dir.path().join("data"), engine_options(durability))
                 .map_err(|e| BenchError::step("opening the engine", e))?;
             Ok(Up::Engine {
                 engine: Arc::new(engine),
@@ -125,10 +138,10 @@ pub fn start(target: Target, work_dir: &Path, clients: usize) -> Result<Up> {
     }
 }
 
-/// The engine as `roamkv serve` opens it by default, in sync durability.
-fn engine_options() -> Options {
+/// The engine as `roamkv serve` opens it by default, at `durability`.
+fn engine_options(durability: Durability) -> Options {
     Options {
-        durability: Durability::Sync,
+        durability,
         ..Options::default()
     }
 }
@@ -137,6 +150,7 @@ fn start_roamkv(
     target: Target,
     dir: tempfile::TempDir,
     clients: usize,
+    durability: Durability,
     cloud: Option<Box<Cluster>>,
 ) -> Result<Up> {
     let exe =
@@ -150,7 +164,11 @@ fn start_roamkv(
         .arg("serve")
         .arg("--data")
         .arg(&data)
-        .args(["--listen", "127.0.0.1:0", "--durability", "sync"])
+        .args(["--listen", "127.0.0.1:0", "--durability"])
+        .arg(match durability {
+            Durability::Sync => "sync",
+            _ => "none",
+        })
         .args(["--concurrent-requests-max", &(clients * 2 + 8).to_string()]);
     if let Some(cloud) = &cloud {
         command.arg("--sink").arg(cloud.socket_url());
@@ -206,128 +224,54 @@ fn start_roamkv(
     }))
 }
 
-/// A port nobody listens on now (bound, then released; the server binds it right after).
-fn free_port() -> Result<u16> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| BenchError::os("finding a free port", e))
-}
-
-/// What to tell someone who runs the benchmark without InfluxDB.
-pub const INFLUXDB_MISSING: &str = "InfluxDB 1.6 is not installed (no `influxd` on PATH): on \
-     Debian, `apt-get install influxdb` (the package is InfluxDB 1.6); or leave it out with \
-     `--engines roamkv,roamkv-binary,engine`";
-
-/// influxd's settings: everything on loopback under `dir`, the WAL fsync'd on every write,
-/// background services that would compete for the CPU (monitor, retention, precreation,
-/// continuous queries, reporting) off.
-fn influxdb_config(dir: &Path, http_port: u16, rpc_port: u16) -> String {
-    let d = dir.display();
-    format!(
-        r#"reporting-disabled = true
-bind-address = "127.0.0.1:{rpc_port}"
-[meta]
-  dir = "{d}/meta"
-[data]
-  dir = "{d}/data"
-  wal-dir = "{d}/wal"
-  wal-fsync-delay = "0s"
-  index-version = "inmem"
-  cache-max-memory-size = "4g"
-  query-log-enabled = false
-  trace-logging-enabled = false
-[retention]
-  enabled = false
-[shard-precreation]
-  enabled = false
-[monitor]
-  store-enabled = false
-[subscriber]
-  enabled = false
-[continuous_queries]
-  enabled = false
-[http]
-  enabled = true
-  bind-address = "127.0.0.1:{http_port}"
-  auth-enabled = false
-  log-enabled = false
-  write-tracing = false
-  pprof-enabled = false
-[logging]
-  level = "warn"
-"#
-    )
-}
-
-fn start_influxdb(dir: tempfile::TempDir) -> Result<Up> {
-    let http_port = free_port()?;
-    let rpc_port = free_port()?;
-    let config = dir.path().join("influxdb.conf");
-    std::fs::write(&config, influxdb_config(dir.path(), http_port, rpc_port))
-        .map_err(|e| BenchError::io("writing", &config, e))?;
-    let log_path = dir.path().join("influxd.log");
+/// Starts a peer (peers.rs) and waits for it to answer; stopped again if it does not.
+fn start_peer(target: Target, dir: tempfile::TempDir, durability: Durability) -> Result<Up> {
+    let launch = match target {
+        Target::Influxdb => peers::influxdb_launch(dir.path())?,
+        _ => peers::questdb_launch(dir.path(), durability == Durability::Sync)?,
+    };
+    let peers::Launch {
+        mut command,
+        http_port,
+        log_path,
+    } = launch;
     let log =
         std::fs::File::create(&log_path).map_err(|e| BenchError::io("creating", &log_path, e))?;
     let log2 = log
         .try_clone()
         .map_err(|e| BenchError::io("duplicating", &log_path, e))?;
-    let child = Command::new("influxd")
-        .arg("-config")
-        .arg(&config)
+    let child = command
         .stdout(log)
         .stderr(log2)
         .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => BenchError::Usage(INFLUXDB_MISSING.into()),
-            _ => BenchError::os("starting influxd", e),
+        .map_err(|e| match (target, e.kind()) {
+            (Target::Influxdb, std::io::ErrorKind::NotFound) => {
+                BenchError::Usage(peers::INFLUXDB_MISSING.into())
+            }
+            _ => BenchError::os(format!("starting {}", target.name()), e),
         })?;
     let addr: SocketAddr = ([127, 0, 0, 1], http_port).into();
+    // Dropped on any error below: killed (ServerProcess's Drop).
     let mut server = ServerProcess {
-        target: Target::Influxdb,
+        target,
         child,
         addr,
         cloud: None,
         dir,
     };
-    let mut client = HttpClient::new(addr);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(answer) = client.request("GET", "/ping", "text/plain", b"")
-            && answer.status == 204
-        {
-            break;
-        }
-        if let Ok(Some(status)) = server.child.try_wait() {
-            return Err(BenchError::Run(format!(
-                "influxd exited ({status}) at start; its log: {}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            )));
-        }
-        if Instant::now() > deadline {
-            let _ = server.stop();
-            return Err(BenchError::Run(
-                "influxd did not answer /ping within 60 s".into(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let created = client.request(
-        "POST",
-        "/query?q=CREATE%20DATABASE%20bench",
-        "text/plain",
-        b"",
-    )?;
-    if created.status != 200 {
-        return Err(BenchError::Run(format!(
-            "influxd refused CREATE DATABASE: {}",
-            String::from_utf8_lossy(&created.body)
-        )));
+    peers::wait_for_ping(target.name(), &mut server.child, addr, &log_path)?;
+    if target == Target::Influxdb {
+        peers::influxdb_create_database(addr)?;
     }
     Ok(Up::Server(server))
 }
 
 impl ServerProcess {
+    /// The process's exit status, if it has exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGTERM, then wait (at most 120 s: a graceful stop syncs and closes).
     fn stop(&mut self) -> Result<()> {
         // SAFETY: kill(2) on our own child's pid; no memory is involved.
@@ -337,7 +281,8 @@ impl ServerProcess {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match self.child.try_wait() {
-                Ok(Some(status)) if status.success() || self.target == Target::Influxdb => {
+                // The peers' exit codes after SIGTERM are theirs (the JVM's is 143).
+                Ok(Some(status)) if status.success() || self.target.is_peer() => {
                     return Ok(());
                 }
                 Ok(Some(status)) => {
@@ -360,24 +305,16 @@ impl ServerProcess {
             }
         }
     }
+}
 
-    fn influx_count(&self) -> Result<u64> {
-        let mut client = HttpClient::new(self.addr);
-        let answer = client.request(
-            "GET",
-            "/query?db=bench&q=SELECT%20count(%22value%22)%20FROM%20%22edgex%22",
-            "text/plain",
-            b"",
-        )?;
-        let json: serde_json::Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| BenchError::step("influxd's count answer is not JSON", e))?;
-        let series = &json["results"][0]["series"];
-        if series.is_null() {
-            return Ok(0); // no points at all
+/// A server left running by a run that failed part-way is killed: no process outlives the
+/// bench. (`finish` stops it gracefully first; then this finds it gone.)
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
-        series[0]["values"][0][1]
-            .as_u64()
-            .ok_or_else(|| BenchError::Run(format!("influxd's count answer has no count: {json}")))
     }
 }
 
@@ -541,8 +478,11 @@ impl Up {
                     .map_err(|e| BenchError::step("closing the engine", e))?;
                 count
             }
-            Up::Server(mut server) if server.target == Target::Influxdb => {
-                let count = server.influx_count();
+            Up::Server(mut server) if server.target.is_peer() => {
+                let count = match server.target {
+                    Target::Influxdb => peers::influx_count(server.addr),
+                    _ => peers::questdb_count(server.addr),
+                };
                 server.stop()?;
                 count
             }
@@ -550,9 +490,10 @@ impl Up {
                 let cloud_rows = server.cloud_rows_when_caught_up()?;
                 server.stop()?;
                 let data: PathBuf = server.dir.path().join("data");
-                let engine = Engine::open(&data, engine_options()).map_err(|e| {
-                    BenchError::step(format!("opening {} after the run", data.display()), e)
-                })?;
+                let engine =
+                    Engine::open(&data, engine_options(Durability::Sync)).map_err(|e| {
+                        BenchError::step(format!("opening {} after the run", data.display()), e)
+                    })?;
                 let count = count_engine(&engine, clients);
                 engine
                     .close()
@@ -581,6 +522,13 @@ fn http_sender(
             path: Arc::new(|_| "/write?db=bench&precision=ns".to_string()),
             body: Arc::new(|e| influx_lines(e).into_bytes()),
         },
+        // QuestDB's InfluxDB-compatible endpoint: the same lines, nanosecond precision.
+        Target::Questdb => HttpSender {
+            client,
+            content_type: "text/plain; charset=utf-8",
+            path: Arc::new(|_| "/write?precision=n".to_string()),
+            body: Arc::new(|e| influx_lines(e).into_bytes()),
+        },
         Target::RoamkvBinary => {
             let (sensors, values) = (Arc::clone(sensors), Arc::clone(values));
             HttpSender {
@@ -602,14 +550,6 @@ fn http_sender(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_influxdb_config_fsyncs_every_write_on_loopback() {
-        let text = influxdb_config(Path::new("/x"), 8086, 8088);
-        assert!(text.contains("wal-fsync-delay = \"0s\""));
-        assert!(text.contains("bind-address = \"127.0.0.1:8086\""));
-        assert!(text.contains("wal-dir = \"/x/wal\""));
-    }
 
     #[test]
     fn cpu_seconds_of_this_process_are_read() {

@@ -1,0 +1,57 @@
+//! What `roamkv bench serve` measured: one run of one system, the medians of a configuration's
+//! repeats, and the server's decode costs timed in-process.
+
+/// One run of one system.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServeRun {
+    pub target: String,
+    pub readings_per_event: usize,
+    /// "peak" (closed loop) or "half-peak" (open loop at half the median peak).
+    pub phase: &'static str,
+    pub repeat: usize,
+    pub clients: usize,
+    pub offered_readings_per_sec: Option<f64>,
+    pub readings_per_sec: f64,
+    pub events: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// CPU seconds of the system under test over the run (server process; in-process engine:
+    /// this process), and of this process (the load generator) for HTTP systems.
+    pub server_cpu_s: f64,
+    pub client_cpu_s: f64,
+    pub server_cpu_us_per_reading: f64,
+    pub acked_readings: u64,
+    pub stored_readings: u64,
+    pub check: String,
+    pub measured_s: f64,
+}
+
+/// Medians of a configuration's repeats.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServeSummary {
+    pub target: String,
+    pub readings_per_event: usize,
+    pub readings_per_sec: f64,
+    pub readings_per_sec_repeats: Vec<f64>,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub server_cpu_us_per_reading: f64,
+    pub half_peak_offered: Option<f64>,
+    pub half_peak_achieved: Option<f64>,
+    pub half_peak_p50_ms: Option<f64>,
+    pub half_peak_p99_ms: Option<f64>,
+    pub checks_ok: bool,
+}
+
+/// CPU cost of the server's decoding steps for one event, measured in this process.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DecodeCost {
+    pub readings_per_event: usize,
+    pub json_parse_us_per_reading: f64,
+    pub checks_and_cbor_us_per_reading: f64,
+    pub binary_decode_us_per_reading: f64,
+}
