@@ -70,6 +70,13 @@ fn a_tiny_serve_bench_stores_what_it_acks_and_writes_its_report() {
             .as_f64()
             .is_some_and(|c| c > 0.0)
     );
+    // The device under the data directories was probed (its fdatasync tail bounds every p99).
+    let device = &json["device"];
+    assert!(device["probes"].as_u64().is_some_and(|n| n > 0), "{device}");
+    assert!(
+        device["fdatasync_max_us"].as_u64() >= device["fdatasync_p50_us"].as_u64(),
+        "{device}"
+    );
     let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
     assert!(
         html.contains("<svg") && html.contains("Peak ingest"),

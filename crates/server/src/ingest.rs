@@ -125,6 +125,14 @@ impl Ingest {
     }
 }
 
+/// A server that stops without its shutdown sequence (a start that failed part-way) still ends
+/// its ingest threads, so that they let go of the engine.
+impl Drop for Ingest {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// An ingest thread: takes every request queued (up to `INGEST_GROUP_REQUESTS_MAX`), writes
 /// them with one engine call, answers them; until stopped with nothing queued.
 fn run(shared: &Shared, engine: &Engine, fences: &Fences) {

@@ -28,7 +28,7 @@ use load::{EventSpec, Pace, drive, edgex_json};
 use plan::Plan;
 pub use plan::{AckDurability, ServeBenchArgs};
 use report::{terminal_table, write_outputs};
-use results::{DecodeCost, ServeRun, ServeSummary};
+use results::{DecodeCost, DeviceProbe, ServeRun, ServeSummary};
 use targets::{Target, start, stored_values};
 
 pub fn run(args: &ServeBenchArgs) -> ExitCode {
@@ -69,6 +69,8 @@ fn bench(args: &ServeBenchArgs) -> Result<bool> {
         plan.durability_line(),
         args.work_dir.display()
     );
+    let device = probe_device(&args.work_dir, args.quick)?;
+    println!("{}", describe_device(&device, &args.work_dir));
     let bar = indicatif::ProgressBar::new(plan.runs(!args.skip_half_peak) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -90,6 +92,7 @@ fn bench(args: &ServeBenchArgs) -> Result<bool> {
     let summaries = summarize(&plan, &runs);
     println!("{}", terminal_table(&summaries));
     let mut lines = verdict(&summaries, &costs);
+    lines.push(describe_device(&device, &args.work_dir));
     lines.extend(
         plan.skipped
             .iter()
@@ -98,8 +101,50 @@ fn bench(args: &ServeBenchArgs) -> Result<bool> {
     for line in &lines {
         println!("{line}");
     }
-    write_outputs(args, &plan, &header, &runs, &summaries, &costs, &lines)?;
+    write_outputs(
+        args,
+        &plan,
+        &header,
+        (&runs, &summaries, &costs, &device),
+        &lines,
+    )?;
     Ok(runs.iter().all(|r| r.check == "ok" && r.errors == 0))
+}
+
+/// Probes for at most `DEVICE_PROBE_SECONDS` (a quick run: 1 s).
+const DEVICE_PROBE_SECONDS: u64 = 10;
+/// Probes at most.
+const DEVICE_PROBES: u64 = 20_000;
+
+/// The fdatasync latency of the device under `work_dir` (crate::steady::ceilings' probe).
+fn probe_device(work_dir: &std::path::Path, quick: bool) -> Result<DeviceProbe> {
+    let seconds = if quick { 1 } else { DEVICE_PROBE_SECONDS };
+    let latency = crate::steady::ceilings::fdatasync_latency_in(
+        work_dir,
+        DEVICE_PROBES,
+        Some(Duration::from_secs(seconds)),
+    )?;
+    Ok(DeviceProbe {
+        probes: latency.len(),
+        fdatasync_p50_us: latency.value_at_quantile(0.5),
+        fdatasync_p99_us: latency.value_at_quantile(0.99),
+        fdatasync_p999_us: latency.value_at_quantile(0.999),
+        fdatasync_max_us: latency.max(),
+        stalls_over_50ms: latency.count_between(50_001, latency.max().max(50_001)),
+    })
+}
+
+fn describe_device(d: &DeviceProbe, work_dir: &std::path::Path) -> String {
+    format!(
+        "the device under {}: fdatasync of a 4 KiB write p50/p99/p99.9/max {}/{}/{}/{} µs, {} of {} over 50 ms (every system's p99 is bounded below by this tail)",
+        work_dir.display(),
+        d.fdatasync_p50_us,
+        d.fdatasync_p99_us,
+        d.fdatasync_p999_us,
+        d.fdatasync_max_us,
+        d.stalls_over_50ms,
+        d.probes
+    )
 }
 
 fn peak_runs(

@@ -8,7 +8,7 @@ use roamkv_testbed::report::{Html, MachineHeader, bar_chart_svg};
 use crate::error::Result;
 use crate::serve::peers;
 use crate::serve::plan::{AckDurability, Plan, ServeBenchArgs};
-use crate::serve::results::{DecodeCost, ServeRun, ServeSummary};
+use crate::serve::results::{DecodeCost, DeviceProbe, ServeRun, ServeSummary};
 
 pub(super) fn terminal_table(summaries: &[ServeSummary]) -> String {
     let mut table = comfy_table::Table::new();
@@ -58,9 +58,7 @@ pub(super) fn write_outputs(
     args: &ServeBenchArgs,
     plan: &Plan,
     header: &MachineHeader,
-    runs: &[ServeRun],
-    summaries: &[ServeSummary],
-    costs: &[DecodeCost],
+    (runs, summaries, costs, device): (&[ServeRun], &[ServeSummary], &[DecodeCost], &DeviceProbe),
     verdict: &[String],
 ) -> Result<()> {
     let notes = notes(plan);
@@ -83,6 +81,7 @@ pub(super) fn write_outputs(
         "notes": notes,
         "summaries": summaries,
         "decode_cost": costs,
+        "device": device,
         "runs": runs,
     });
     roamkv_testbed::report::write_json(&args.out, "results", &json)?;

@@ -55,3 +55,17 @@ pub struct DecodeCost {
     pub checks_and_cbor_us_per_reading: f64,
     pub binary_decode_us_per_reading: f64,
 }
+
+/// The device under the systems' data directories, probed before the runs: one fdatasync of a
+/// 4 KiB write, repeated (what one `sync` commit costs at the least). Its tail bounds every
+/// system's p99: a request waiting behind a stalled flush waits as long as the flush.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceProbe {
+    pub probes: u64,
+    pub fdatasync_p50_us: u64,
+    pub fdatasync_p99_us: u64,
+    pub fdatasync_p999_us: u64,
+    pub fdatasync_max_us: u64,
+    /// Flushes that took over 50 ms (a stall a request at half the peak would see whole).
+    pub stalls_over_50ms: u64,
+}

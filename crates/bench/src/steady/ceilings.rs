@@ -54,31 +54,55 @@ pub fn measure(fs: FsSpec, image_bytes: u64) -> Result<Ceilings> {
 /// followed by fdatasync: the data write and the device flush, no metadata to journal.
 fn fdatasync_latency(fs: FsSpec, image_bytes: u64) -> Result<Histogram<u64>> {
     let fixture = Fixture::create(fs, image_bytes)?;
-    let path = fixture.mount_dir().join("fdatasync.probe");
+    fdatasync_latency_in(fixture.mount_dir(), FDATASYNC_PROBES, None)
+}
+
+/// The fdatasync probe in a directory of an existing file system (the file removed after):
+/// `probes` rounds, or fewer if `time_max` passes first.
+pub fn fdatasync_latency_in(
+    dir: &std::path::Path,
+    probes: u64,
+    time_max: Option<std::time::Duration>,
+) -> Result<Histogram<u64>> {
+    let path = dir.join("fdatasync.probe");
+    let latency = probe_file(&path, probes, time_max);
+    let _ = std::fs::remove_file(&path);
+    latency
+}
+
+fn probe_file(
+    path: &std::path::Path,
+    probes: u64,
+    time_max: Option<std::time::Duration>,
+) -> Result<Histogram<u64>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&path)
-        .map_err(|e| BenchError::io("creating", &path, e))?;
+        .open(path)
+        .map_err(|e| BenchError::io("creating", path, e))?;
     let zeros = vec![0u8; 1 << 20];
     for at in (0..FDATASYNC_FILE_BYTES).step_by(zeros.len()) {
         file.write_all_at(&zeros, at)
-            .map_err(|e| BenchError::io("writing", &path, e))?;
+            .map_err(|e| BenchError::io("writing", path, e))?;
     }
     file.sync_all()
-        .map_err(|e| BenchError::io("syncing", &path, e))?;
+        .map_err(|e| BenchError::io("syncing", path, e))?;
     let mut latency =
         Histogram::new_with_bounds(1, 60_000_000, 3).map_err(|e| BenchError::Run(e.to_string()))?;
     let block = vec![0x5au8; 4096];
-    for i in 0..FDATASYNC_PROBES {
+    let begun = Instant::now();
+    for i in 0..probes {
+        if time_max.is_some_and(|max| begun.elapsed() >= max) {
+            break;
+        }
         let at = (i * 4096) % FDATASYNC_FILE_BYTES;
         let started = Instant::now();
         file.write_all_at(&block, at)
-            .map_err(|e| BenchError::io("writing", &path, e))?;
+            .map_err(|e| BenchError::io("writing", path, e))?;
         file.sync_data()
-            .map_err(|e| BenchError::io("fdatasync", &path, e))?;
+            .map_err(|e| BenchError::io("fdatasync", path, e))?;
         latency.saturating_record(started.elapsed().as_micros() as u64);
     }
     Ok(latency)

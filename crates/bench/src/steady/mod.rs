@@ -11,7 +11,7 @@
 //! variants in turn and writes the outputs.
 
 mod args;
-mod ceilings;
+pub(crate) mod ceilings;
 mod crosscheck;
 mod diagnose;
 mod page;
