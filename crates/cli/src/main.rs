@@ -16,6 +16,18 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (its place in `mi_option_e`, mimalloc.h, v2 and v3: the
+/// sys crate names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Freed memory goes back to the OS at once instead of 10 ms later: a server in a memory
+/// cgroup (a gateway's) was OOM-killed by an export's growing buffers, each freed copy held
+/// for those 10 ms (crates/cli/tests/export_memory.rs, 96 MiB). Ingest measured the same.
+fn return_freed_memory_at_once() {
+    // SAFETY: sets an option value; mimalloc's options are plain integers read on each use.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -76,6 +88,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    return_freed_memory_at_once();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Demo(args) => demo::run(&args),
