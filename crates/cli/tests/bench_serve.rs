@@ -96,17 +96,9 @@ fn a_tiny_serve_bench_stores_what_it_acks_and_writes_its_report() {
 /// acked reading there), stopped, its directory removed; and no process of it left behind.
 #[test]
 fn the_questdb_peer_stores_what_it_acks() {
-    let java = prerequisite::require_tool("java", "openjdk-17-jre-headless");
-    if !prerequisite::met("the_questdb_peer_stores_what_it_acks", java) {
-        return;
-    }
-    let jar = std::env::var("ROAMKV_QUESTDB_JAR")
-        .unwrap_or_else(|_| "/var/cache/roamkv/questdb/questdb-9.2.0.jar".into());
-    if !std::path::Path::new(&jar).is_file() {
-        prerequisite::unmet(
-            "the_questdb_peer_stores_what_it_acks",
-            &format!("no QuestDB jar at {jar} (scripts/install-deps test fetches it)"),
-        );
+    // The bench's own check: Java on PATH and the jar where install-deps puts it.
+    if let Some(missing) = roamkv_bench::serve::peers::questdb_missing() {
+        prerequisite::unmet("the_questdb_peer_stores_what_it_acks", &missing);
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

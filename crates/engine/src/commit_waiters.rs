@@ -166,9 +166,9 @@ impl CommitWaiters {
     }
 
     /// Wakes the writers `roles` lets go on (see the module's comment). `changer`: the ticket
-    /// of the writer that made the change, when it goes on looping in `wait_for` (it takes a
-    /// free role itself, and nobody is woken for it).
-    pub fn wake(&mut self, roles: &Roles, changer: Option<u64>) {
+    /// of the writer that made the change; it goes on looping in `wait_for`, and nobody is
+    /// woken for a role it takes itself (none once its own ticket is committed).
+    pub fn wake(&mut self, roles: &Roles, changer: u64) {
         let woken = self.woken_by(roles, changer);
         if woken.is_empty() {
             return;
@@ -185,24 +185,24 @@ impl CommitWaiters {
     }
 
     /// The indexes in `parked` of the writers to wake.
-    fn woken_by(&self, roles: &Roles, changer: Option<u64>) -> Vec<usize> {
+    fn woken_by(&self, roles: &Roles, changer: u64) -> Vec<usize> {
         let steps: Vec<Step> = self.parked.iter().map(|p| roles.step(p.ticket)).collect();
         let mut woken: Vec<usize> = (0..steps.len())
             .filter(|&i| steps[i] == Step::Committed)
             .collect();
-        let changer_step = changer.map(|t| roles.step(t));
+        let changer_step = roles.step(changer);
         let lowest = |eligible: &dyn Fn(Step) -> bool, woken: &[usize]| {
             (0..steps.len())
                 .filter(|i| !woken.contains(i) && eligible(steps[*i]))
                 .min_by_key(|&i| self.parked[i].ticket)
         };
         if roles.writer_wanted()
-            && changer_step != Some(Step::Write)
+            && changer_step != Step::Write
             && let Some(i) = lowest(&|s| s == Step::Write, &woken)
         {
             woken.push(i);
         }
-        if roles.syncer_wanted() && changer_step != Some(Step::Sync) {
+        if roles.syncer_wanted() && changer_step != Step::Sync {
             // One whose next step is the sync, else any other: once the writer's role is taken,
             // it syncs the groups ahead of it.
             let syncer = lowest(&|s| s == Step::Sync, &woken)
@@ -247,7 +247,10 @@ mod tests {
         w
     }
 
-    fn woken(w: &CommitWaiters, roles: &Roles, changer: Option<u64>) -> Vec<u64> {
+    /// A changer whose ticket is committed (it returns: it takes no role).
+    const RETURNING: u64 = 0;
+
+    fn woken(w: &CommitWaiters, roles: &Roles, changer: u64) -> Vec<u64> {
         let mut t: Vec<u64> = w
             .woken_by(roles, changer)
             .into_iter()
@@ -260,7 +263,7 @@ mod tests {
     #[test]
     fn a_commit_wakes_exactly_the_committed() {
         let w = waiters(&[12, 5, 10, 25, 11]);
-        assert_eq!(woken(&w, &roles(), None), vec![5, 10]);
+        assert_eq!(woken(&w, &roles(), RETURNING), vec![5, 10]);
     }
 
     #[test]
@@ -273,14 +276,14 @@ mod tests {
             ..roles()
         };
         // The syncer: 12 (its own group is written); the writer: the lowest not written (15).
-        assert_eq!(woken(&w, &r, None), vec![12, 15]);
+        assert_eq!(woken(&w, &r, RETURNING), vec![12, 15]);
         // Roles taken: nobody.
         let busy = Roles {
             writer_active: true,
             syncer_active: true,
             ..r
         };
-        assert!(woken(&w, &busy, None).is_empty());
+        assert!(woken(&w, &busy, RETURNING).is_empty());
     }
 
     #[test]
@@ -291,16 +294,16 @@ mod tests {
             ..roles()
         };
         // The changer (ticket 14, written, not committed) syncs: nobody is woken for it.
-        assert!(woken(&w, &r, Some(14)).is_empty());
+        assert!(woken(&w, &r, 14).is_empty());
         // A committed changer returns: one is woken to sync (the groups ahead of it).
-        assert_eq!(woken(&w, &r, Some(9)), vec![15]);
+        assert_eq!(woken(&w, &r, 9), vec![15]);
         // A changer whose group is queued writes; the syncer's role still wants somebody.
         let both = Roles {
             queued_groups: true,
             ..r
         };
         assert_eq!(both.step(30), Step::Write);
-        assert_eq!(woken(&w, &both, Some(30)), vec![15]);
+        assert_eq!(woken(&w, &both, 30), vec![15]);
     }
 
     #[test]
@@ -314,7 +317,7 @@ mod tests {
             ..roles()
         };
         assert_eq!(r.step(12), Step::Wait);
-        assert!(woken(&w, &r, None).is_empty());
+        assert!(woken(&w, &r, RETURNING).is_empty());
     }
 
     #[test]

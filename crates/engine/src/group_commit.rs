@@ -285,7 +285,7 @@ fn write_group<'a>(
     match written {
         Ok(()) => {
             st.log.written.push_back(group);
-            inner.groups_changed(&mut st, Some(ticket));
+            inner.groups_changed(&mut st, ticket);
             Ok(st)
         }
         Err(e) => {
@@ -328,10 +328,10 @@ fn sync_and_commit<'a>(
                     // The lock is held from the commit through the apply: no writer sees its
                     // ticket committed before its records are indexed.
                     index_apply::apply_all_locked(inner, &mut st)?;
-                    inner.groups_changed(&mut st, Some(ticket));
+                    inner.groups_changed(&mut st, ticket);
                 }
                 IndexApply::AfterAck => {
-                    inner.groups_changed(&mut st, Some(ticket));
+                    inner.groups_changed(&mut st, ticket);
                     index_apply::apply_committed(inner, &mut st)?;
                 }
             }

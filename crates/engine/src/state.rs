@@ -270,10 +270,10 @@ impl Inner {
 
     /// The group commit moved on (a group written, or groups committed): wakes the writers
     /// waiting for the queue to shrink, and of those waiting for their commit the ones it lets
-    /// go on (commit_waiters.rs). `changer`: the ticket of the writer that made the change, when
-    /// it goes on waiting (it takes a free role itself). Called with the state lock held, so a
-    /// writer that checked `group_epoch` or registered under the lock cannot miss it.
-    pub(crate) fn groups_changed(&self, st: &mut State, changer: Option<u64>) {
+    /// go on (commit_waiters.rs). `changer`: the ticket of the writer that made the change (it
+    /// goes on in `wait_for` and takes a free role itself). Called with the state lock held, so
+    /// a writer that checked `group_epoch` or registered under the lock cannot miss it.
+    pub(crate) fn groups_changed(&self, st: &mut State, changer: u64) {
         self.group_epoch.fetch_add(1, Ordering::Release);
         self.group_done.notify_all();
         let roles = Roles::of(&st.log);
