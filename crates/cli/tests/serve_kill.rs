@@ -23,6 +23,26 @@ const HTTP_DEVICE: &str = "http-car";
 const MQTT_DEVICE: &str = "mqtt-car";
 const ORIGIN_BASE_NS: u64 = 1_700_000_000_000_000_000;
 
+/// On a failing test, prints the ends of the broker's and the servers' logs: what a "not
+/// ready" or a reset connection had behind it.
+struct LogsOnFailure(std::path::PathBuf);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for name in ["mosquitto.log", "server.log"] {
+            let text = std::fs::read_to_string(self.0.join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("--- last lines of {name} ---");
+            for line in &lines[lines.len().saturating_sub(60)..] {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
 /// Kills the child if the test ends first.
 struct Killed(Child);
 
@@ -47,7 +67,9 @@ fn start_mosquitto(dir: &Path) -> (Killed, u16) {
     std::fs::write(
         &conf,
         format!(
-            "user root\npersistence false\nmax_queued_messages 0\nlistener {port} 127.0.0.1\nallow_anonymous true\n"
+            "user root\npersistence false\nmax_queued_messages 0\nlistener {port} 127.0.0.1\nallow_anonymous true\n\
+             log_dest file {}\nlog_type all\nlog_timestamp_format %H:%M:%S\n",
+            dir.join("mosquitto.log").display()
         ),
     )
     .expect("write conf");
@@ -68,6 +90,7 @@ fn start_mosquitto(dir: &Path) -> (Killed, u16) {
 }
 
 /// `roamkv serve` on a free port with MQTT ingest; returns once /ready says it takes both.
+/// The server's stderr goes on to `server.log` beside `data`.
 fn start_server(data: &Path, broker_port: u16) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_roamkv"))
         // Readings from 2023 (ORIGIN_BASE_NS): the default retention would delete them.
@@ -89,7 +112,17 @@ fn start_server(data: &Path, broker_port: u16) -> (Killed, String) {
             break url.trim().to_string();
         }
     };
-    std::thread::spawn(move || lines.for_each(drop));
+    let log_path = data.with_file_name("server.log");
+    std::thread::spawn(move || {
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .expect("server.log");
+        for line in lines.map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+        }
+    });
     let deadline = Instant::now() + Duration::from_secs(20);
     while !request(&addr, "GET", "/ready", "").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
         assert!(Instant::now() < deadline, "not ready within 20 s");
@@ -231,6 +264,7 @@ fn sigkill_during_http_and_mqtt_ingest_loses_and_doubles_nothing() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
+    let _logs = LogsOnFailure(dir.path().to_path_buf());
     let (_broker, broker_port) = start_mosquitto(dir.path());
 
     // The first start makes the server's persistent session, so the broker queues for it from

@@ -13,6 +13,7 @@
 //! not an event is logged, counted in roamkv_rejected{source="mqtt"} and acked (redelivering it
 //! would only fail again).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,16 +25,19 @@ use rumqttc::{
 };
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::MqttConfig;
 use crate::error::ApiError;
 use crate::state::Shared;
 
-/// Events being written at once from MQTT; the event loop waits beyond it (back-pressure on
-/// the broker instead of unbounded tasks).
+/// Events being written at once from MQTT; messages beyond it wait, unacked, in the event loop
+/// (`Received`), which the broker's in-flight window bounds: it sends no more to a client that
+/// has not acked.
 const IN_FLIGHT_EVENTS_MAX: usize = 64;
+/// How long a stopping server lets the events being written finish and their acks go out.
+const IN_FLIGHT_DRAIN_WAIT: Duration = Duration::from_secs(5);
 /// Reconnects wait this long after the first failure, twice as long after each further one, up
 /// to `RECONNECT_DELAY_MAX`; a connection resets it.
 const RECONNECT_DELAY_MIN: Duration = Duration::from_secs(1);
@@ -212,12 +216,20 @@ fn report_failure(
     }
 }
 
-/// The event loop: subscribes on every connection, writes each event it carries, reconnects
-/// (backing off from 1 s to 30 s) until the stop signal.
 /// Requests (acks, subscriptions, published events) queued to the MQTT client's event loop;
 /// a republished event that finds the queue full is dropped from the bus (republish.rs).
 const MQTT_REQUESTS_QUEUED_MAX: usize = 64;
 
+/// Messages taken from the broker and not yet being written: they wait for a write slot.
+type Received = VecDeque<Publish>;
+
+/// The event loop: subscribes on every connection, writes each event it carries, reconnects
+/// (backing off from 1 s to 30 s) until the stop signal.
+///
+/// It awaits nothing but the broker, the stop signal and, while messages wait, a write slot:
+/// only it drains the client's request queue, so awaiting a send into that queue (a
+/// subscription; an ack, through a write slot whose writer is stuck on its ack) while the queue
+/// is full of republished events would stop it for good.
 async fn run(
     state: Shared,
     config: MqttConfig,
@@ -228,11 +240,19 @@ async fn run(
     let (client, mut events) = AsyncClient::new(options, MQTT_REQUESTS_QUEUED_MAX);
     state.republisher.attach(client.clone());
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_EVENTS_MAX));
+    let mut received = Received::new();
     let mut first_answer = Some(first_answer);
     let mut reconnect_delay = RECONNECT_DELAY_MIN;
     loop {
         let event = tokio::select! {
             _ = stop.changed() => break,
+            permit = Arc::clone(&in_flight).acquire_owned(), if !received.is_empty() => {
+                let (Ok(permit), Some(publish)) = (permit, received.pop_front()) else {
+                    break;
+                };
+                spawn_write(&state, &client, publish, permit);
+                continue;
+            }
             event = events.poll() => event,
         };
         match event {
@@ -242,32 +262,23 @@ async fn run(
                     let _ = tx.send(FirstAnswer::Connected);
                 }
                 tracing::info!(broker = %format!("{}:{}", config.host, config.port), tls = config.tls.is_some(), topic = %config.topic, "MQTT connected");
-                if let Err(e) = client.subscribe(&config.topic, QoS::AtLeastOnce).await {
-                    tracing::error!(error = %e, "MQTT subscribe failed");
-                }
+                let (client, topic) = (client.clone(), config.topic.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = client.subscribe(&topic, QoS::AtLeastOnce).await {
+                        tracing::error!(error = %e, "MQTT subscribe failed");
+                    }
+                });
             }
             Ok(Event::Incoming(Packet::SubAck(_))) => {
                 // Subscribed: from here on the broker routes the topic's events to us.
                 state.metrics.mqtt_connected.set(1);
             }
-            Ok(Event::Incoming(Packet::Publish(publish))) => {
-                let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
-                    break;
-                };
-                let state = Arc::clone(&state);
-                let client = client.clone();
-                tokio::spawn(async move {
-                    if handle(&state, &publish).await
-                        && let Err(e) = client.ack(&publish).await
-                    {
-                        tracing::warn!(error = %e, "MQTT ack failed");
-                    }
-                    drop(permit);
-                });
-            }
+            Ok(Event::Incoming(Packet::Publish(publish))) => received.push_back(publish),
             Ok(_) => {}
             Err(e) => {
                 state.metrics.mqtt_connected.set(0);
+                // Not acked on this connection: the broker delivers them again on the next.
+                received.clear();
                 if report_failure(&config, &e, &mut first_answer, reconnect_delay) {
                     // Refused at start: the start fails with it; nothing was received yet.
                     return;
@@ -280,12 +291,61 @@ async fn run(
             }
         }
     }
-    // Let in-flight events finish (their acks need the event loop, which stops here: a
-    // message written but not acked is delivered again and overwrites itself, same keys).
-    let _ = in_flight.acquire_many(IN_FLIGHT_EVENTS_MAX as u32).await;
-    let _ = client.disconnect().await;
-    let _ = tokio::time::timeout(Duration::from_millis(500), events.poll()).await;
+    drain_and_disconnect(&client, &mut events, &in_flight).await;
     state.metrics.mqtt_connected.set(0);
+}
+
+/// Writes a received message's event on a task of its own, acking it once written.
+fn spawn_write(
+    state: &Shared,
+    client: &AsyncClient,
+    publish: Publish,
+    permit: OwnedSemaphorePermit,
+) {
+    let state = Arc::clone(state);
+    let client = client.clone();
+    tokio::spawn(async move {
+        if handle(&state, &publish).await
+            && let Err(e) = client.ack(&publish).await
+        {
+            tracing::warn!(error = %e, "MQTT ack failed");
+        }
+        drop(permit);
+    });
+}
+
+/// At stop: lets the events being written finish while the event loop still runs, so that
+/// their acks go out (up to `IN_FLIGHT_DRAIN_WAIT`), then leaves the broker. Messages that were
+/// waiting for a write slot are not acked: the broker delivers them again to the next server.
+async fn drain_and_disconnect(
+    client: &AsyncClient,
+    events: &mut rumqttc::EventLoop,
+    in_flight: &Arc<Semaphore>,
+) {
+    let all_written = in_flight.acquire_many(IN_FLIGHT_EVENTS_MAX as u32);
+    tokio::pin!(all_written);
+    let drained = tokio::time::timeout(IN_FLIGHT_DRAIN_WAIT, async {
+        loop {
+            tokio::select! {
+                _ = &mut all_written => return,
+                polled = events.poll() => if polled.is_err() {
+                    // No connection to ack on; the writes finish or not without it.
+                    let _ = (&mut all_written).await;
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "MQTT events still being written at stop; the broker will deliver them again"
+        );
+    }
+    // Not awaited: with the request queue full nothing would drain it. Unsent, the connection
+    // closes when the event loop is dropped, and the broker keeps the session all the same.
+    let _ = client.try_disconnect();
+    let _ = tokio::time::timeout(Duration::from_millis(500), events.poll()).await;
 }
 
 /// Writes the event a message carries. True when the message should be acked: the event was

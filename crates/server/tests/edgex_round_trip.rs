@@ -17,8 +17,9 @@ const MS: i64 = 1_000_000;
 async fn publish(port: u16, messages: Vec<(String, Vec<u8>)>) {
     let mut options = MqttOptions::new("edgex-device-service", "127.0.0.1", port);
     options.set_keep_alive(Duration::from_secs(5));
-    let (client, mut events) = AsyncClient::new(options, 16);
     let n = messages.len();
+    // Room for every publish: they are queued before the event loop is driven.
+    let (client, mut events) = AsyncClient::new(options, n.max(1));
     for (topic, payload) in messages {
         client
             .publish(topic, QoS::AtLeastOnce, false, payload)
@@ -59,6 +60,57 @@ async fn ready_says_503_until_the_broker_is_there_and_the_client_comes_back() {
     let _broker = Mosquitto::start_on(port, |_| "allow_anonymous true\n".into());
     let ready = eventually(20, || async { server.get("/ready").await.0 == 200 }).await;
     assert!(ready, "not ready within 20 s of the broker coming up");
+    server.stop().await;
+}
+
+/// The MQTT client's request queue carries both the acks of ingested messages and the events
+/// republished to the bus. REST events posted while the broker is away fill it; once the broker
+/// comes up the server must still subscribe and then ingest (and ack) more messages than it
+/// writes at once. Before the fix its event loop awaited the subscription, and each incoming
+/// message's write slot, while the queue only it drains was full: ready never came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_queue_full_of_republished_events_holds_up_neither_subscription_nor_acks() {
+    let test = "a_request_queue_full_of_republished_events_holds_up_neither_subscription_nor_acks";
+    if !prerequisite::met(test, require_tool("mosquitto", "mosquitto")) {
+        return;
+    }
+    let port = free_port();
+    let server = Server::start(|a| a.mqtt_broker = Some(format!("127.0.0.1:{port}"))).await;
+    let now = now_ns();
+    for i in 0..100 {
+        let request = event("rest-car", now + i * MS, &[("speed", "1")]);
+        assert_eq!(server.post_event(&request).await.0, 201);
+    }
+    let dropped = metric(
+        &server.get_text("/metrics").await.1,
+        "roamkv_republished_events_total{outcome=\"dropped\"}",
+    );
+    assert!(
+        dropped.is_some_and(|d| d >= 1.0),
+        "the queue should have filled: {dropped:?} dropped"
+    );
+    let broker = Mosquitto::start_on(port, |_| "allow_anonymous true\n".into());
+    let ready = eventually(20, || async { server.get("/ready").await.0 == 200 }).await;
+    assert!(ready, "not subscribed within 20 s of the broker coming up");
+    let messages = 300;
+    let envelopes = (0..messages)
+        .map(|i| {
+            let request = event("mqtt-car", now + i * MS, &[("speed", "2")]);
+            let envelope =
+                json!({"apiVersion": "v3", "contentType": "application/json", "payload": request});
+            (topic("mqtt-car"), envelope.to_string().into_bytes())
+        })
+        .collect();
+    publish(broker.port, envelopes).await;
+    let all_in = eventually(20, || async {
+        server
+            .get("/api/v3/event/count/device/name/mqtt-car")
+            .await
+            .1["count"]
+            == messages
+    })
+    .await;
+    assert!(all_in, "not every MQTT message was written within 20 s");
     server.stop().await;
 }
 
