@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test build deb bench-quick lab-quick arm64 test-arm64 clean
+.PHONY: demo test build deb bench-quick lab-quick arm64 test-arm64 deb-arm64 clean
 
 demo:
 	scripts/install-deps build
@@ -47,6 +47,14 @@ test-arm64:
 	scripts/install-deps arm64
 	$(CARGO) test --release --locked --target $(ARM64_TARGET) -p roamkv-engine -p roamkv-leveldb -p roamkv-server -p roamkv-wire -p roamkv-sink -p roamkv-export
 	$(CARGO) run --release --locked --target $(ARM64_TARGET) -p roamkv -- demo
+
+# The Debian package for arm64: $$CARGO_TARGET_DIR/debian/roamkv_<version>-1_arm64.deb.
+deb-arm64:
+	scripts/install-deps arm64
+	scripts/install-deps package
+	$(CARGO) build --release --locked --target $(ARM64_TARGET) -p roamkv
+	scripts/package-assets $(ARM64_TARGET)
+	$(CARGO) deb --locked -p roamkv --target $(ARM64_TARGET) --no-build
 
 clean:
 	$(CARGO) clean
