@@ -32,8 +32,9 @@ pub enum BenchCommand {
     /// The cloud sink of `roamkv serve` into a private PostgreSQL: its capacity, its lag at
     /// half of it, a database outage drained, resume times.
     Sink(crate::sink::SinkBenchArgs),
-    /// Devices handed between two `roamkv serve`s on loopback: time per handoff, bulk rate,
-    /// what the sender writes meanwhile.
+    /// Devices handed between two `roamkv serve`s over shaped, lossy, delayed links in network
+    /// namespaces, with the cloud's PostgreSQL: time per handoff, the bulk rate against the
+    /// link's, and seeded rounds of kill -9 and link cuts checked against the writers' ledger.
     Handoff(crate::handoff::HandoffBenchArgs),
     /// An online backup of `roamkv serve` during full ingest: what it costs ingest, its rate
     /// against the disk's sequential read, the restore and open times.

@@ -28,3 +28,33 @@ pub fn enter_in_child(command: &mut Command, name: &str) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// `enter_in_child`, then the child becomes `uid`/`gid` (supplementary groups cleared). For a
+/// child that must not run as root: std applies `Command::uid` before `pre_exec` closures, and
+/// setns(2) needs the CAP_SYS_ADMIN a setuid drops, so both happen here, in that order.
+pub fn enter_in_child_as(
+    command: &mut Command,
+    name: &str,
+    uid: u32,
+    gid: u32,
+) -> Result<(), Error> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let path = Path::new(NETNS_DIR).join(name);
+    let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    // SAFETY: setns, setgroups, setgid and setuid are async-signal-safe; the descriptor was
+    // opened before the fork (close-on-exec).
+    unsafe {
+        command.pre_exec(move || {
+            let failed = libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0;
+            if failed {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}

@@ -212,13 +212,16 @@ impl Cluster {
     fn run_as_postgres(&self, program: &Path, args: &[&str]) -> Result<String, Error> {
         use std::os::unix::process::CommandExt;
         let mut command = Command::new(program);
-        if let Some(netns) = &self.placement.netns {
-            crate::netns::enter_in_child(&mut command, netns)?;
+        match &self.placement.netns {
+            Some(netns) => {
+                crate::netns::enter_in_child_as(&mut command, netns, self.uid, self.gid)?
+            }
+            None => {
+                command.uid(self.uid).gid(self.gid);
+            }
         }
         let output = command
             .args(args)
-            .uid(self.uid)
-            .gid(self.gid)
             .env("LC_ALL", "C")
             .current_dir("/")
             // Its own process group: Ctrl-C reaches the caller, which stops the server in order.

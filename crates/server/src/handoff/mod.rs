@@ -20,8 +20,10 @@
 //! this edge knows of its handoffs and the files that keep it are `handoff_book/` (`store`), a
 //! room of its own below the server's state, which holds it.
 
+mod chunks;
 pub mod receive;
 pub mod send;
+mod step;
 
 use axum::Router;
 use axum::routing::{get, post, put};

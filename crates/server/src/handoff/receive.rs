@@ -175,8 +175,13 @@ pub async fn chunk(
                     other.device, record.device
                 )));
             }
-            // The events' index entries ride in the chunk's batch (event_ids.rs).
+            // The events' index entries ride in the chunk's batch (event_ids.rs), merged and
+            // written under one hold (chunks without events let it go at once).
+            let mut merging = Some(s.handoffs.index_merge.lock());
             let index = s.index_entries_for(&readings)?;
+            if index.is_empty() {
+                merging = None;
+            }
             let records: Vec<Record<'_>> = readings
                 .iter()
                 .chain(&index)
@@ -185,6 +190,7 @@ pub async fn chunk(
             s.engine
                 .put_batch(&records)
                 .map_err(ApiError::from_engine)?;
+            drop(merging);
             if s.config.durability != Durability::Sync {
                 s.engine.sync().map_err(ApiError::from_engine)?;
             }

@@ -11,15 +11,15 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use roamkv_engine::{ScanCursor, crash_point};
-use roamkv_wire::batch;
+use roamkv_engine::crash_point;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::step::{advance, expect_status};
 use crate::error::ApiError;
+use crate::handoff_book::FINISHED_KEEP_MS;
 use crate::handoff_book::store::{OutRecord, OutState};
-use crate::handoff_book::{CHUNK_READINGS_MAX, FINISHED_KEEP_MS};
 use crate::state::{AppState, Shared, now_ms};
 
 /// The longest wait between attempts while the receiver is away or refuses.
@@ -156,6 +156,7 @@ fn begin_here(s: &AppState, device: &str, to: &str) -> Result<OutRecord, ApiErro
         bytes: 0,
         started_ms: now_ms(),
         finished_ms: None,
+        departed_ms: None,
         last_error: None,
     };
     let saved = s
@@ -353,52 +354,11 @@ async fn step(state: &Shared, record: OutRecord) -> Result<(), StepError> {
     let fail = |e: String| (id.clone(), e);
     match record.state {
         OutState::Fenced => begin_there(state, record).await.map_err(fail),
-        OutState::Sending => send_chunk(state, record).await.map_err(fail),
+        OutState::Sending => super::chunks::send(state, record).await.map_err(fail),
         OutState::Committing => commit_there(state, record).await.map_err(fail),
         OutState::Departing => depart_here(state, record).await.map_err(fail),
         OutState::Done | OutState::Aborted => Ok(()),
     }
-}
-
-/// Saves the record (the step is done only once this returns) and puts it in the book, unless
-/// the handoff was called off meanwhile.
-async fn advance(state: &Shared, record: OutRecord) -> Result<(), String> {
-    let s = Arc::clone(state);
-    tokio::task::spawn_blocking(move || {
-        let book = s.handoffs.book.lock();
-        if book
-            .outs
-            .get(&record.id)
-            .is_some_and(|r| r.state == OutState::Aborted)
-        {
-            return Ok(());
-        }
-        drop(book);
-        s.handoffs.store.save_out(&record)?;
-        s.handoffs
-            .book
-            .lock()
-            .outs
-            .insert(record.id.clone(), record);
-        Ok(())
-    })
-    .await
-    .map_err(|e| format!("saving a handoff record: {e}"))?
-}
-
-/// What the receiver answered, as an error when it is not `want`.
-async fn expect_status(
-    answer: Result<reqwest::Response, reqwest::Error>,
-    want: StatusCode,
-    what: &str,
-) -> Result<reqwest::Response, String> {
-    let answer = answer.map_err(|e| format!("{what}: the receiver did not answer: {e}"))?;
-    if answer.status().as_u16() == want.as_u16() {
-        return Ok(answer);
-    }
-    let status = answer.status();
-    let body = answer.text().await.unwrap_or_default();
-    Err(format!("{what}: the receiver answered {status}: {body}"))
 }
 
 async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
@@ -424,114 +384,6 @@ async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String
     record.state = OutState::Sending;
     record.last_error = None;
     advance(state, record).await
-}
-
-/// Bytes of chunks sent between two saves of the record: a crash resends at most this much
-/// (chunks are idempotent), and the sender writes its record about once per this many bytes
-/// moved, not once per chunk.
-const SAVE_EVERY_BYTES: u64 = 8 << 20;
-/// ...or this often, whichever comes first.
-const SAVE_EVERY: Duration = Duration::from_secs(1);
-
-/// Sends chunks (read blocking: engine reads) until `SAVE_EVERY_BYTES` or `SAVE_EVERY`, then
-/// saves how far it got; the record moves to `committing` after the last one.
-async fn send_chunk(state: &Shared, mut record: OutRecord) -> Result<(), String> {
-    let started = std::time::Instant::now();
-    let mut sent = 0u64;
-    let mut limit = CHUNK_READINGS_MAX;
-    loop {
-        let called_off = state
-            .handoffs
-            .book
-            .lock()
-            .outs
-            .get(&record.id)
-            .is_some_and(|r| r.state == OutState::Aborted);
-        if called_off {
-            return Ok(());
-        }
-        let Some((page_len, next, body)) = read_chunk(state, &record, limit).await? else {
-            record.state = OutState::Committing;
-            return advance(state, record).await;
-        };
-        let answer = state
-            .handoffs
-            .client
-            .put(format!(
-                "{}/api/roamkv/v1/handoffs/{}/chunks/{}",
-                record.to, record.id, record.chunks
-            ))
-            .header("content-type", batch::CONTENT_TYPE)
-            .header("x-roamkv-epoch", record.epoch.to_string())
-            .body(body.clone())
-            .send()
-            .await;
-        if let Ok(a) = &answer
-            && a.status() == StatusCode::PAYLOAD_TOO_LARGE
-            && limit > 1
-        {
-            limit /= 2;
-            continue;
-        }
-        if let Err(e) = expect_status(answer, StatusCode::CREATED, "a chunk").await {
-            // What was acknowledged so far is kept (a crash would resend it, harmlessly).
-            if sent > 0 {
-                advance(state, record).await?;
-            }
-            return Err(e);
-        }
-        crash_point("handoff.after_chunk");
-        state
-            .handoffs
-            .counters
-            .bytes_sent
-            .fetch_add(body.len() as u64, Ordering::Relaxed);
-        record.chunks += 1;
-        record.readings += page_len;
-        record.bytes += body.len() as u64;
-        record.after = Some(next.0);
-        record.last_error = None;
-        sent += body.len() as u64;
-        if !next.1 {
-            record.state = OutState::Committing;
-            return advance(state, record).await;
-        }
-        if sent >= SAVE_EVERY_BYTES || started.elapsed() >= SAVE_EVERY {
-            return advance(state, record).await;
-        }
-    }
-}
-
-/// The next chunk of the device after the record's cursor: (readings, (its last (sensor, ts),
-/// whether more follow), the encoded batch); None when there is nothing left.
-async fn read_chunk(
-    state: &Shared,
-    record: &OutRecord,
-    limit: usize,
-) -> Result<Option<(u64, ((String, i64), bool), Vec<u8>)>, String> {
-    let (device, after) = (record.device.clone(), record.after.clone());
-    let engine = Arc::clone(&state.engine);
-    let page = tokio::task::spawn_blocking(move || {
-        let cursor = after.map(|(sensor, ts_ns)| ScanCursor { sensor, ts_ns });
-        engine.scan_page(&device, None, i64::MIN, i64::MAX, cursor.as_ref(), limit)
-    })
-    .await
-    .map_err(|e| format!("reading the device: {e}"))?
-    .map_err(|e| format!("reading the device: {e}"))?;
-    let Some(last) = page.readings.last() else {
-        return Ok(None);
-    };
-    let last = (last.sensor.clone(), last.ts_ns);
-    let mut body = Vec::new();
-    batch::encode_header(&mut body, page.readings.len() as u32);
-    for r in &page.readings {
-        batch::encode_record(&mut body, &r.device, &r.sensor, r.ts_ns, &r.value);
-    }
-    Ok(Some((
-        page.readings.len() as u64,
-        (last, page.next.is_some()),
-        body,
-    )))
 }
 
 async fn commit_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
@@ -562,6 +414,7 @@ async fn commit_there(state: &Shared, mut record: OutRecord) -> Result<(), Strin
 async fn depart_here(state: &Shared, mut record: OutRecord) -> Result<(), String> {
     let s = Arc::clone(state);
     let device = record.device.clone();
+    record.departed_ms = Some(now_ms());
     tokio::task::spawn_blocking(move || s.engine.depart(&device))
         .await
         .map_err(|e| format!("departing: {e}"))?

@@ -71,6 +71,10 @@ pub struct Handoffs {
     pub work: tokio::sync::Notify,
     pub client: reqwest::Client,
     pub counters: Counters,
+    /// Held by a received chunk that merges EdgeX events' index entries, from the merge to its
+    /// write: a sender has several chunks on the wire, and two chunks with readings of one event,
+    /// each merged with the entry as it was before the other, would lose one's readings.
+    pub index_merge: parking_lot::Mutex<()>,
 }
 
 impl Handoffs {
@@ -106,6 +110,7 @@ impl Handoffs {
             work: tokio::sync::Notify::new(),
             client,
             counters: Counters::default(),
+            index_merge: parking_lot::Mutex::new(()),
         })
     }
 

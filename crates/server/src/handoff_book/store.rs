@@ -68,6 +68,11 @@ pub struct OutRecord {
     pub bytes: u64,
     pub started_ms: u64,
     pub finished_ms: Option<u64>,
+    /// When this edge began its DEPART of the device (wall clock, ms): never before the
+    /// receiver's `committed_ms` (`roamkv bench handoff` checks it). Absent until then, and in
+    /// records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub departed_ms: Option<u64>,
     pub last_error: Option<String>,
 }
 
