@@ -118,7 +118,13 @@ fn bench(args: &HandoffBenchArgs) -> Result<u64> {
     if args.phases.contains(&Phase::Faults) {
         forget_transfer_devices(&edges[1], &args)?;
         net.set_loss(args.loss_permille)?;
-        rounds = fault_phase(&args, &net, edges, pg)?;
+        let stopped;
+        (rounds, stopped) = fault_phase(&args, &net, edges, pg)?;
+        if let Some(e) = stopped {
+            // What the rounds before it found is reported all the same.
+            report::write(&args, &header, &net.shape, &transfer, &rounds)?;
+            return Err(e);
+        }
     }
     report::write(&args, &header, &net.shape, &transfer, &rounds)
 }
@@ -180,7 +186,7 @@ fn fault_phase(
     net: &Net,
     edges: [NetEdge; 2],
     pg: Cluster,
-) -> Result<Vec<rounds::RoundResult>> {
+) -> Result<(Vec<rounds::RoundResult>, Option<BenchError>)> {
     let sink_url = format!("postgres://postgres@{}/postgres", hub(VIA_CLOUD_PORT));
     let mut rig = rounds::Rig {
         net,
@@ -202,7 +208,7 @@ fn fault_phase(
         edge.restart_with_sink(sink_url.clone())?;
     }
     install_send_counter(&rig.pg)?;
-    run_rounds(&mut rig, args)
+    Ok(run_rounds(&mut rig, args))
 }
 
 /// The transfer phases' devices are departed at B (a DEPART each: nothing rewritten), so the
@@ -241,7 +247,12 @@ fn install_send_counter(pg: &Cluster) -> Result<()> {
     Ok(())
 }
 
-fn run_rounds(rig: &mut rounds::Rig, args: &HandoffBenchArgs) -> Result<Vec<rounds::RoundResult>> {
+/// The rounds, until the last or the first that cannot finish (a handoff stuck, a sink that does
+/// not catch up, Ctrl-C): the results so far, and what stopped them.
+fn run_rounds(
+    rig: &mut rounds::Rig,
+    args: &HandoffBenchArgs,
+) -> (Vec<rounds::RoundResult>, Option<BenchError>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let bar = indicatif::ProgressBar::new(args.rounds as u64).with_style(
         indicatif::ProgressStyle::with_template(
@@ -253,7 +264,16 @@ fn run_rounds(rig: &mut rounds::Rig, args: &HandoffBenchArgs) -> Result<Vec<roun
     let mut results = Vec::new();
     let mut failures = 0;
     for r in 0..args.rounds {
-        let result = rounds::round(rig, r, &mut rng, epoch)?;
+        if roamkv_testbed::fixture::interrupted() {
+            return (results, Some(BenchError::Run(format!("interrupted after {r} rounds"))));
+        }
+        let result = match rounds::round(rig, r, &mut rng, epoch) {
+            Ok(result) => result,
+            Err(e) => {
+                bar.abandon();
+                return (results, Some(BenchError::Run(format!("round {r}: {e}"))));
+            }
+        };
         failures += result.failures();
         if result.failures() > 0 {
             roamkv_testbed::report::say(
@@ -275,8 +295,12 @@ fn run_rounds(rig: &mut rounds::Rig, args: &HandoffBenchArgs) -> Result<Vec<roun
         }
         bar.set_message(format!("failures {failures}"));
         bar.inc(1);
+        if bar.is_hidden() && (r + 1) % 10 == 0 {
+            // Not a terminal (a log file, CI): a line every ten rounds instead of the bar.
+            eprintln!("faults: {}/{} rounds, failures {failures}", r + 1, args.rounds);
+        }
         results.push(result);
     }
     bar.finish();
-    Ok(results)
+    (results, None)
 }

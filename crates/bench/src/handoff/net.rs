@@ -18,6 +18,8 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
 
+use roamkv_testbed::fixture::cleanup;
+
 use crate::error::{BenchError, Result};
 
 /// A node of the network: its namespace's role, its address, the hub side of its veth.
@@ -77,6 +79,8 @@ pub struct Net {
     prefix: String,
     made: Vec<String>,
     pub shape: LinkShape,
+    /// Its entry in the interrupt registry: a Ctrl-C deletes the namespaces too.
+    undo_owner: u64,
 }
 
 impl Net {
@@ -86,10 +90,12 @@ impl Net {
         roamkv_testbed::prerequisite::require_tool("tc", "iproute2")?;
         roamkv_testbed::prerequisite::require_tool("nft", "nftables")?;
         sweep_stale();
+        cleanup::install_interrupt_cleanup();
         let mut net = Net {
             prefix: format!("{NETNS_PREFIX}{}", std::process::id()),
             made: Vec::new(),
             shape,
+            undo_owner: cleanup::new_owner_id(),
         };
         let hub = net.add_namespace("hub")?;
         ip(&["-n", &hub, "link", "set", "lo", "up"])?;
@@ -113,6 +119,7 @@ impl Net {
     fn add_namespace(&mut self, role: &str) -> Result<String> {
         let name = format!("{}-{role}", self.prefix);
         ip(&["netns", "add", &name])?;
+        cleanup::register_undo(self.undo_owner, cleanup::Undo::DeleteNetns(name.clone()));
         self.made.push(name.clone());
         Ok(name)
     }
@@ -211,9 +218,8 @@ impl Net {
 
 impl Drop for Net {
     fn drop(&mut self) {
-        for name in self.made.iter().rev() {
-            let _ = ip(&["netns", "del", name]);
-        }
+        // Deletes the namespaces, newest first.
+        cleanup::undo_owner(self.undo_owner);
     }
 }
 
