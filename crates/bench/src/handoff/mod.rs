@@ -147,7 +147,10 @@ fn via() -> [String; 2] {
     ]
 }
 
-/// The latency and bulk phases asked for, A to B.
+/// The bulk and latency phases asked for, A to B: the bulk first, on edges that have written
+/// and departed nothing yet (A's device writes during it are the handoff's alone, not a
+/// maintenance pass over what earlier phases left), its device then departed at B (a DEPART:
+/// B's maintenance does not move it into the lower tier under the latency phase).
 fn transfer_phases(
     args: &HandoffBenchArgs,
     net: &Net,
@@ -155,6 +158,17 @@ fn transfer_phases(
 ) -> Result<transfer::TransferResults> {
     let mut transfer = transfer::TransferResults::default();
     let to_b = &via()[1];
+    if args.phases.contains(&Phase::Bulk) {
+        transfer.link_payload_bytes_per_sec = relay::probe_link(
+            &net.namespace(Node::A),
+            &net.namespace(Node::B),
+            at(Node::B, PROBE_PORT),
+            hub(VIA_PROBE_PORT),
+            PROBE_SECONDS,
+        )?;
+        transfer::bulk(a, b, to_b, args.bulk_mib, args.value_bytes, &mut transfer)?;
+        depart(b, transfer::BULK_DEVICE)?;
+    }
     if args.phases.contains(&Phase::Latency) {
         let (handoffs, readings) = (args.latency_handoffs, args.readings);
         transfer::latency(
@@ -166,16 +180,6 @@ fn transfer_phases(
             args.value_bytes,
             &mut transfer,
         )?;
-    }
-    if args.phases.contains(&Phase::Bulk) {
-        transfer.link_payload_bytes_per_sec = relay::probe_link(
-            &net.namespace(Node::A),
-            &net.namespace(Node::B),
-            at(Node::B, PROBE_PORT),
-            hub(VIA_PROBE_PORT),
-            PROBE_SECONDS,
-        )?;
-        transfer::bulk(a, b, to_b, args.bulk_mib, args.value_bytes, &mut transfer)?;
     }
     Ok(transfer)
 }
@@ -214,18 +218,18 @@ fn fault_phase(
 /// The transfer phases' devices are departed at B (a DEPART each: nothing rewritten), so the
 /// sinks the fault rounds start find only the rounds' fleets.
 fn forget_transfer_devices(b: &NetEdge, args: &HandoffBenchArgs) -> Result<()> {
-    let devices = (0..args.latency_handoffs)
-        .map(|i| format!("car-{i}"))
-        .chain(["truck".to_string()]);
-    for device in devices {
-        let (status, body) = b.call("DELETE", &format!("/devices/{device}"), None)?;
-        if !matches!(status, 200 | 202 | 204 | 404) {
-            return Err(BenchError::HttpStatus {
-                request: format!("departing {device} at B"),
-                status,
-                body: body.to_string(),
-            });
-        }
+    (0..args.latency_handoffs).try_for_each(|i| depart(b, &format!("car-{i}")))
+}
+
+/// Departs `device` at `edge` (nothing to do if it is not there).
+fn depart(edge: &NetEdge, device: &str) -> Result<()> {
+    let (status, body) = edge.call("DELETE", &format!("/devices/{device}"), None)?;
+    if !matches!(status, 200 | 202 | 204 | 404) {
+        return Err(BenchError::HttpStatus {
+            request: format!("departing {device} at edge {}", edge.node.name()),
+            status,
+            body: body.to_string(),
+        });
     }
     Ok(())
 }
@@ -265,7 +269,10 @@ fn run_rounds(
     let mut failures = 0;
     for r in 0..args.rounds {
         if roamkv_testbed::fixture::interrupted() {
-            return (results, Some(BenchError::Run(format!("interrupted after {r} rounds"))));
+            return (
+                results,
+                Some(BenchError::Run(format!("interrupted after {r} rounds"))),
+            );
         }
         let result = match rounds::round(rig, r, &mut rng, epoch) {
             Ok(result) => result,
@@ -297,7 +304,11 @@ fn run_rounds(
         bar.inc(1);
         if bar.is_hidden() && (r + 1) % 10 == 0 {
             // Not a terminal (a log file, CI): a line every ten rounds instead of the bar.
-            eprintln!("faults: {}/{} rounds, failures {failures}", r + 1, args.rounds);
+            eprintln!(
+                "faults: {}/{} rounds, failures {failures}",
+                r + 1,
+                args.rounds
+            );
         }
         results.push(result);
     }

@@ -1,13 +1,13 @@
 //! The transfer phases of `roamkv bench handoff`, over the shaped link between the edges' namespaces
 //! (through the delay relay):
 //!
+//! - **bulk** (first): one device of `--bulk-mib` MiB handed over: MB/s of readings moved, as a
+//!   share of the payload rate one TCP stream gets through the same path (the link probe), and
+//!   what A's block device wrote meanwhile (a handoff writes at A only its record files and one
+//!   DEPART) as a share of the bytes moved;
 //! - **latency**: a device of `--readings` readings of `--value-bytes` (still in the upper tier:
 //!   written just before) handed from A to B, `--latency-handoffs` times; from the request to A's
 //!   record `done`: p50, p99, max;
-//! - **bulk**: one device of `--bulk-mib` MiB handed over: MB/s of readings moved, as a share of
-//!   the payload rate one TCP stream gets through the same path (the link probe), and what A's
-//!   block device wrote meanwhile (a handoff writes at A only its record files and one DEPART) as
-//!   a share of the bytes moved.
 //!
 //! Every handoff is checked: B holds each reading A held, once, and A none.
 
@@ -42,6 +42,9 @@ pub struct TransferResults {
     pub bulk_sender_cpu_s: f64,
     pub bulk_receiver_cpu_s: f64,
 }
+
+/// The bulk phase's device.
+pub const BULK_DEVICE: &str = "truck";
 
 /// The bytes a reading of `device` carries: its value, its sensor `s0`..`s7`, its ts, its device.
 fn reading_bytes(device: &str, value_bytes: usize) -> u64 {
@@ -155,7 +158,7 @@ pub fn bulk(
     r: &mut TransferResults,
 ) -> Result<()> {
     let readings = (mib << 20) as usize / value_bytes;
-    let device = "truck";
+    let device = BULK_DEVICE;
     write(a, device, readings, value_bytes)?;
     a.fixture().quiesce()?;
     let before = DevStat::read(a.fixture().device_name())?;
