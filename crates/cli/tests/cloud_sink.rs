@@ -191,20 +191,6 @@ fn cluster(test: &str, dir: &Path) -> Option<Cluster> {
     }
 }
 
-/// Counts, per row, the insert attempts of committed transactions (the trigger's own writes are
-/// rolled back with an aborted transaction). Made once the sink made its table.
-const COUNT_SENDS: &str = "
-CREATE TABLE sends (device text, sensor text, ts_ns bigint, n int NOT NULL,
-                    PRIMARY KEY (device, sensor, ts_ns));
-CREATE FUNCTION count_send() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO sends VALUES (NEW.device, NEW.sensor, NEW.ts_ns, 1)
-    ON CONFLICT (device, sensor, ts_ns) DO UPDATE SET n = sends.n + 1;
-  RETURN NEW;
-END $$;
-CREATE TRIGGER count_sends BEFORE INSERT ON roamkv_readings
-  FOR EACH ROW EXECUTE FUNCTION count_send();";
-
 /// Checks the table against the ledger: every acknowledged reading once with its value, nothing
 /// that was never sent, every row committed once.
 fn check_cloud(pg: &Cluster, ledger: &Ledger) {
@@ -267,7 +253,8 @@ fn check_cloud(pg: &Cluster, ledger: &Ledger) {
 fn first_edge(data: &Path, pg: &Cluster, crash: Option<&str>, extra: &[&str]) -> Edge {
     let edge = Edge::start(data, pg, crash, extra);
     edge.wait_caught_up(Duration::from_secs(30));
-    pg.psql(&["-c", COUNT_SENDS]).expect("count sends");
+    pg.psql(&["-c", roamkv_testbed::postgres::COUNT_SENDS_SQL])
+        .expect("count sends");
     edge
 }
 

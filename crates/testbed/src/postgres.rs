@@ -71,6 +71,22 @@ fn open_ancestors(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Counts, per row, the insert attempts of committed transactions (the trigger's own writes are
+/// rolled back with an aborted transaction), in a table `sends`: how often the cloud sink sent
+/// each row (`crates/cli/tests/cloud_sink.rs`, `roamkv bench handoff`). Made once the sink made its
+/// table `roamkv_readings`.
+pub const COUNT_SENDS_SQL: &str = "
+CREATE TABLE sends (device text, sensor text, ts_ns bigint, n int NOT NULL,
+                    PRIMARY KEY (device, sensor, ts_ns));
+CREATE FUNCTION count_send() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO sends VALUES (NEW.device, NEW.sensor, NEW.ts_ns, 1)
+    ON CONFLICT (device, sensor, ts_ns) DO UPDATE SET n = sends.n + 1;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER count_sends BEFORE INSERT ON roamkv_readings
+  FOR EACH ROW EXECUTE FUNCTION count_send();";
+
 /// A running private cluster. Drop stops it and removes its directories.
 pub struct Cluster {
     data_dir: PathBuf,

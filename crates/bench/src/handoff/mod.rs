@@ -247,7 +247,7 @@ fn install_send_counter(pg: &Cluster) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    pg.psql(&["-c", rounds::COUNT_SENDS])?;
+    pg.psql(&["-c", roamkv_testbed::postgres::COUNT_SENDS_SQL])?;
     Ok(())
 }
 

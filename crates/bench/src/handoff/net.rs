@@ -16,7 +16,6 @@
 
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::Command;
 
 use roamkv_testbed::fixture::cleanup;
 
@@ -163,21 +162,18 @@ impl Net {
              chain output {{ type filter hook output priority 0; policy accept; oif \"lo\" accept; jump cut; jump loss; }}\n\
              }}\n"
         );
-        nft(&ns, &["-f", "-"], Some(&rules))
+        // One argument holding the whole table: nft parses it as it would a file.
+        nft(&ns, &[&rules])
     }
 
     /// Drops `permille` of the packets at random on every node's input and output (0: none).
     pub fn set_loss(&mut self, permille: u32) -> Result<()> {
         for node in Node::ALL {
             let ns = self.namespace(node);
-            nft(&ns, &["flush", "chain", "inet", NFT_TABLE, "loss"], None)?;
+            nft(&ns, &["flush", "chain", "inet", NFT_TABLE, "loss"])?;
             if permille > 0 {
                 let rule = format!("numgen random mod 1000 < {permille} drop");
-                nft(
-                    &ns,
-                    &["add", "rule", "inet", NFT_TABLE, "loss", &rule],
-                    None,
-                )?;
+                nft(&ns, &["add", "rule", "inet", NFT_TABLE, "loss", &rule])?;
             }
         }
         self.shape.loss_permille = permille;
@@ -203,7 +199,6 @@ impl Net {
         nft(
             &self.namespace(node),
             &["add", "rule", "inet", NFT_TABLE, "cut", "drop"],
-            None,
         )
     }
 
@@ -211,7 +206,6 @@ impl Net {
         nft(
             &self.namespace(node),
             &["flush", "chain", "inet", NFT_TABLE, "cut"],
-            None,
         )
     }
 }
@@ -247,49 +241,24 @@ fn sweep_stale() {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    run("ip", args, None)
+    run("ip", args)
 }
 
 fn tc(args: &[&str]) -> Result<()> {
-    run("tc", args, None)
+    run("tc", args)
 }
 
-/// `nft` inside namespace `ns` (`ip netns exec`), `input` on its stdin.
-fn nft(ns: &str, args: &[&str], input: Option<&str>) -> Result<()> {
+/// `nft` inside namespace `ns` (`ip netns exec`).
+fn nft(ns: &str, args: &[&str]) -> Result<()> {
     let mut all = vec!["netns", "exec", ns, "nft"];
     all.extend_from_slice(args);
-    run("ip", &all, input)
+    run("ip", &all)
 }
 
-fn run(program: &str, args: &[&str], input: Option<&str>) -> Result<()> {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| BenchError::os(format!("running {program}"), e))?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| BenchError::os(format!("writing to {program}"), e))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| BenchError::os(format!("running {program}"), e))?;
-    if !out.status.success() {
-        return Err(BenchError::Run(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
+fn run(program: &str, args: &[&str]) -> Result<()> {
+    let mut all = vec![program];
+    all.extend_from_slice(args);
+    roamkv_testbed::command::run_command(&all)?;
     Ok(())
 }
 

@@ -92,19 +92,12 @@ fn by_fault(rounds: &[RoundResult]) -> Vec<Vec<String>> {
         let mut times = Vec::new();
         let (mut moves, mut mid, mut resumes) = (0, 0, Vec::new());
         for r in rounds {
-            // Each move's handoffs are the round's, FLEET at a time, in move order.
-            for (i, f) in r
-                .faults
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| f.fault == fault)
-            {
+            for f in r.faults.iter().filter(|f| f.fault == fault) {
                 moves += 1;
                 mid += usize::from(f.pending_when_struck > 0);
                 resumes.extend(f.resume_ms);
-                let fleet = super::rounds::FLEET;
-                times.extend(r.handoff_ms.iter().skip(i * fleet).take(fleet));
             }
+            times.extend(r.handoff_ms_under(fault));
         }
         times.sort_by(f64::total_cmp);
         resumes.sort_by(f64::total_cmp);
@@ -275,20 +268,12 @@ fn html(
 
 /// Every handoff at the time its round started, by the fault of its move.
 fn timeline(rounds: &[RoundResult]) -> String {
-    let fleet = super::rounds::FLEET;
     let series: Vec<(String, Vec<(f64, f64)>)> = Fault::ALL
         .iter()
         .map(|fault| {
             let points = rounds
                 .iter()
-                .flat_map(|r| {
-                    r.faults
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, f)| f.fault == *fault)
-                        .flat_map(move |(i, _)| r.handoff_ms.iter().skip(i * fleet).take(fleet))
-                        .map(move |ms| (r.started_s, *ms))
-                })
+                .flat_map(|r| r.handoff_ms_under(*fault).map(|ms| (r.started_s, ms)))
                 .collect();
             (fault.name().to_string(), points)
         })

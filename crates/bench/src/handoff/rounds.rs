@@ -109,6 +109,16 @@ pub struct RoundResult {
 }
 
 impl RoundResult {
+    /// The times of the handoffs of the moves `fault` struck (`handoff_ms` holds each move's
+    /// `FLEET` handoffs, in move order).
+    pub fn handoff_ms_under(&self, fault: Fault) -> impl Iterator<Item = f64> + '_ {
+        self.faults
+            .iter()
+            .enumerate()
+            .filter(move |(_, f)| f.fault == fault)
+            .flat_map(move |(i, _)| self.handoff_ms.iter().skip(i * FLEET).take(FLEET).copied())
+    }
+
     /// The four counts that must be 0.
     pub fn failures(&self) -> u64 {
         self.edge.lost
@@ -503,17 +513,3 @@ fn cloud_readings(pg: &Cluster, round: usize) -> Result<BTreeMap<String, BTreeMa
     }
     Ok(out)
 }
-
-/// Counts, per row, the insert attempts of committed transactions (the trigger's own writes
-/// are rolled back with an aborted transaction): what `redeliveries` adds up.
-pub const COUNT_SENDS: &str = "
-CREATE TABLE sends (device text, sensor text, ts_ns bigint, n int NOT NULL,
-                    PRIMARY KEY (device, sensor, ts_ns));
-CREATE FUNCTION count_send() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO sends VALUES (NEW.device, NEW.sensor, NEW.ts_ns, 1)
-    ON CONFLICT (device, sensor, ts_ns) DO UPDATE SET n = sends.n + 1;
-  RETURN NEW;
-END $$;
-CREATE TRIGGER count_sends BEFORE INSERT ON roamkv_readings
-  FOR EACH ROW EXECUTE FUNCTION count_send();";
