@@ -103,6 +103,7 @@ pub(super) fn run_engine(
         points: Vec::new(),
         previous: None,
         first_measured: None,
+        next_line_s: 0,
     };
     let (result, cgroup) = worker.finish(|line| series.tick(line));
     series.bar.finish_and_clear();

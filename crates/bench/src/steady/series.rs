@@ -27,7 +27,12 @@ pub(super) struct Series<'a> {
     pub(super) previous: Option<(Tick, DevStat, Instant)>,
     /// The tick just before the measured phase began (the nearest to its start).
     pub(super) first_measured: Option<Tick>,
+    /// When the next progress line is due, in seconds of the run (only off a terminal).
+    pub(super) next_line_s: u64,
 }
+
+/// Seconds between progress lines when the bar cannot be drawn.
+const PROGRESS_LINE_S: u64 = 60;
 
 impl Series<'_> {
     /// A line the worker printed: a tick becomes a point, and the progress bar moves.
@@ -46,15 +51,26 @@ impl Series<'_> {
             used_bytes(self.fixture.mount_dir()).saturating_sub(self.base_used),
             self.cgroup.usage_bytes(),
         );
-        self.bar.set_position(tick.t_s as u64);
-        self.bar.set_message(format!(
+        let message = format!(
             "{}: {:.0} ops/s, disk {:.2} GB (live {:.2} GB), mem {:.0} MiB",
             tick.phase,
             point.ops_per_sec,
             point.space_bytes as f64 / 1e9,
             point.live_user_bytes as f64 / 1e9,
             point.cgroup_bytes as f64 / 1048576.0
-        ));
+        );
+        if self.bar.is_hidden() && tick.t_s >= self.next_line_s as f64 {
+            // Not a terminal (a log file, CI): a line a minute instead of the bar.
+            eprintln!(
+                "{:>14} {:.0}/{} s  {message}",
+                self.label,
+                tick.t_s,
+                self.bar.length().unwrap_or(0)
+            );
+            self.next_line_s += PROGRESS_LINE_S;
+        }
+        self.bar.set_position(tick.t_s as u64);
+        self.bar.set_message(message);
         self.points.push(point);
         if tick.phase == "measure" && self.first_measured.is_none() {
             self.first_measured = self.previous.as_ref().map(|(t, _, _)| t.clone());
