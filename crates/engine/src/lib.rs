@@ -30,35 +30,20 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod backup;
-mod clock;
+mod commit;
 mod commit_log;
-mod commit_waiters;
 mod dir;
 mod engine;
-mod error;
-mod failpoints;
 pub mod feed;
-mod format;
-mod group_commit;
-mod hold;
-mod ids;
-mod index_apply;
-pub mod limits;
 mod lower;
 mod maintenance;
-mod mapping;
+mod model;
 mod options;
 mod query;
-mod reading;
 mod recovery;
 mod state;
 mod stats;
-mod stats_snapshot;
-mod timed_mutex;
-mod trim;
-mod upper;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 /// The commit log's record codec, segment files and storage seam, public for the fuzzers and
 /// the format tests (they live in `commit_log/`). The codec is `log_record` outside the engine:
 /// beside `Record`, the reading a caller writes, a bare `record` read as the same thing.
@@ -66,15 +51,17 @@ pub use commit_log::record as log_record;
 pub use commit_log::{segment, storage};
 pub use dir::{LowerTierKind, is_data_dir};
 pub use engine::Engine;
-pub use error::{Error, Result};
-pub use failpoints::{CRASH_POINTS_ENV, FailPoints, PassStep, crash_point};
 pub use feed::{Feed, FeedBatch, FeedRecord, FeedStatus, LogPos, SlotStatus};
-pub use ids::{LowerId, SegmentSeq, WindowId};
-pub use limits::SCAN_PAGE_READINGS_MAX;
 pub use lower::keys;
+pub use model::error::{Error, Result};
+pub use model::ids::{LowerId, SegmentSeq, WindowId};
+pub use model::limits;
+pub use model::limits::SCAN_PAGE_READINGS_MAX;
+pub use model::reading::{NS_PER_MS, Reading, Record, ms_to_ns, validate_record};
+pub use options::clock::{Clock, ManualClock, SystemClock};
+pub use options::failpoints::{CRASH_POINTS_ENV, FailPoints, PassStep, crash_point};
 pub use options::{Durability, IndexApply, MoveRule, Options};
 pub use query::{DeviceInfo, DeviceTier, ReadView, ScanCursor, ScanPage};
-pub use reading::{NS_PER_MS, Reading, Record, ms_to_ns, validate_record};
 pub use recovery::{CheckReport, check};
+pub use stats::timed_mutex::{HoldTimes, bucket_upper_ns};
 pub use stats::{LowerDiagnostics, PassTimes, Stats, TierStats};
-pub use timed_mutex::{HoldTimes, bucket_upper_ns};

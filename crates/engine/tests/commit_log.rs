@@ -46,7 +46,7 @@ fn concurrent_writers_share_fdatasyncs() {
     }
 }
 
-/// Writers park for their commits and are woken one by one (commit_waiters.rs): with many
+/// Writers park for their commits and are woken one by one (commit_log/waiters.rs): with many
 /// writers under `Sync`, single batches and gathered ones (`put_batches`, one bad batch among
 /// them) all commit, every acknowledged reading is there, and no parked writer ever found at
 /// its periodic re-check work it had not been woken for.

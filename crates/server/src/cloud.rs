@@ -19,9 +19,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::cloud_view::CloudView;
-use crate::config::SinkSettings;
 use crate::departing::Waiting;
 use crate::error::ApiError;
+use crate::settings::SinkSettings;
 use crate::state::{AppState, Shared, now_ms};
 use crate::status::Departure;
 

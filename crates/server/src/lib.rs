@@ -13,7 +13,6 @@ mod backup;
 mod body;
 mod cloud;
 pub mod cloud_view;
-pub mod config;
 pub mod departing;
 pub mod edge;
 mod error;
@@ -32,10 +31,10 @@ mod republish;
 pub mod retention;
 pub mod retention_store;
 mod router;
+pub mod settings;
 mod state;
 pub mod status;
 mod stream;
-pub mod tls;
 mod v3;
 
 use std::net::SocketAddr;
@@ -50,7 +49,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
-pub use config::{Config, ServeArgs};
+pub use settings::{Config, ServeArgs};
 use state::{AppState, Shared, now_ms};
 use status::Sample;
 
@@ -84,7 +83,7 @@ impl Running {
 pub async fn start(mut config: Config) -> Result<Running, String> {
     // TLS first: a certificate that cannot be used stops the start before anything is opened.
     let tls = match &config.tls {
-        Some(files) => Some(Arc::new(tls::Tls::load(files.clone())?)),
+        Some(files) => Some(Arc::new(settings::tls::Tls::load(files.clone())?)),
         None => None,
     };
     let engine = open_engine(&config).await?;
@@ -195,7 +194,7 @@ async fn open_engine(config: &Config) -> Result<Engine, String> {
 /// TLS, the handshake runs in the connection's task, bounded by the same timeout.
 async fn serve(
     state: Shared,
-    (listener, tls): (TcpListener, Option<Arc<tls::Tls>>),
+    (listener, tls): (TcpListener, Option<Arc<settings::tls::Tls>>),
     mqtt: Option<JoinHandle<()>>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -442,7 +441,10 @@ impl StopSignals {
 
 /// SIGHUP reloads the TLS certificate and key (new connections get them; a pair that fails to
 /// load is reported and the old one kept) until the server stops.
-fn reload_on_hangup(tls: Arc<tls::Tls>, mut stop: watch::Receiver<bool>) -> Result<(), String> {
+fn reload_on_hangup(
+    tls: Arc<settings::tls::Tls>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangup =
         signal(SignalKind::hangup()).map_err(|e| format!("installing SIGHUP handler: {e}"))?;

@@ -28,8 +28,8 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::MqttConfig;
 use crate::error::ApiError;
+use crate::settings::MqttConfig;
 use crate::state::Shared;
 
 /// Events being written at once from MQTT; messages beyond it wait, unacked, in the event loop

@@ -12,12 +12,12 @@ use roamkv_wire::KeyedReading;
 use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames, event_index};
 use tokio::sync::Semaphore;
 
-use crate::config::{Config, OnDepart};
 use crate::departing::{Departing, Waiting};
 use crate::error::ApiError;
 use crate::fence::Fences;
 use crate::metrics::{Metrics, RejectLabels, SourceLabels};
 use crate::retention_store::{Applied, RetentionStore};
+use crate::settings::{Config, OnDepart};
 use crate::status::{Departure, History};
 
 pub struct AppState {

@@ -1,4 +1,4 @@
-//! HTTPS (tls.rs): certificates made here with rcgen, a client that trusts their CA and one that
+//! HTTPS (settings/tls.rs): certificates made here with rcgen, a client that trusts their CA and one that
 //! does not, SIGHUP with a new certificate, and every way a TLS setting can be wrong at start.
 
 mod common;

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::snapshot::FileKind;
-use crate::error::{Error, IoContext, Result};
+use crate::model::error::{Error, IoContext, Result};
 
 /// The manifest format this build writes and reads.
 pub const MANIFEST_FORMAT: u32 = 1;

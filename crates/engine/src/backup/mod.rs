@@ -9,6 +9,9 @@
 //! - `stream`: a snapshot into a set, in-process or as a tar stream across the network.
 //! - `restore`: a backup back into a new data directory (a new history of the log), and the
 //!   check of a set.
+//!
+//! It copies files and holds the log through `commit::hold`; it may not change what the engine
+//! holds (a backup is read-only towards its source).
 
 mod manifest;
 mod restore;

@@ -17,7 +17,7 @@ use super::manifest::{Manifest, ManifestFile, crc_hex};
 use super::set::{BackupSet, sync_tree};
 use super::snapshot::FileKind;
 use crate::commit_log::slots::sync_dir;
-use crate::error::{Error, IoContext, Result};
+use crate::model::error::{Error, IoContext, Result};
 
 const CHUNK_BYTES: usize = 1 << 20;
 

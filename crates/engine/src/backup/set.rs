@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::manifest::{MANIFEST_FORMAT, Manifest, ManifestFile, check_name, crc_hex, kind_name};
 use super::snapshot::FileKind;
 use crate::commit_log::slots::{sync_dir, write_durably};
-use crate::error::{Error, IoContext, Result};
+use crate::model::error::{Error, IoContext, Result};
 
 /// The file that makes a directory a backup set.
 pub const SET_IDENTITY_FILE: &str = "ROAMKV-BACKUP";

@@ -24,14 +24,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::commit::index_apply;
 use crate::commit_log::position::{LogPos, LogPosition};
 use crate::commit_log::segment::Segment;
 use crate::commit_log::slots;
 use crate::dir::{IDENTITY_FILE, LOWER_DIR, LowerTierKind};
-use crate::error::{Error, IoContext, Result};
-use crate::ids::SegmentSeq;
-use crate::index_apply;
-use crate::limits::{BACKUP_HOLD_RELEASE_PERCENT, SEGMENT_HEADER_BYTES};
+use crate::model::error::{Error, IoContext, Result};
+use crate::model::ids::SegmentSeq;
+use crate::model::limits::{BACKUP_HOLD_RELEASE_PERCENT, SEGMENT_HEADER_BYTES};
 use crate::state::Inner;
 
 /// Where snapshots stage their hard links and copies, inside the data directory. Removed by

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use super::manifest::Manifest;
 use super::set::{BackupSet, BackupWriter, Have, Summary, SummaryFile};
 use super::snapshot::{Snapshot, SnapshotFile};
-use crate::error::{Error, IoContext, Result};
+use crate::model::error::{Error, IoContext, Result};
 
 /// The stream's last entry.
 pub const SUMMARY_ENTRY: &str = "roamkv-backup-summary.json";

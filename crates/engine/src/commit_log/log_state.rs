@@ -14,9 +14,9 @@ use std::sync::Arc;
 use crate::commit_log::position::LogPosition;
 use crate::commit_log::record;
 use crate::commit_log::segment::Segment;
-use crate::error::Result;
-use crate::ids::{DeviceId, LowerId, SegmentSeq};
-use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::model::error::Result;
+use crate::model::ids::{DeviceId, LowerId, SegmentSeq};
+use crate::model::limits::SEGMENT_HEADER_BYTES;
 use crate::stats::Counters;
 
 /// What a record of a segment asks of the catalog when the segment leaves the log.

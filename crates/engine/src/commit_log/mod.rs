@@ -1,7 +1,7 @@
 //! The commit log: the one journal of both tiers (docs/PROPERTIES.md, property 3), readable alone. Each
 //! group of writes is one pwrite per segment touched and, under `Durability::Sync`, one
 //! fdatasync per segment (papers 003/004: group commit, fdatasync, no journaling of the
-//! journal). What knows the state (the group commit's hand-off, `group_commit.rs`) sits above it.
+//! journal). What knows the state (the group commit's hand-off, `commit/`) sits above it.
 //!
 //! - `record`: the record format: header, kinds, flags, checksums (docs/FORMAT.md).
 //! - `segment`: one segment file: its header, appends, reads, the scan that recovery and
@@ -15,6 +15,9 @@
 //! - `log_state`: the bookkeeping under the state lock (live segments and their holds, the
 //!   queue and tickets, the segment switch with its SEGMENT_END record, what may retire) and
 //!   `Group::write`, the group's I/O.
+//!
+//! It imports only `model`, `dir` and `stats`: it may not touch the state, the index or the
+//! lower tier.
 
 pub(crate) mod log_state;
 pub(crate) mod position;
@@ -23,3 +26,4 @@ pub mod segment;
 pub(crate) mod slots;
 pub(crate) mod spares;
 pub mod storage;
+pub(crate) mod waiters;

@@ -14,8 +14,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::format::{u32_at, u64_at};
-use crate::ids::SegmentSeq;
+use crate::dir::format::{u32_at, u64_at};
+use crate::model::ids::SegmentSeq;
 
 /// Where a record sits in the log. Ordered as the log is: by segment, then offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
-use crate::error::{Error, IoContext, Result};
-use crate::format::{LOG_ID_MAGIC, SLOT_MAGIC, u32_at, u64_at};
-use crate::ids::SegmentSeq;
-use crate::limits::{SLOT_NAME_BYTES_MAX, SLOT_PERSIST_INTERVAL_MS};
+use crate::dir::format::{LOG_ID_MAGIC, SLOT_MAGIC, u32_at, u64_at};
+use crate::model::error::{Error, IoContext, Result};
+use crate::model::ids::SegmentSeq;
+use crate::model::limits::{SLOT_NAME_BYTES_MAX, SLOT_PERSIST_INTERVAL_MS};
 
 /// The feed's directory inside the data directory.
 pub const FEED_DIR: &str = "feed";

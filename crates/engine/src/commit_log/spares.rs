@@ -15,9 +15,9 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::commit_log::segment::Segment;
 use crate::commit_log::storage::{Storage, StorageFile};
-use crate::error::{Error, Result};
-use crate::ids::SegmentSeq;
-use crate::limits::{READY_SEGMENTS_TARGET, SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
+use crate::model::error::{Error, Result};
+use crate::model::ids::SegmentSeq;
+use crate::model::limits::{READY_SEGMENTS_TARGET, SEGMENT_HEADER_BYTES, SPARE_SEGMENTS_MAX};
 use crate::stats::Counters;
 
 pub(crate) struct Retired {

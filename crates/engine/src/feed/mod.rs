@@ -10,11 +10,13 @@
 //! place in the log that names its log and the record before it, so that a replaced or
 //! restored data directory is detected, not misread; the slots (commit_log/slots.rs), named,
 //! durable positions (`feed/NAME.slot`), each a *hold* that keeps the segments its reader still
-//! needs from retiring — aged or not — within a byte cap (hold.rs), past which the engine
+//! needs from retiring — aged or not — within a byte cap (commit/hold.rs), past which the engine
 //! releases it rather than make a writer wait.
 //!
 //! A held segment may still be aged (its readings moved to the lower tier): the hold only keeps
 //! the file. Recovery keeps such segments too (`split_held`), without replaying them.
+//!
+//! It reads the log only: it may not touch the lower tier, nor hold a writer.
 
 pub(crate) mod batch;
 pub(crate) mod reader;
@@ -23,17 +25,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use crate::commit_log::position::{LOG_POS_BYTES, LogPos};
-use crate::ids::SegmentSeq;
-pub use crate::limits::SLOT_NAME_BYTES_MAX;
+use crate::model::ids::SegmentSeq;
+pub use crate::model::limits::SLOT_NAME_BYTES_MAX;
 pub use batch::{FeedBatch, FeedRecord};
 
+use crate::commit::hold;
 use crate::commit_log::log_state::{LiveSegment, LogState};
 use crate::commit_log::record;
 use crate::commit_log::segment::Segment;
 use crate::commit_log::slots;
-use crate::error::{Error, Result};
-use crate::hold;
-use crate::limits::SEGMENT_HEADER_BYTES;
+use crate::model::error::{Error, Result};
+use crate::model::limits::SEGMENT_HEADER_BYTES;
 use crate::state::{Inner, State};
 
 /// One slot, as `Feed::status` shows it.

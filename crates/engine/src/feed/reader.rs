@@ -11,10 +11,10 @@ use std::sync::Arc;
 use crate::commit_log::position::LogPos;
 use crate::commit_log::record::{self, BatchStep, Body, Decode};
 use crate::commit_log::segment::Segment;
-use crate::error::{Error, Result};
 use crate::feed::batch::{FeedBatch, FeedRecord};
-use crate::ids::SegmentSeq;
-use crate::limits::{FEED_READ_BYTES_MIN, SEGMENT_HEADER_BYTES};
+use crate::model::error::{Error, Result};
+use crate::model::ids::SegmentSeq;
+use crate::model::limits::{FEED_READ_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use crate::state::{Inner, State};
 
 /// Where a segment may be read, seen under the lock.

@@ -20,9 +20,9 @@
 //! Within a device, byte order is logical order: sensors by name (no NUL in ids, so 0x00 ends
 //! a name and a shorter name sorts first), then timestamps.
 
-use crate::format::{CATALOG_META_FORMAT, u32_at, u64_at};
-use crate::ids::{LowerId, SegmentSeq, WindowId};
-use crate::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, id_problem};
+use crate::dir::format::{CATALOG_META_FORMAT, u32_at, u64_at};
+use crate::model::ids::{LowerId, SegmentSeq, WindowId};
+use crate::model::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, id_problem};
 
 /// Timestamps are i64; flipping the sign bit makes big-endian byte order match numeric order.
 pub fn encode_ts(ts_ns: i64) -> [u8; 8] {

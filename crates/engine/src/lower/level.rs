@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use roamkv_leveldb::{Db, Options, WriteBatch};
 
 use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
-use crate::error::{Error, IoContext, Result};
-use crate::ids::WindowId;
+use crate::model::error::{Error, IoContext, Result};
+use crate::model::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
 /// Tag bytes of the spaces in the readings database: settled below runs, so new windows (ever
@@ -440,7 +440,7 @@ fn link_files(from: &Path, to: &Path) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::LowerId;
+    use crate::model::ids::LowerId;
 
     #[test]
     fn spaces_stay_apart_and_windows_list_by_seeks() -> Result<()> {

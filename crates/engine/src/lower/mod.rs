@@ -13,11 +13,14 @@
 //!
 //! Nothing on the write path touches the lower tier: every reading is written once to the
 //! commit log; the lower tier gets bulk runs and per-pass batches from maintenance only.
+//!
+//! It may not touch the log or the state: what it is told to write or drop comes from the rooms
+//! above (maintenance, recovery, queries).
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
-use crate::ids::{LowerId, WindowId};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{LowerId, WindowId};
 use crate::stats::LowerDiagnostics;
 
 pub mod keys;

@@ -1,9 +1,9 @@
 //! Opening the lower tier the data directory names.
 
 use crate::dir::{DataDir, LowerTierKind};
-use crate::error::Result;
 use crate::lower::LowerTier;
 use crate::lower::rocks::RocksLower;
+use crate::model::error::Result;
 
 pub(crate) fn open_lower(dir: &DataDir, memory_bytes: u64) -> Result<Box<dyn LowerTier>> {
     match dir.lower_tier {

@@ -18,8 +18,8 @@ use rocksdb::{
 
 use super::keys;
 use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
-use crate::error::{Error, IoContext, Result};
-use crate::ids::WindowId;
+use crate::model::error::{Error, IoContext, Result};
+use crate::model::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
 const RUNS_CF: &str = "runs";

@@ -14,7 +14,7 @@
 //!   range. Its readings there are compacted as any LSM's are; when it leaves, its range is
 //!   deleted and compacted away at once (maintenance/mod.rs, `reclaim_settled`).
 //!
-//! Steps, as a pass's (age_out.rs): snapshot under the lock (new window ids given out); read the
+//! Steps, as a pass's (age_out/): snapshot under the lock (new window ids given out); read the
 //! windows (shared window gate, no lock); write and ingest the runs; one synced catalog batch
 //! (memberships moved, the device records, the meta with the ids given out); commit under the
 //! lock. A crash before the catalog batch leaves the windows as they were (a new window is an
@@ -25,13 +25,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use crate::commit_log::position::LogPosition;
-use crate::error::{Error, Result};
-use crate::failpoints::PassStep;
-use crate::ids::{DeviceId, LowerId, WindowId};
-use crate::limits::{CONSOLIDATION_BYTES_MAX, SETTLE_AGE_MANAGEMENT_TIMES};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord, Place, WindowTrim, trimmed};
 use crate::lower::{CatalogOp, PreparedRun, Space};
-use crate::mapping::{DeviceEntry, LowerPlace};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{DeviceId, LowerId, WindowId};
+use crate::model::limits::{CONSOLIDATION_BYTES_MAX, SETTLE_AGE_MANAGEMENT_TIMES};
+use crate::options::failpoints::PassStep;
+use crate::state::mapping::{DeviceEntry, LowerPlace};
 use crate::state::{Inner, LowerBook, State, Window};
 use crate::stats::Counters;
 

@@ -17,6 +17,9 @@
 //!   device is still here; a device that left by then costs nothing more.
 //! - `MoveRule::Lazy`: only under that pressure. Readings stay in the log as long as its budget
 //!   allows: the fewest bytes moved, the longest recovery.
+//!
+//! It may not take writes or answer queries; it touches the state only under the lock rule and
+//! the commit path only to sync what a pass depends on.
 
 pub(crate) mod age_out;
 pub(crate) mod consolidate;
@@ -28,19 +31,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::commit::group_commit;
+use crate::commit::index_apply;
 use crate::commit_log::spares::Retired;
-use crate::error::Result;
-use crate::failpoints::PassStep;
-use crate::group_commit;
-use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
-use crate::index_apply;
-use crate::limits::{
+use crate::lower::CatalogOp;
+use crate::lower::Space;
+use crate::model::error::Result;
+use crate::model::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
+use crate::model::limits::{
     CONSOLIDATION_BYTES_MAX, INDEX_LOW_WATER_PERCENT, LOG_PRESSURE_PERCENT,
     WINDOW_RECLAIM_START_PERCENT, WINDOW_SPACE_AMPLIFICATION_PERCENT_MAX,
 };
-use crate::lower::CatalogOp;
-use crate::lower::Space;
 use crate::options::MoveRule;
+use crate::options::failpoints::PassStep;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
 
@@ -298,7 +301,7 @@ fn index_over_low_water(inner: &Inner) -> bool {
 /// cancels them.
 fn retire_segments(inner: &Inner) -> Result<()> {
     let mut st = inner.state.lock();
-    crate::hold::enforce_cap(inner, &mut st);
+    crate::commit::hold::enforce_cap(inner, &mut st);
     let seqs = st.log.retirable();
     if seqs.is_empty() {
         return Ok(());

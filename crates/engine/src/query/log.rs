@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::commit_log::segment::Segment;
-use crate::error::Error;
-use crate::reading::Reading;
-use crate::upper::{AtIndex, IndexEntry, at_index};
+use crate::model::error::Error;
+use crate::model::reading::Reading;
+use crate::state::upper::{AtIndex, IndexEntry, at_index};
 
 /// Reads the chosen log records (outside the state lock).
 pub(super) fn read_log(

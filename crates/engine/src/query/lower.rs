@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::Result;
-use crate::ids::LowerId;
 use crate::lower::keys::{self, Place, WindowTrim, trimmed};
 use crate::lower::{malformed, space_of};
-use crate::reading::Reading;
+use crate::model::error::Result;
+use crate::model::ids::LowerId;
+use crate::model::reading::Reading;
 use crate::state::Inner;
 
 /// A device's readings in the lower tier, as a read needs them.

@@ -9,6 +9,8 @@
 //! ranges. Where a (sensor, ts) is in several places the newest write wins: log over windows,
 //! a later window over an earlier one, windows over the settled space. Readings a trim hides
 //! are skipped. Nothing here writes.
+//!
+//! It may not write, nor wait on the commit path beyond read-your-writes (`commit::index_apply`).
 
 mod log;
 mod lower;
@@ -18,17 +20,17 @@ use std::sync::Arc;
 
 use self::log::{ReadError, read_log};
 use self::lower::{LowerView, get_lower, latest_lower, page_lower};
+use crate::commit::index_apply;
 use crate::commit_log::position::LogPosition;
 use crate::commit_log::segment::Segment;
-use crate::error::{Error, Result};
-use crate::index_apply;
-use crate::limits::{READ_ATTEMPTS_MAX, SCAN_PAGE_READINGS_MAX};
 use crate::lower::keys::Place;
 use crate::lower::oldest_per_sensor;
-use crate::mapping::DeviceEntry;
-use crate::reading::{Reading, validate_device, validate_sensor};
+use crate::model::error::{Error, Result};
+use crate::model::limits::{READ_ATTEMPTS_MAX, SCAN_PAGE_READINGS_MAX};
+use crate::model::reading::{Reading, validate_device, validate_sensor};
+use crate::state::mapping::DeviceEntry;
+use crate::state::upper::{DeviceIndex, IndexEntry};
 use crate::state::{Inner, State};
-use crate::upper::{DeviceIndex, IndexEntry};
 
 /// Where a device is in its life at this edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

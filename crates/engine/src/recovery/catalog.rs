@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 
 use crate::commit_log::position::LogPosition;
-use crate::error::{Error, Result};
-use crate::ids::{LowerId, WindowId};
 use crate::lower::keys::{self, CatalogMeta, DeviceRecord};
 use crate::lower::{LowerTier, Space};
-use crate::mapping::{LowerPlace, MappingTable};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{LowerId, WindowId};
+use crate::state::mapping::{LowerPlace, MappingTable};
 use crate::state::{LowerBook, State, Window};
 
 /// What the catalog holds, loaded at open.

@@ -8,9 +8,9 @@ use super::tail::{last_written, list_segments, missing_segment};
 use crate::commit_log::segment::{self, ScanEnd, Segment};
 use crate::commit_log::storage::PlainFiles;
 use crate::dir::DataDir;
-use crate::error::{Error, Result};
-use crate::ids::SegmentSeq;
 use crate::lower::open::open_lower;
+use crate::model::error::{Error, Result};
+use crate::model::ids::SegmentSeq;
 
 /// What `check` found.
 #[derive(Debug, Clone, Default)]

@@ -19,6 +19,9 @@
 //! it was durable (`FLAG_SYNCED_BEFORE`): then the hole is damage to durable data, and open
 //! fails naming the file and offset. Segments after the cut are removed before anything new is
 //! written.
+//!
+//! It runs before any other thread exists and may build the state directly; it may not start
+//! threads (the handle does).
 
 mod catalog;
 mod check;
@@ -40,11 +43,11 @@ use crate::commit_log::slots;
 use crate::commit_log::spares::{SegmentPlan, Spares};
 use crate::commit_log::storage::Storage;
 use crate::dir::DataDir;
-use crate::error::{Error, IoContext, Result};
 use crate::feed;
-use crate::ids::SegmentSeq;
-use crate::limits::SEGMENT_HEADER_BYTES;
 use crate::lower::open::open_lower;
+use crate::model::error::{Error, IoContext, Result};
+use crate::model::ids::SegmentSeq;
+use crate::model::limits::SEGMENT_HEADER_BYTES;
 use crate::options::Options;
 use crate::state::{Inner, Recovery, State};
 use crate::stats::Counters;

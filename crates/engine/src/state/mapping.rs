@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::lower::keys::WindowTrim;
-use crate::upper::DeviceIndex;
+use crate::model::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
+use crate::state::upper::DeviceIndex;
 
 /// A device's readings in the lower tier, and what hides some of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::ids::SegmentSeq;
+use crate::model::ids::SegmentSeq;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -1,10 +1,15 @@
 //! What the engine reports about itself: enough to compute write amplification exactly, to see
 //! where maintenance spends its time, and every limit beside its current value.
+//!
+//! Owns the counters and the timed state lock (`timed_mutex`); it imports no other room, so every
+//! room may count.
+
+pub(crate) mod timed_mutex;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::timed_mutex::HoldTimes;
+use crate::stats::timed_mutex::HoldTimes;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -109,7 +114,7 @@ pub struct Stats {
     pub write_stall_ms: u64,
     pub no_space_errors: u64,
     /// Writers parked for their commit that found, at a periodic re-check, work they had not
-    /// been woken for (commit_waiters.rs): 0 unless the wake rules miss a case.
+    /// been woken for (commit_log/waiters.rs): 0 unless the wake rules miss a case.
     pub commit_wakes_missed: u64,
     /// Encoded bytes queued for the next group commit, and the bound past which writers wait.
     pub pending_bytes: u64,

@@ -7,8 +7,14 @@
 //! no file I/O while it is held — no log write, read or sync, no lower-tier read or write, and
 //! no wait for a ready segment (`make_room` releases it to wait). What runs under it is
 //! bookkeeping in memory; `Stats::state_lock` measures every hold, and names the call sites
-//! of holds over a millisecond. The modules that act on the engine (commit_log, query, trim,
+//! of holds over a millisecond. The rooms that act on the engine (commit, query, engine::trim,
 //! maintenance, recovery) are functions over `&Inner`; `Inner`'s own methods are the few below.
+//!
+//! Owns the mapping table (`mapping`) and each device's log index (`upper`). It may not do file
+//! I/O (the lock rule) nor call the commit path, maintenance or queries: those rooms sit above it.
+
+pub(crate) mod mapping;
+pub(crate) mod upper;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,17 +27,17 @@ use crate::commit_log::position::LogPosition;
 use crate::commit_log::record::Body;
 use crate::commit_log::slots::Slots;
 use crate::commit_log::spares::Spares;
-use crate::commit_waiters::{CommitWaiters, Roles};
+use crate::commit_log::waiters::{CommitWaiters, Roles};
 use crate::dir::DataDir;
-use crate::error::{Error, Result};
-use crate::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::lower::LowerTier;
 use crate::lower::keys::{WindowTrim, merge_trims};
-use crate::mapping::MappingTable;
+use crate::model::error::{Error, Result};
+use crate::model::ids::{DeviceId, LowerId, SegmentSeq, WindowId};
 use crate::options::Options;
+use crate::state::mapping::MappingTable;
+use crate::state::upper::{DeviceIndex, IndexEntry};
 use crate::stats::Counters;
-use crate::timed_mutex::TimedMutex;
-use crate::upper::{DeviceIndex, IndexEntry};
+use crate::stats::timed_mutex::TimedMutex;
 
 /// One window of the lower tier, as the engine keeps count of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -152,7 +158,7 @@ pub(crate) struct State {
     /// The change feed's slots and the log's identity (commit_log/slots.rs): they set
     /// `log.hold_from`.
     pub feed: Slots,
-    /// The writers parked in the group commit (commit_waiters.rs).
+    /// The writers parked in the group commit (commit_log/waiters.rs).
     pub commit_waiters: CommitWaiters,
 }
 
@@ -270,7 +276,7 @@ impl Inner {
 
     /// The group commit moved on (a group written, or groups committed): wakes the writers
     /// waiting for the queue to shrink, and of those waiting for their commit the ones it lets
-    /// go on (commit_waiters.rs). `changer`: the ticket of the writer that made the change (it
+    /// go on (commit_log/waiters.rs). `changer`: the ticket of the writer that made the change (it
     /// goes on in `wait_for` and takes a free role itself). Called with the state lock held, so
     /// a writer that checked `group_epoch` or registered under the lock cannot miss it.
     pub(crate) fn groups_changed(&self, st: &mut State, changer: u64) {

@@ -33,12 +33,12 @@ use std::sync::atomic::Ordering;
 use crate::commit_log::log_state::Group;
 use crate::commit_log::position::LogPosition;
 use crate::commit_log::record::{self, Body, Decode};
-use crate::error::{Error, Result};
-use crate::ids::DeviceId;
-use crate::limits::APPLY_SLICE_RECORDS;
+use crate::model::error::{Error, Result};
+use crate::model::ids::DeviceId;
+use crate::model::limits::APPLY_SLICE_RECORDS;
 use crate::state::{Inner, State};
 use crate::stats::Counters;
-use crate::timed_mutex::TimedGuard;
+use crate::stats::timed_mutex::TimedGuard;
 
 /// One decoded record of a group, ready to apply.
 struct Decoded<'g> {
@@ -279,7 +279,7 @@ fn wait_applied(inner: &Inner, st: &mut TimedGuard<'_, State>, ticket: u64) -> R
 /// when writers outrun the index's thread (on two cores they can), they lend it their CPU, and
 /// a read never waits for more than about the bound's worth of applying.
 pub(crate) fn wait_for_lag(inner: &Inner, st: &mut TimedGuard<'_, State>) -> Result<()> {
-    while st.log.unapplied_bytes > crate::limits::INDEX_LAG_BYTES_MAX {
+    while st.log.unapplied_bytes > crate::model::limits::INDEX_LAG_BYTES_MAX {
         inner.check_poisoned(st)?;
         if inner.index_stopped.load(Ordering::Relaxed) {
             return Ok(());

@@ -12,12 +12,12 @@
 //!
 //! Applying a TRIM record is `State::apply` (state.rs), the same live and in recovery.
 
+use crate::commit::group_commit::{self, Stall};
+use crate::commit::index_apply;
 use crate::commit_log::record;
-use crate::error::Result;
-use crate::group_commit::{self, Stall};
-use crate::index_apply;
+use crate::model::error::Result;
+use crate::model::reading::validate_device;
 use crate::query;
-use crate::reading::validate_device;
 use crate::state::Inner;
 use crate::stats::Counters;
 

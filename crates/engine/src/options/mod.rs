@@ -1,13 +1,20 @@
 //! Engine options, with their defaults and what each costs.
+//!
+//! Also the other things a caller or a test plugs in: the clock (`clock`) and the fail points
+//! (`failpoints`). It holds values and acts on nothing: it may not touch the state, the log's
+//! contents or the lower tier.
+
+pub(crate) mod clock;
+pub(crate) mod failpoints;
 
 use std::sync::Arc;
 
-use crate::clock::{Clock, SystemClock};
 use crate::commit_log::storage::{PlainFiles, Storage};
 use crate::dir::LowerTierKind;
-use crate::error::{Error, Result};
-use crate::failpoints::FailPoints;
-use crate::limits;
+use crate::model::error::{Error, Result};
+use crate::model::limits;
+use crate::options::clock::{Clock, SystemClock};
+use crate::options::failpoints::FailPoints;
 
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

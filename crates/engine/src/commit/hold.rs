@@ -2,7 +2,9 @@
 //! when they pass the cap or the log is under pressure, so a hold never makes a writer wait.
 //! (Apart from `slots`, which `State` holds: these need the state, the slots do not.)
 
-use crate::limits::{BACKUP_HOLD_RELEASE_PERCENT, FEED_HOLD_BUDGET_PERCENT, LOG_PRESSURE_PERCENT};
+use crate::model::limits::{
+    BACKUP_HOLD_RELEASE_PERCENT, FEED_HOLD_BUDGET_PERCENT, LOG_PRESSURE_PERCENT,
+};
 use crate::state::{Inner, State};
 
 /// The cap in force: the option, or `FEED_HOLD_BUDGET_PERCENT` of the log budget.

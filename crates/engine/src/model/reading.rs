@@ -1,8 +1,8 @@
 //! A reading as the caller writes it (`Record`) and reads it back (`Reading`), and the checks
 //! every id and value pass before anything is written (docs/FORMAT.md, "Limits").
 
-use crate::error::{Error, Result};
-use crate::limits;
+use crate::model::error::{Error, Result};
+use crate::model::limits;
 
 /// Nanoseconds in a millisecond: the engine keeps time in nanoseconds since the Unix epoch
 /// (i64: 1677-09-21 to 2262-04-11); callers that count milliseconds convert with this.

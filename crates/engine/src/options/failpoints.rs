@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// The steps of a pass (docs/ENGINE.md, "Leaving the log"). A failure armed at a step happens
 /// right after it: the step's effects are on disk, the next step's are not.

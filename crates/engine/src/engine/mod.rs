@@ -1,29 +1,34 @@
 //! The engine's public face: `Engine`, its write path (validation and encoding outside the
 //! lock, then placing and queueing under it) and the calls that hand off to the modules that
-//! do the work: the group commit (`commit_log`), reads and queries (`query`), trimming
+//! do the work: the group commit (`commit`), reads and queries (`query`), trimming
 //! (`trim`), maintenance (`maintenance`) and opening (`recovery`). `Engine` holds the shared
 //! state (`state::Inner`) and the background threads.
+//!
+//! The top room: it may name every other, and none names it. `snapshot` gathers `Engine::stats`;
+//! `trim` is `Engine::trim_before`.
+
+mod snapshot;
+mod trim;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::commit::group_commit::{self, Stall};
+use crate::commit::index_apply;
 use crate::commit_log::record;
-use crate::error::{Error, Result};
 use crate::feed::{self, Feed};
-use crate::group_commit::{self, Stall};
-use crate::ids::DeviceId;
-use crate::index_apply;
-use crate::limits::{self, SEGMENT_HEADER_BYTES};
 use crate::maintenance;
+use crate::model::error::{Error, Result};
+use crate::model::ids::DeviceId;
+use crate::model::limits::{self, SEGMENT_HEADER_BYTES};
+use crate::model::reading::{Reading, Record, user_bytes, validate_device, validate_record};
 use crate::options::{Durability, IndexApply, Options};
 use crate::query::{self, DeviceInfo, ReadView, ScanCursor, ScanPage};
-use crate::reading::{Reading, Record, user_bytes, validate_device, validate_record};
 use crate::recovery;
 use crate::state::{Inner, State};
+use crate::stats::timed_mutex::TimedGuard;
 use crate::stats::{Counters, Stats};
-use crate::timed_mutex::TimedGuard;
-use crate::trim;
 
 /// The embedded engine. Cheap to share across threads by reference (`&Engine` is `Sync`).
 pub struct Engine {
@@ -444,7 +449,7 @@ impl Engine {
     }
 
     pub fn stats(&self) -> Stats {
-        crate::stats_snapshot::stats(&self.inner)
+        crate::engine::snapshot::stats(&self.inner)
     }
 
     /// The commit log as a change feed: positions, reads, and durable slots that hold the log

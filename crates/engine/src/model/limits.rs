@@ -99,7 +99,7 @@ pub const WRITE_STALL_POLL_MS: u64 = 50;
 /// docs/BENCHMARKS.md, "Diagnosis").
 pub const WRITER_YIELD_US: u64 = 100;
 /// A writer parked for its commit is woken by the change that lets it go on
-/// (commit_waiters.rs); it also re-checks after this long, so that a missed wake would cost a
+/// (commit_log/waiters.rs); it also re-checks after this long, so that a missed wake would cost a
 /// pause, not a hang (and is counted: `Stats::commit_wakes_missed`).
 pub const COMMIT_PARK_RECHECK_MS: u64 = 100;
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::limits;
+use crate::model::limits;
 use crate::state::{Inner, State};
 use crate::stats::{Counters, Stats};
 
@@ -58,7 +58,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
         let mut st = inner.state.lock();
         // What every acknowledged write did is counted (a poisoned or closing engine reports
         // what it has).
-        let _ = crate::index_apply::wait_for_committed(inner, &mut st);
+        let _ = crate::commit::index_apply::wait_for_committed(inner, &mut st);
         let placed = st.map.placed();
         let (window_file_bytes, window_live_bytes) = st.lower.window_bytes();
         let mut stats = Stats {
@@ -132,7 +132,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
 }
 
 /// What writers waited for: log room (stalls, their time, the refusals past the bound), and
-/// wakes of parked writers that did not come (commit_waiters.rs).
+/// wakes of parked writers that did not come (commit_log/waiters.rs).
 fn write_waits(c: &Counters, stats: &mut Stats) {
     stats.write_stalls = Counters::get(&c.write_stalls);
     stats.write_stall_ms = Counters::get(&c.write_stall_ms);

@@ -1,271 +1,17 @@
-//! Commit-log records: the encoder and the decoder (docs/FORMAT.md, "Record").
-//!
-//! ```text
-//! offset size field
-//!  0      4   crc32c, little-endian, of the payload followed by header bytes [4, 16)
-//!  4      4   payload_len (u32 LE)
-//!  8      4   segment_seq_low: low 32 bits of the segment's sequence number
-//! 12      1   kind: 1 = REGISTER, 2 = PUT, 3 = DEPART, 4 = SEGMENT_END, 5 = TRIM
-//! 13      1   flags: bit 0 = last record of its batch; bit 1 = every byte of the log before
-//!             this record was durable (fdatasync'd) when this record was written
-//! 14      2   reserved, zero
-//! 16      payload_len bytes of payload (layout per kind, below)
-//! ```
-//! The offsets below are chained from the field sizes, as the table reads. The segment sequence
-//! inside every record is what makes recycled segments safe: a record left over from the file's
-//! previous life carries an older sequence and reads as "end of data". The decoder never panics
-//! on any input (see the fuzz target in fuzz/).
+//! The decoder of commit-log records (the layout is in `super`, docs/FORMAT.md, "Record"): it
+//! checks every length, id and checksum and never panics on any input (the fuzz target in
+//! fuzz/ feeds it arbitrary bytes).
 
-use crate::format::{self, u32_at, u64_at};
-use crate::ids::SegmentSeq;
-use crate::limits::{self, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
+use super::layout::*;
+use crate::dir::format::{self, u32_at, u64_at};
+use crate::model::ids::SegmentSeq;
+use crate::model::limits::{self, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
 
-const CRC_OFFSET: usize = 0;
-const PAYLOAD_LEN_OFFSET: usize = CRC_OFFSET + 4;
-const SEQ_LOW_OFFSET: usize = PAYLOAD_LEN_OFFSET + 4;
-const KIND_OFFSET: usize = SEQ_LOW_OFFSET + 4;
-const FLAGS_OFFSET: usize = KIND_OFFSET + 1;
-const RESERVED_OFFSET: usize = FLAGS_OFFSET + 1;
-pub const HEADER_BYTES: usize = RESERVED_OFFSET + 2;
-/// The CRC covers the payload first, then the header from here to its end.
-const CRC_COVERED_HEADER_OFFSET: usize = PAYLOAD_LEN_OFFSET;
-
-pub const FLAG_BATCH_END: u8 = 1;
-/// Set on the first record of a group write when every byte of the log before it was durable.
-/// Recovery uses it to tell a torn tail (holes only after the last such record, in any segment)
-/// from damage to data that was durable (a hole with a flagged record after it).
-pub const FLAG_SYNCED_BEFORE: u8 = 2;
-
-const KIND_REGISTER: u8 = 1;
-const KIND_PUT: u8 = 2;
-const KIND_DEPART: u8 = 3;
-const KIND_SEGMENT_END: u8 = 4;
-const KIND_TRIM: u8 = 5;
-
-/// PUT payload: device_len u16, sensor_len u16, value_len u32, ts_ns i64, device, sensor, value.
-const PUT_DEVICE_LEN_OFFSET: usize = 0;
-const PUT_SENSOR_LEN_OFFSET: usize = PUT_DEVICE_LEN_OFFSET + 2;
-const PUT_VALUE_LEN_OFFSET: usize = PUT_SENSOR_LEN_OFFSET + 2;
-const PUT_TS_OFFSET: usize = PUT_VALUE_LEN_OFFSET + 4;
-const PUT_FIXED_BYTES: usize = PUT_TS_OFFSET + 8;
-/// REGISTER payload: device_len u16, registered_at_ms u64, device.
-const REGISTER_AT_OFFSET: usize = 2;
-const REGISTER_FIXED_BYTES: usize = REGISTER_AT_OFFSET + 8;
-/// DEPART payload: device_len u16, device.
-const DEPART_FIXED_BYTES: usize = 2;
-/// TRIM payload: device_len u16, before_ns i64, device.
-const TRIM_BEFORE_OFFSET: usize = 2;
-const TRIM_FIXED_BYTES: usize = TRIM_BEFORE_OFFSET + 8;
-/// SEGMENT_END payload: next_seq u64, sealed_at_ms u64.
-const SEGMENT_END_SEALED_AT_OFFSET: usize = 8;
-const SEGMENT_END_FIXED_BYTES: usize = SEGMENT_END_SEALED_AT_OFFSET + 8;
-/// Bytes a SEGMENT_END record takes: kept free at the end of every segment.
-pub const SEGMENT_END_BYTES: usize = HEADER_BYTES + SEGMENT_END_FIXED_BYTES;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Body<'a> {
-    /// Mapping-table record: the device was first seen at `registered_at_ms` (engine clock).
-    Register {
-        device: &'a str,
-        registered_at_ms: u64,
-    },
-    Put {
-        device: &'a str,
-        sensor: &'a str,
-        ts_ns: i64,
-        value: &'a [u8],
-    },
-    /// Mapping-table record: the device left this edge; its data is dropped.
-    Depart { device: &'a str },
-    /// The segment is complete; segment `next_seq` follows it. `sealed_at_ms` (engine clock) is
-    /// when the log moved on: the segment ages from then (docs/ENGINE.md, "Leaving the log").
-    SegmentEnd {
-        next_seq: SegmentSeq,
-        sealed_at_ms: u64,
-    },
-    /// Every reading of the device with ts < `before_ns` that precedes this record in the log
-    /// is deleted (in both tiers); readings written after it are not touched.
-    Trim { device: &'a str, before_ns: i64 },
-}
-
-impl Body<'_> {
-    pub fn device(&self) -> &str {
-        match self {
-            Body::Register { device, .. }
-            | Body::Put { device, .. }
-            | Body::Depart { device }
-            | Body::Trim { device, .. } => device,
-            Body::SegmentEnd { .. } => "",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decoded<'a> {
-    pub body: Body<'a>,
-    pub batch_end: bool,
-    /// `FLAG_SYNCED_BEFORE`: the log was durable up to this record when it was written.
-    pub synced_before: bool,
-    /// Bytes the record occupies (header + payload).
-    pub len: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decode<'a> {
-    Record(Decoded<'a>),
-    /// No record of this segment here: zeros, a record of an older life of the file, or too few
-    /// bytes left for a header.
-    End,
-    /// A record of this segment whose bytes are wrong.
-    Corrupt(String),
-}
-
-/// Encoded size of a PUT record.
-pub fn put_len(device: &str, sensor: &str, value: &[u8]) -> usize {
-    HEADER_BYTES + PUT_FIXED_BYTES + device.len() + sensor.len() + value.len()
-}
-
-/// Encoded size of a REGISTER record.
-pub fn register_len(device: &str) -> usize {
-    HEADER_BYTES + REGISTER_FIXED_BYTES + device.len()
-}
-
-/// Encoded size of a DEPART record.
-pub fn depart_len(device: &str) -> usize {
-    HEADER_BYTES + DEPART_FIXED_BYTES + device.len()
-}
-
-/// Encoded size of a TRIM record.
-pub fn trim_len(device: &str) -> usize {
-    HEADER_BYTES + TRIM_FIXED_BYTES + device.len()
-}
-
-/// Appends a header with the kind and payload length (sequence, flags and CRC zero until
-/// `seal`); returns where the record starts.
-fn begin_record(out: &mut Vec<u8>, kind: u8, payload_len: usize) -> usize {
-    let start = out.len();
-    out.resize(start + HEADER_BYTES, 0);
-    let payload_len = u32::try_from(payload_len).expect("records are far below 4 GiB");
-    out[start + PAYLOAD_LEN_OFFSET..start + SEQ_LOW_OFFSET]
-        .copy_from_slice(&payload_len.to_le_bytes());
-    out[start + KIND_OFFSET] = kind;
-    start
-}
-
-/// Appends an id's length field (u16: ids are at most 255 bytes, limits.rs).
-fn push_id_len(out: &mut Vec<u8>, id: &str) {
-    debug_assert!(id.len() <= DEVICE_ID_BYTES_MAX.max(SENSOR_ID_BYTES_MAX));
-    out.extend_from_slice(&(id.len() as u16).to_le_bytes());
-}
-
-/// Appends a PUT record whose header is not yet sealed (no sequence, flags or CRC): the
-/// expensive part of encoding, done by the writer outside any lock. Returns the payload's CRC.
-pub fn encode_put_unsealed(
-    out: &mut Vec<u8>,
-    device: &str,
-    sensor: &str,
-    ts_ns: i64,
-    value: &[u8],
-) -> u32 {
-    debug_assert!(value.len() <= VALUE_BYTES_MAX);
-    let start = begin_record(
-        out,
-        KIND_PUT,
-        PUT_FIXED_BYTES + device.len() + sensor.len() + value.len(),
-    );
-    push_id_len(out, device);
-    push_id_len(out, sensor);
-    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    out.extend_from_slice(&ts_ns.to_le_bytes());
-    out.extend_from_slice(device.as_bytes());
-    out.extend_from_slice(sensor.as_bytes());
-    out.extend_from_slice(value);
-    crc32c::crc32c(&out[start + HEADER_BYTES..])
-}
-
-/// Seals the record that starts at `start` and runs to the end of `out`.
-fn seal_at(out: &mut [u8], start: usize, seq_low: u32, batch_end: bool) {
-    let payload_crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
-    seal(&mut out[start..], seq_low, batch_end, payload_crc);
-}
-
-/// Appends a complete REGISTER record.
-pub fn encode_register(out: &mut Vec<u8>, seq_low: u32, device: &str, registered_at_ms: u64) {
-    let start = begin_record(out, KIND_REGISTER, REGISTER_FIXED_BYTES + device.len());
-    push_id_len(out, device);
-    out.extend_from_slice(&registered_at_ms.to_le_bytes());
-    out.extend_from_slice(device.as_bytes());
-    seal_at(out, start, seq_low, false);
-}
-
-/// Appends a complete DEPART record (always the end of its own batch).
-pub fn encode_depart(out: &mut Vec<u8>, seq_low: u32, device: &str) {
-    let start = begin_record(out, KIND_DEPART, DEPART_FIXED_BYTES + device.len());
-    push_id_len(out, device);
-    out.extend_from_slice(device.as_bytes());
-    seal_at(out, start, seq_low, true);
-}
-
-/// Appends a complete TRIM record (always the end of its own batch, as DEPART).
-pub fn encode_trim(out: &mut Vec<u8>, seq_low: u32, device: &str, before_ns: i64) {
-    let start = begin_record(out, KIND_TRIM, TRIM_FIXED_BYTES + device.len());
-    push_id_len(out, device);
-    out.extend_from_slice(&before_ns.to_le_bytes());
-    out.extend_from_slice(device.as_bytes());
-    seal_at(out, start, seq_low, true);
-}
-
-/// Appends a complete SEGMENT_END record (its own batch).
-pub fn encode_segment_end(
-    out: &mut Vec<u8>,
-    seq_low: u32,
-    next_seq: SegmentSeq,
-    sealed_at_ms: u64,
-) {
-    let start = begin_record(out, KIND_SEGMENT_END, SEGMENT_END_FIXED_BYTES);
-    out.extend_from_slice(&next_seq.0.to_le_bytes());
-    out.extend_from_slice(&sealed_at_ms.to_le_bytes());
-    seal_at(out, start, seq_low, true);
-}
-
-fn payload_len_of(record: &[u8]) -> usize {
-    u32::from_le_bytes(
-        record[PAYLOAD_LEN_OFFSET..SEQ_LOW_OFFSET]
-            .try_into()
-            .expect("4 bytes"),
-    ) as usize
-}
-
-/// Sets `FLAG_SYNCED_BEFORE` on a sealed record (the first of a group write) and re-seals it.
-pub fn mark_synced_before(record: &mut [u8]) {
-    let payload_len = payload_len_of(record);
-    let payload_crc = crc32c::crc32c(&record[HEADER_BYTES..HEADER_BYTES + payload_len]);
-    record[FLAGS_OFFSET] |= FLAG_SYNCED_BEFORE;
-    let crc = crc32c::crc32c_append(
-        payload_crc,
-        &record[CRC_COVERED_HEADER_OFFSET..HEADER_BYTES],
-    );
-    record[CRC_OFFSET..PAYLOAD_LEN_OFFSET].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// Writes the segment sequence and flags into a record's header and its CRC. The CRC covers the
-/// payload *first*, then the header fields: so sealing under the log's lock only extends the
-/// payload CRC, computed earlier outside the lock, by 12 bytes; the payload is not re-read.
-pub fn seal(record: &mut [u8], seq_low: u32, batch_end: bool, payload_crc: u32) {
-    record[SEQ_LOW_OFFSET..KIND_OFFSET].copy_from_slice(&seq_low.to_le_bytes());
-    record[FLAGS_OFFSET] = if batch_end { FLAG_BATCH_END } else { 0 };
-    let crc = crc32c::crc32c_append(
-        payload_crc,
-        &record[CRC_COVERED_HEADER_OFFSET..HEADER_BYTES],
-    );
-    record[CRC_OFFSET..PAYLOAD_LEN_OFFSET].copy_from_slice(&crc.to_le_bytes());
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<usize> {
+pub(super) fn u16_at(b: &[u8], at: usize) -> Option<usize> {
     format::u16_at(b, at).map(usize::from)
 }
 /// An id field: UTF-8, 1..=`max` bytes, no NUL (docs/FORMAT.md; the same rule `put` enforces).
-fn id_at<'a>(
+pub(super) fn id_at<'a>(
     b: &'a [u8],
     at: usize,
     len: usize,
@@ -353,7 +99,7 @@ pub fn decode_trusted(buf: &[u8], seq_low: u32) -> Decode<'_> {
     decode_checked(buf, seq_low, false)
 }
 
-fn decode_checked(buf: &[u8], seq_low: u32, verify_crc: bool) -> Decode<'_> {
+pub(super) fn decode_checked(buf: &[u8], seq_low: u32, verify_crc: bool) -> Decode<'_> {
     if buf.len() < HEADER_BYTES {
         return Decode::End;
     }
@@ -399,12 +145,12 @@ fn decode_checked(buf: &[u8], seq_low: u32, verify_crc: bool) -> Decode<'_> {
     })
 }
 
-fn short() -> String {
+pub(super) fn short() -> String {
     "payload shorter than its fixed fields".to_string()
 }
 
 /// A PUT payload (see `Body::Put`).
-fn decode_put(p: &[u8]) -> Result<Body<'_>, String> {
+pub(super) fn decode_put(p: &[u8]) -> Result<Body<'_>, String> {
     let device_len = u16_at(p, PUT_DEVICE_LEN_OFFSET).ok_or_else(short)?;
     let sensor_len = u16_at(p, PUT_SENSOR_LEN_OFFSET).ok_or_else(short)?;
     let value_len = u32_at(p, PUT_VALUE_LEN_OFFSET).ok_or_else(short)? as usize;
@@ -442,7 +188,7 @@ fn decode_put(p: &[u8]) -> Result<Body<'_>, String> {
 }
 
 /// A payload of a device id after `fixed` bytes of fixed fields (REGISTER, DEPART, TRIM).
-fn device_after<'a>(p: &'a [u8], fixed: usize, kind: &str) -> Result<&'a str, String> {
+pub(super) fn device_after<'a>(p: &'a [u8], fixed: usize, kind: &str) -> Result<&'a str, String> {
     let device_len = u16_at(p, 0).ok_or_else(short)?;
     if p.len() < fixed {
         return Err(short());
@@ -455,7 +201,7 @@ fn device_after<'a>(p: &'a [u8], fixed: usize, kind: &str) -> Result<&'a str, St
     id_at(p, fixed, device_len, "device", DEVICE_ID_BYTES_MAX)
 }
 
-fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
+pub(super) fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
     let body = match kind {
         KIND_PUT => decode_put(p)?,
         KIND_REGISTER => Body::Register {
@@ -487,6 +233,7 @@ fn decode_body(kind: u8, p: &[u8]) -> Result<Body<'_>, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::encode::*;
     use super::*;
 
     fn sealed_put(seq: u32, end: bool) -> Vec<u8> {

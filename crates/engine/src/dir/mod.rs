@@ -6,18 +6,23 @@
 //! DIR/log/*.seg     commit-log segments
 //! DIR/lower/        the lower tier's own files (rocksdb/ or leveldb/)
 //! ```
+//!
+//! Owns the directory's identity, LOCK and file names, and (`format`) every magic and version
+//! number the engine writes. It may not read or write the log's or the lower tier's contents.
+
+pub(crate) mod format;
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, IoContext, Result};
+use crate::model::error::{Error, IoContext, Result};
 
 pub const IDENTITY_FILE: &str = "ROAMKV";
 pub const LOCK_FILE: &str = "LOCK";
 pub const LOG_DIR: &str = "log";
 pub const LOWER_DIR: &str = "lower";
 /// The data directory's format and identity line (format.rs).
-pub use crate::format::{
+pub use crate::dir::format::{
     DIR_FORMAT_VERSION as FORMAT_VERSION, DIR_IDENTITY_FIRST_LINE as IDENTITY_FIRST_LINE,
 };
 

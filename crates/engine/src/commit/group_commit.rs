@@ -18,16 +18,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::commit::index_apply;
 use crate::commit_log::log_state::{self, Group};
 use crate::commit_log::segment::Segment;
-use crate::commit_waiters::{CommitWaiters, Roles, Step};
-use crate::error::{Error, Result};
-use crate::index_apply;
-use crate::limits::{COMMIT_PARK_RECHECK_MS, WRITE_STALL_POLL_MS, WRITER_YIELD_US};
+use crate::commit_log::waiters::{CommitWaiters, Roles, Step};
+use crate::model::error::{Error, Result};
+use crate::model::limits::{COMMIT_PARK_RECHECK_MS, WRITE_STALL_POLL_MS, WRITER_YIELD_US};
 use crate::options::{Durability, IndexApply};
 use crate::state::{Inner, State};
 use crate::stats::Counters;
-use crate::timed_mutex::TimedGuard;
+use crate::stats::timed_mutex::TimedGuard;
 
 /// A write's time waiting for log room, over all its attempts.
 #[derive(Default)]
@@ -70,7 +70,7 @@ pub(crate) fn make_room(
     }
     // A hold past its cap (or any hold, near the budget) goes now, before a writer could wait
     // for the segments it keeps; maintenance retires them.
-    if crate::hold::enforce_cap(inner, st) {
+    if crate::commit::hold::enforce_cap(inner, st) {
         inner.wake_maintenance();
     }
     let live_bytes = inner.spares.live_bytes.load(Ordering::Relaxed);
@@ -228,7 +228,7 @@ pub(crate) fn wait_for<'a>(
     }
 }
 
-/// Parks a waiting writer until a change of the group commit wakes it (commit_waiters.rs),
+/// Parks a waiting writer until a change of the group commit wakes it (commit_log/waiters.rs),
 /// re-checking every `COMMIT_PARK_RECHECK_MS`: a re-check that finds work it was not woken
 /// for is a missed wake, counted (`commit_wakes_missed`) and taken up.
 fn park(inner: &Inner, st: &mut TimedGuard<'_, State>, ticket: u64) {

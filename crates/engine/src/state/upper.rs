@@ -12,7 +12,7 @@ use std::mem::size_of;
 
 use crate::commit_log::position::LogPosition;
 use crate::commit_log::record::{self, Body, Decode};
-use crate::ids::SegmentSeq;
+use crate::model::ids::SegmentSeq;
 
 /// One indexed reading: 24 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
