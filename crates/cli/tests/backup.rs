@@ -12,70 +12,37 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use roamkv_testbed::postgres::Cluster;
 use roamkv_testbed::prerequisite;
+use roamkv_testbed::serve::ServeProcess;
 
 const PER_BATCH: i64 = 20;
 
-/// Kills the server if the test ends before it does.
+/// `roamkv serve` with 1 MiB segments (a backup then spans several); killed if the test ends
+/// first.
 struct Edge {
-    child: Child,
+    server: ServeProcess,
     addr: String,
-}
-
-impl Drop for Edge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Edge {
     fn start(data: &Path, extra: &[&str]) -> Edge {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
-        // Readings at ts 0, 1, ... (1970): the default retention would delete them.
-        command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
-        command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--segment-mib",
-                "1",
-                "--data",
-            ])
-            .arg(data)
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start roamkv serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("the server printed its address")
-                .expect("stderr line");
-            if let Some(url) = line.split("listening on http://").nth(1) {
-                break url.trim().to_string();
-            }
-        };
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                eprintln!("  serve: {line}");
-            }
+        let binary = Path::new(env!("CARGO_BIN_EXE_roamkv"));
+        let server = ServeProcess::start(binary, data, |command| {
+            command.args(["--segment-mib", "1"]).args(extra);
+            command.env("RUST_LOG", "warn");
         });
-        Edge { child, addr }
+        let addr = server.addr.clone();
+        Edge { server, addr }
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 }
 

@@ -8,71 +8,39 @@
 //! though the key keeps one row) — nothing is in the table that was never sent, and no writer
 //! waited for the sink's hold on the log.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use roamkv_testbed::ledger::{Ledger, native_lines};
 use roamkv_testbed::postgres::Cluster;
 use roamkv_testbed::prerequisite;
+use roamkv_testbed::serve::{ServeProcess, http_call};
 
-/// Kills the server if the test ends before it does.
+/// `roamkv serve` with its cloud sink; killed if the test ends first.
 struct Edge {
-    child: Child,
+    server: ServeProcess,
     addr: String,
-}
-
-impl Drop for Edge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Edge {
     /// `roamkv serve` on a free loopback port with the sink pointed at `pg`, `crash` armed.
     fn start(data: &Path, pg: &Cluster, crash: Option<&str>, extra: &[&str]) -> Edge {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
-        // Readings at ts 1, 2, ... (1970): the default retention would delete them.
-        command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--sink"])
-            .arg(pg.socket_url())
-            .arg("--data")
-            .arg(data)
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(point) = crash {
-            command.env(roamkv_engine::CRASH_POINTS_ENV, point);
-        }
-        let mut child = command.spawn().expect("start roamkv serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("the server printed its address")
-                .expect("stderr line");
-            if let Some(url) = line.split("listening on http://").nth(1) {
-                break url.trim().to_string();
-            }
-        };
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                eprintln!("  serve: {line}");
+        let binary = Path::new(env!("CARGO_BIN_EXE_roamkv"));
+        let server = ServeProcess::start(binary, data, |command| {
+            command.arg("--sink").arg(pg.socket_url()).args(extra);
+            command.env("RUST_LOG", "warn");
+            if let Some(point) = crash {
+                command.env(roamkv_engine::CRASH_POINTS_ENV, point);
             }
         });
-        Edge { child, addr }
+        let addr = server.addr.clone();
+        Edge { server, addr }
     }
 
     /// Waits until the server is gone (a crash point killed it).
     fn wait_killed(&mut self, within: Duration) {
         let deadline = Instant::now() + within;
-        while self.child.try_wait().expect("wait").is_none() {
+        while !self.server.has_exited() {
             assert!(Instant::now() < deadline, "the crash point was not reached");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -109,75 +77,21 @@ impl Edge {
     }
 }
 
-/// One HTTP/1.1 request on its own connection: (status, body); status 0 if the server is gone.
 fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+    http_call(addr, method, path, body)
+}
+
+/// Posts `n` readings of `device` as one native batch, noting the answer in the ledger; true
+/// if acknowledged.
+fn write(ledger: &mut Ledger, edge: &Edge, device: &str, n: i64) -> bool {
+    let range = ledger.next(device, n);
+    let body = native_lines(device, "temp", range.clone());
+    let (status, answer) = http(&edge.addr, "POST", "/api/roamkv/v1/readings", &body);
+    assert!(
+        matches!(status, 201 | 0),
+        "POST readings: {status} {answer}"
     );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut response = String::new();
-    if stream.read_to_string(&mut response).is_err() {
-        return (0, String::new());
-    }
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
-}
-
-fn value_of(device: &str, ts: i64) -> String {
-    format!("{device}/{ts}")
-}
-
-/// What the writer was told: readings acknowledged, and readings whose request got no answer
-/// (the server died under it: they may or may not be in the log).
-#[derive(Default)]
-struct Ledger {
-    acked: BTreeMap<(String, i64), String>,
-    unknown: BTreeSet<(String, i64)>,
-    next_ts: BTreeMap<String, i64>,
-}
-
-impl Ledger {
-    /// Posts `n` readings of `device` as one native batch; true if acknowledged.
-    fn write(&mut self, edge: &Edge, device: &str, n: i64) -> bool {
-        let from = *self.next_ts.entry(device.to_string()).or_insert(1);
-        let body: String = (from..from + n)
-            .map(|ts| {
-                format!(
-                    "{{\"device\":\"{device}\",\"sensor\":\"temp\",\"ts_ns\":{ts},\"value\":\"{}\"}}\n",
-                    value_of(device, ts)
-                )
-            })
-            .collect();
-        self.next_ts.insert(device.to_string(), from + n);
-        let (status, answer) = http(&edge.addr, "POST", "/api/roamkv/v1/readings", &body);
-        let keys = (from..from + n).map(|ts| (device.to_string(), ts));
-        match status {
-            201 => {
-                for key in keys {
-                    let value = value_of(&key.0, key.1);
-                    self.acked.insert(key, value);
-                }
-                true
-            }
-            0 => {
-                self.unknown.extend(keys);
-                false
-            }
-            other => panic!("POST readings: {other} {answer}"),
-        }
-    }
+    ledger.note(device, range, status) == 201
 }
 
 /// A private PostgreSQL, or None where the machine cannot run one (and skipping is allowed).
@@ -200,35 +114,23 @@ fn check_cloud(pg: &Cluster, ledger: &Ledger) {
             "SELECT device, ts_ns, convert_from(value, 'UTF8') FROM roamkv_readings",
         ])
         .expect("psql");
-    let mut cloud: BTreeMap<(String, i64), String> = BTreeMap::new();
+    let mut found = Vec::new();
     for line in rows.lines().filter(|l| !l.is_empty()) {
         let mut fields = line.splitn(3, '|');
         let (Some(device), Some(ts), Some(value)) = (fields.next(), fields.next(), fields.next())
         else {
             panic!("row {line:?}");
         };
-        let key = (device.to_string(), ts.parse().expect("ts"));
-        assert!(
-            cloud.insert(key, value.to_string()).is_none(),
-            "{line}: twice"
-        );
+        found.push((
+            device.to_string(),
+            ts.parse().expect("ts"),
+            value.to_string(),
+        ));
     }
-    let lost: Vec<_> = ledger
-        .acked
-        .iter()
-        .filter(|(k, v)| cloud.get(*k) != Some(*v))
-        .take(5)
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "acknowledged but not in the cloud (or another value): {lost:?}"
-    );
-    let phantom: Vec<_> = cloud
-        .keys()
-        .filter(|k| !ledger.acked.contains_key(*k) && !ledger.unknown.contains(*k))
-        .take(5)
-        .collect();
-    assert!(phantom.is_empty(), "in the cloud, never sent: {phantom:?}");
+    let rows_found = found.len();
+    if let Err(e) = ledger.check(found, None) {
+        panic!("the cloud's table: {e}");
+    }
     let resent = pg
         .psql(&[
             "-c",
@@ -242,10 +144,8 @@ fn check_cloud(pg: &Cluster, ledger: &Ledger) {
         "rows committed more (or less) than once"
     );
     eprintln!(
-        "cloud: {} rows, {} acknowledged, {} unknown",
-        cloud.len(),
-        ledger.acked.len(),
-        ledger.unknown.len()
+        "cloud: {rows_found} rows, {} acknowledged",
+        ledger.acknowledged_count()
     );
 }
 
@@ -267,7 +167,7 @@ fn a_server_killed_at_each_sink_crash_point_commits_every_reading_once() {
     let data = dir.path().join("edge");
     let mut ledger = Ledger::default();
     let mut edge = first_edge(&data, &pg, None, &[]);
-    ledger.write(&edge, "car-0", 100);
+    write(&mut ledger, &edge, "car-0", 100);
     edge.wait_caught_up(Duration::from_secs(30));
     drop(edge);
     for (round, point) in ["sink.before_commit", "sink.after_commit", "sink.after_hold"]
@@ -279,7 +179,7 @@ fn a_server_killed_at_each_sink_crash_point_commits_every_reading_once() {
         edge = Edge::start(&data, &pg, Some(&armed), &[]);
         let device = format!("car-{}", round + 1);
         for _ in 0..200 {
-            if !ledger.write(&edge, &device, 50) {
+            if !write(&mut ledger, &edge, &device, 50) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -287,7 +187,7 @@ fn a_server_killed_at_each_sink_crash_point_commits_every_reading_once() {
         edge.wait_killed(Duration::from_secs(30));
         eprintln!("{point}: the server was killed there");
         edge = Edge::start(&data, &pg, None, &[]);
-        ledger.write(&edge, &device, 50);
+        write(&mut ledger, &edge, &device, 50);
         edge.wait_caught_up(Duration::from_secs(60));
         check_cloud(&pg, &ledger);
         drop(edge);
@@ -316,7 +216,7 @@ fn a_database_killed_with_a_batch_in_flight_loses_and_doubles_nothing() {
                      AND state = 'active' AND query LIKE 'INSERT INTO roamkv_readings%'";
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        ledger.write(&edge, "bus-1", 100);
+        write(&mut ledger, &edge, "bus-1", 100);
         if pg.psql(&["-c", in_flight]).expect("psql").trim() == "1" {
             break;
         }
@@ -329,7 +229,7 @@ fn a_database_killed_with_a_batch_in_flight_loses_and_doubles_nothing() {
     eprintln!("killed the postmaster with an insert in flight");
     for _ in 0..10 {
         assert!(
-            ledger.write(&edge, "bus-1", 100),
+            write(&mut ledger, &edge, "bus-1", 100),
             "ingest goes on without the database"
         );
     }
@@ -348,7 +248,7 @@ fn a_minute_without_the_database_is_drained_and_departures_wait_for_it() {
     let data = dir.path().join("edge");
     let edge = first_edge(&data, &pg, None, &["--on-depart", "cloud"]);
     let mut ledger = Ledger::default();
-    ledger.write(&edge, "van-1", 200);
+    write(&mut ledger, &edge, "van-1", 200);
     edge.wait_caught_up(Duration::from_secs(30));
     pg.kill_postmaster().expect("kill the postmaster");
     let outage = Instant::now();
@@ -357,7 +257,7 @@ fn a_minute_without_the_database_is_drained_and_departures_wait_for_it() {
     while outage.elapsed() < Duration::from_secs(60) {
         let device = if departed { "van-3" } else { "van-2" };
         assert!(
-            ledger.write(&edge, device, 50),
+            write(&mut ledger, &edge, device, 50),
             "ingest goes on without the database"
         );
         writes += 1;

@@ -4,93 +4,50 @@
 //! with writers writing; bad input and bad luck get clear answers; and devices moved back and
 //! forth at random (fixed seed) end with one history each, checked against the writers' ledger.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use roamkv_testbed::ledger::{Ledger, native_lines};
+use roamkv_testbed::serve::{ServeProcess, http_call};
+use roamkv_testbed::services::free_port;
 use serde_json::Value;
 
-/// A `roamkv serve` child; killed if the test ends first.
+/// A `roamkv serve` child on a port it keeps across restarts (peers keep its URL).
 struct Edge {
-    child: Child,
-    addr: String,
-    data: PathBuf,
-    port: u16,
-}
-
-impl Drop for Edge {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    server: ServeProcess,
 }
 
 impl Edge {
-    /// Starts on `port` (the same port across restarts: peers keep its URL).
+    /// Starts on `port` with `crash` armed (`ROAMKV_CRASH_POINTS`).
     fn start(data: &Path, port: u16, crash: Option<&str>) -> Edge {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_roamkv"));
-        // Readings at synthetic times: the default retention would delete them.
-        command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
-        command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data"])
-            .arg(data)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(point) = crash {
-            command.env(roamkv_engine::CRASH_POINTS_ENV, point);
-        }
-        let mut child = command.spawn().expect("start roamkv serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("the server printed its address")
-                .expect("stderr line");
-            if let Some(url) = line.split("listening on http://").nth(1) {
-                break url.trim().to_string();
-            }
-        };
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                eprintln!("  serve {port}: {line}");
+        let binary = Path::new(env!("CARGO_BIN_EXE_roamkv"));
+        let server = ServeProcess::start_on(binary, data, port, |command| {
+            command.env("RUST_LOG", "warn");
+            if let Some(point) = crash {
+                command.env(roamkv_engine::CRASH_POINTS_ENV, point);
             }
         });
-        Edge {
-            child,
-            addr,
-            data: data.to_path_buf(),
-            port,
-        }
+        Edge { server }
     }
 
     fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     fn restart(self, crash: Option<&str>) -> Edge {
-        let (data, port) = (self.data.clone(), self.port);
+        let (data, port) = (self.server.data().to_path_buf(), self.server.port());
         drop(self);
         Edge::start(&data, port, crash)
     }
 
     fn killed(&mut self) -> bool {
-        self.child.try_wait().expect("wait").is_some()
+        self.server.has_exited()
     }
 
     fn call(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        http(&self.addr, method, path, body)
+        http_call(&self.server.addr, method, path, body)
     }
 
     fn json(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
@@ -98,9 +55,9 @@ impl Edge {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    /// Every reading of `device`'s sensor `s` (the ledger's) here: (ts, value).
-    fn readings(&self, device: &str) -> BTreeMap<i64, String> {
-        let mut out = BTreeMap::new();
+    /// Every reading of `device`'s sensor `s` (the ledger's) here, duplicates kept.
+    fn readings(&self, device: &str) -> Vec<(String, i64, String)> {
+        let mut out = Vec::new();
         let mut after = String::new();
         loop {
             let path =
@@ -113,7 +70,7 @@ impl Edge {
             for r in page["readings"].as_array().expect("readings") {
                 let ts = r["ts_ns"].as_i64().expect("ts_ns");
                 let value = r["value"].as_str().expect("value").to_string();
-                assert!(out.insert(ts, value).is_none(), "ts {ts} twice");
+                out.push((device.to_string(), ts, value));
             }
             match page["next"].as_str() {
                 Some(next) => after = format!("&after={next}"),
@@ -152,98 +109,24 @@ impl Edge {
     }
 }
 
-/// One HTTP/1.1 request on its own connection: (status, body); 0 when the server is gone.
-fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+/// Writes `n` readings of `device` at `edge` as one native batch, noting the answer in the
+/// ledger: its status (0: none; 409: the device is fenced there).
+fn write(ledger: &mut Ledger, edge: &Edge, device: &str, n: i64) -> u16 {
+    let range = ledger.next(device, n);
+    let body = native_lines(device, "s", range.clone());
+    let (status, answer) = edge.call("POST", "/api/roamkv/v1/readings", &body);
+    assert!(
+        matches!(status, 201 | 0 | 409),
+        "writing {device}: {status} {answer}"
     );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut response = String::new();
-    if stream.read_to_string(&mut response).is_err() {
-        return (0, String::new());
-    }
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    (status, body)
+    ledger.note(device, range, status)
 }
 
-fn value_of(device: &str, ts: i64) -> String {
-    format!("{device}/{ts}")
-}
-
-/// What writers were told, per device: acknowledged readings, and those whose answer never came.
-#[derive(Default)]
-struct Ledger {
-    acked: BTreeMap<String, BTreeMap<i64, String>>,
-    unknown: BTreeMap<String, BTreeSet<i64>>,
-    next_ts: BTreeMap<String, i64>,
-}
-
-impl Ledger {
-    /// Writes `n` readings of `device` at `edge`: Some(status) of the answer (0: none).
-    fn write(&mut self, edge: &Edge, device: &str, n: i64) -> u16 {
-        let from = *self.next_ts.entry(device.to_string()).or_insert(1);
-        self.next_ts.insert(device.to_string(), from + n);
-        let body: String = (from..from + n)
-            .map(|ts| {
-                format!(
-                    "{{\"device\":\"{device}\",\"sensor\":\"s\",\"ts_ns\":{ts},\"value\":\"{}\"}}\n",
-                    value_of(device, ts)
-                )
-            })
-            .collect();
-        let (status, answer) = edge.call("POST", "/api/roamkv/v1/readings", &body);
-        match status {
-            201 => {
-                let acked = self.acked.entry(device.to_string()).or_default();
-                acked.extend((from..from + n).map(|ts| (ts, value_of(device, ts))));
-            }
-            0 => {
-                self.unknown
-                    .entry(device.to_string())
-                    .or_default()
-                    .extend(from..from + n);
-            }
-            409 => {}
-            other => panic!("writing {device}: {other} {answer}"),
-        }
-        status
-    }
-
-    /// The device's history at `edge` is exactly what was acknowledged (plus, perhaps, writes
-    /// whose answer never came), each reading once with its value.
-    fn check(&self, edge: &Edge, device: &str) {
-        let got = edge.readings(device);
-        let empty = BTreeMap::new();
-        let acked = self.acked.get(device).unwrap_or(&empty);
-        let unknown = self.unknown.get(device).cloned().unwrap_or_default();
-        for (ts, value) in acked {
-            assert_eq!(
-                got.get(ts),
-                Some(value),
-                "{device} ts {ts} at {}",
-                edge.url()
-            );
-        }
-        for (ts, value) in &got {
-            assert!(
-                acked.contains_key(ts) || unknown.contains(ts),
-                "{device} ts {ts} ({value}) at {} was never written",
-                edge.url()
-            );
-            assert_eq!(value, &value_of(device, *ts));
-        }
+/// The device's history at `edge` is exactly what was acknowledged (plus, perhaps, writes
+/// whose answer never came), each reading once with its value.
+fn check(ledger: &Ledger, edge: &Edge, device: &str) {
+    if let Err(e) = ledger.check(edge.readings(device), Some(&[device])) {
+        panic!("{device} at {}: {e}", edge.url());
     }
 }
 
@@ -260,7 +143,7 @@ fn a_device_moves_with_its_history_and_the_old_edge_refuses_its_writes() {
     let (a, b) = two_edges(dir.path());
     let mut ledger = Ledger::default();
     for _ in 0..20 {
-        assert_eq!(ledger.write(&a, "car-1", 300), 201);
+        assert_eq!(write(&mut ledger, &a, "car-1", 300), 201);
     }
     // An EdgeX event too: B finds it by id once the device is there (its index entry is made
     // from the chunks), A no longer does.
@@ -274,7 +157,7 @@ fn a_device_moves_with_its_history_and_the_old_edge_refuses_its_writes() {
     assert_eq!(a.call("GET", &by_id, "").0, 200);
     let id = a.hand("car-1", &b);
     a.wait_state(&id, "done", Duration::from_secs(30));
-    ledger.check(&b, "car-1");
+    check(&ledger, &b, "car-1");
     assert!(a.readings("car-1").is_empty(), "departed from A");
     let (status, body) = b.json("GET", &by_id, "");
     assert_eq!(status, 200, "{body}");
@@ -297,8 +180,8 @@ fn a_device_moves_with_its_history_and_the_old_edge_refuses_its_writes() {
     assert_eq!(status, 409, "{body}");
     assert!(body.contains(&b.url()), "{body}");
     // B took the device: it writes there.
-    assert_eq!(ledger.write(&b, "car-1", 10), 201);
-    ledger.check(&b, "car-1");
+    assert_eq!(write(&mut ledger, &b, "car-1", 10), 201);
+    check(&ledger, &b, "car-1");
     assert_eq!(b.state_of(&id), "");
     let (_, inbound) = b.json("GET", &format!("/api/roamkv/v1/handoffs/{id}"), "");
     assert_eq!(inbound["handoff"]["committed"], true, "{inbound}");
@@ -309,7 +192,7 @@ fn bad_input_and_bad_luck_get_clear_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (a, b) = two_edges(dir.path());
     let mut ledger = Ledger::default();
-    ledger.write(&a, "van-1", 100);
+    write(&mut ledger, &a, "van-1", 100);
     let hand = |device: &str, to: &str| {
         a.json(
             "POST",
@@ -328,7 +211,7 @@ fn bad_input_and_bad_luck_get_clear_answers() {
     assert_eq!(status, 202, "{body}");
     let id = body["id"].as_str().expect("id").to_string();
     assert_eq!(hand("van-1", &b.url()).0, 409, "already moving");
-    assert_eq!(ledger.write(&a, "van-1", 1), 409, "fenced");
+    assert_eq!(write(&mut ledger, &a, "van-1", 1), 409, "fenced");
     let started = Instant::now();
     loop {
         let (_, h) = a.json("GET", &format!("/api/roamkv/v1/handoffs/{id}"), "");
@@ -340,7 +223,7 @@ fn bad_input_and_bad_luck_get_clear_answers() {
     }
     let (status, body) = a.call("DELETE", &format!("/api/roamkv/v1/handoffs/{id}"), "");
     assert_eq!(status, 200, "{body}");
-    assert_eq!(ledger.write(&a, "van-1", 5), 201, "writable again");
+    assert_eq!(write(&mut ledger, &a, "van-1", 5), 201, "writable again");
     // The CLI does the same, following it to the end.
     let out = Command::new(env!("CARGO_BIN_EXE_roamkv"))
         .args([
@@ -360,7 +243,7 @@ fn bad_input_and_bad_luck_get_clear_answers() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
-    ledger.check(&b, "van-1");
+    check(&ledger, &b, "van-1");
     // A chunk for a handoff B does not know, or of a stale epoch, is refused.
     let (status, _) = b.call("PUT", "/api/roamkv/v1/handoffs/nope/chunks/0", "");
     assert!(status == 400 || status == 404, "{status}");
@@ -378,7 +261,7 @@ fn kill_round(dir: &Path, victim: &str, point: &str) {
     let mut b = Edge::start(&dir.join("b"), port_b, crash("b"));
     let mut ledger = Ledger::default();
     for _ in 0..30 {
-        assert_eq!(ledger.write(&a, "bus-7", 200), 201);
+        assert_eq!(write(&mut ledger, &a, "bus-7", 200), 201);
     }
     let (status, body) = a.json(
         "POST",
@@ -394,7 +277,7 @@ fn kill_round(dir: &Path, victim: &str, point: &str) {
             started.elapsed() < Duration::from_secs(30),
             "{point} never reached"
         );
-        let status = ledger.write(&a, "bus-7", 10);
+        let status = write(&mut ledger, &a, "bus-7", 10);
         assert!(
             status == 409 || status == 0,
             "A took a write after the fence: {status}"
@@ -414,12 +297,12 @@ fn kill_round(dir: &Path, victim: &str, point: &str) {
     });
     if id.is_empty() {
         // Killed before the record: nothing happened, the device is still A's and writable.
-        assert_eq!(ledger.write(&a, "bus-7", 1), 201);
-        ledger.check(&a, "bus-7");
+        assert_eq!(write(&mut ledger, &a, "bus-7", 1), 201);
+        check(&ledger, &a, "bus-7");
         return;
     }
     a.wait_state(&id, "done", Duration::from_secs(60));
-    ledger.check(&b, "bus-7");
+    check(&ledger, &b, "bus-7");
     assert!(a.readings("bus-7").is_empty(), "{point}: A still has bus-7");
 }
 
@@ -463,7 +346,7 @@ fn devices_handed_back_and_forth_at_random_keep_one_history() {
     let mut owner: BTreeMap<&str, usize> = devices.iter().map(|d| (*d, 0)).collect();
     let mut ledger = Ledger::default();
     for d in devices {
-        assert_eq!(ledger.write(edge(&edges, 0), d, 50), 201);
+        assert_eq!(write(&mut ledger, edge(&edges, 0), d, 50), 201);
     }
     for round in 0..rounds {
         let d = devices[rng.random_range(0..devices.len())];
@@ -473,7 +356,7 @@ fn devices_handed_back_and_forth_at_random_keep_one_history() {
         // Writers go on at the old edge: refused from the fence on.
         for _ in 0..rng.random_range(0..4) {
             assert_eq!(
-                ledger.write(edge(&edges, from), d, 20),
+                write(&mut ledger, edge(&edges, from), d, 20),
                 409,
                 "seed {seed} round {round}"
             );
@@ -489,7 +372,7 @@ fn devices_handed_back_and_forth_at_random_keep_one_history() {
         owner.insert(d, to);
         for other in devices {
             let at = edge(&edges, owner[other]);
-            let status = ledger.write(at, other, 10);
+            let status = write(&mut ledger, at, other, 10);
             if status != 201 {
                 let (_, again) = at.call(
                     "POST",
@@ -507,7 +390,7 @@ fn devices_handed_back_and_forth_at_random_keep_one_history() {
     }
     for d in devices {
         let here = owner[d];
-        ledger.check(edge(&edges, here), d);
+        check(&ledger, edge(&edges, here), d);
         assert!(
             edge(&edges, 1 - here).readings(d).is_empty(),
             "{d} is at both edges (seed {seed})"

@@ -8,8 +8,9 @@
 //! - `report`: the machine header, JSON files, HTML pages with SVG charts.
 //! - `vm`: the qemu guest (`vm/guest-base.sh` is the shared part of every guest image).
 //! - `stats`: median and percentiles, with one behaviour on empty input.
-//! - `postgres`: a private PostgreSQL server.
-//! - `serve`: `roamkv serve` as a real process for tests.
+//! - `services` (`serve`, `mosquitto`, `postgres`, `netns`): the services tests run as real
+//!   processes, one way each: start, wait for ready, logs on failure, stop on every path out.
+//! - `ledger`: the writers' ledger of fault tests (acknowledged, unanswered, found: exactly once).
 //! - `certificates` (feature `certificates`): a CA and a server certificate for TLS tests.
 //! - `command`, `error`: running a helper program; the one error type.
 #[cfg(feature = "certificates")]
@@ -18,12 +19,12 @@ pub mod command;
 pub mod devstat;
 pub mod error;
 pub mod fixture;
-pub mod netns;
-pub mod postgres;
+pub mod ledger;
 pub mod prerequisite;
 pub mod report;
-pub mod serve;
+pub mod services;
 pub mod stats;
 pub mod vm;
 
 pub use error::Error;
+pub use services::{mosquitto, netns, postgres, serve};

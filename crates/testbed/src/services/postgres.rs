@@ -230,7 +230,7 @@ impl Cluster {
         let mut command = Command::new(program);
         match &self.placement.netns {
             Some(netns) => {
-                crate::netns::enter_in_child_as(&mut command, netns, self.uid, self.gid)?
+                super::netns::enter_in_child_as(&mut command, netns, self.uid, self.gid)?
             }
             None => {
                 command.uid(self.uid).gid(self.gid);
