@@ -255,3 +255,38 @@ pub fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// A nanosecond timestamp's millisecond.
+pub const MS: i64 = 1_000_000;
+
+/// The topic a device service publishes `device`'s readings on.
+pub fn topic(device: &str) -> String {
+    format!("edgex/events/device/device-virtual/thermo-profile/{device}/readings")
+}
+
+/// A device service publishing `messages` (topic, payload) to the broker on `port` at QoS 1;
+/// returns once the broker has acknowledged every one.
+pub async fn publish(port: u16, messages: Vec<(String, Vec<u8>)>) {
+    let mut options = rumqttc::MqttOptions::new("edgex-device-service", "127.0.0.1", port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let n = messages.len();
+    // Room for every publish: they are queued before the event loop is driven.
+    let (client, mut events) = rumqttc::AsyncClient::new(options, n.max(1));
+    for (topic, payload) in messages {
+        client
+            .publish(topic, rumqttc::QoS::AtLeastOnce, false, payload)
+            .await
+            .expect("publish");
+    }
+    // Drive the event loop until every publish is acknowledged by the broker.
+    let mut acked = 0;
+    while acked < n {
+        match tokio::time::timeout(Duration::from_secs(10), events.poll()).await {
+            Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("MQTT publisher: {e}"),
+            Err(_) => panic!("MQTT publisher: no PUBACK within 10 s"),
+        }
+    }
+    let _ = client.disconnect().await;
+}
