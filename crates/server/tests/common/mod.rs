@@ -1,9 +1,7 @@
 //! Shared set-up: an in-process server on a loopback port, a real mosquitto broker, helpers.
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use roamkv_server::{Config, Running, ServeArgs};
@@ -163,74 +161,10 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A real mosquitto broker on a loopback port, killed on drop.
-pub struct Mosquitto {
-    child: Child,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Mosquitto {
-    /// Plain MQTT, anyone may connect.
-    pub fn start() -> Mosquitto {
-        Mosquitto::start_with(|_| "allow_anonymous true\n".into())
-    }
-
-    /// A broker whose listener takes the settings `settings` returns; it is given the broker's
-    /// directory for the files they name. Runs as the user who starts it (`user root`: as root
-    /// mosquitto would otherwise drop to the `mosquitto` user, who cannot read the test's files).
-    pub fn start_with(settings: impl FnOnce(&Path) -> String) -> Mosquitto {
-        Mosquitto::start_on(free_port(), settings)
-    }
-
-    /// `start_with`, on a port chosen by the caller (a server may be pointed at it first).
-    pub fn start_on(port: u16, settings: impl FnOnce(&Path) -> String) -> Mosquitto {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let conf = dir.path().join("mosquitto.conf");
-        let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
-        std::fs::write(
-            &conf,
-            format!(
-                "user {user}\npersistence false\nlistener {port} 127.0.0.1\n{}",
-                settings(dir.path())
-            ),
-        )
-        .expect("write conf");
-        let binary = if Path::new("/usr/sbin/mosquitto").exists() {
-            "/usr/sbin/mosquitto"
-        } else {
-            "mosquitto"
-        };
-        let child = Command::new(binary)
-            .arg("-c")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mosquitto");
-        let broker = Mosquitto {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mosquitto did not start on port {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        broker
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// A real mosquitto broker on a loopback port (the rig's, shared by every crate's tests); not
+/// every test binary that compiles this module starts one.
+#[allow(unused_imports)]
+pub use roamkv_testbed::mosquitto::Mosquitto;
 
 /// Polls `check` until it returns true or `seconds` pass.
 pub async fn eventually<F, Fut>(seconds: u64, mut check: F) -> bool
