@@ -11,7 +11,7 @@ use clap::Args;
 use roamkv_engine::backup::{self, BackupSet, Manifest};
 use serde_json::json;
 
-use crate::reads::open_existing;
+use crate::reads::{Access, open_existing};
 use crate::remote::{Remote, RemoteArgs};
 
 #[derive(Args, Debug)]
@@ -69,7 +69,7 @@ pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
     // The source is checked before the set is touched: bad input changes nothing.
     let source = match (Remote::from_args(&args.remote)?, args.data.as_deref()) {
         (Some(remote), _) => Source::Server(remote),
-        (None, Some(data)) => Source::Directory(open_existing(data)?),
+        (None, Some(data)) => Source::Directory(open_existing(data, Access::Write)?),
         (None, None) => {
             return Err("give --data DIR or --server URL (the directory to back up)".into());
         }

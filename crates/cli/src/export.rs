@@ -79,7 +79,7 @@ pub fn run(args: &ExportArgs) -> Result<(), String> {
         format,
     };
     let started = Instant::now();
-    let source = args.source.open()?;
+    let source = args.source.open(crate::reads::Access::Read)?;
     let written = if stdout {
         let out = std::io::BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, std::io::stdout());
         export(&source, request, out)?.0

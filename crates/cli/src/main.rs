@@ -1,5 +1,7 @@
 #![recursion_limit = "256"]
-//! `roamkv`: the operator's tools for a data directory, the demo, the benchmark and the I/O lab.
+//! `roamkv`: the edge server, the operator's tools for a data directory, the demo, and (features
+//! `bench` and `lab`, on by default; the Debian package leaves them out) the benchmark and the
+//! I/O lab.
 
 mod admin;
 mod backup;
@@ -30,11 +32,17 @@ fn return_freed_memory_at_once() {
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+#[cfg(feature = "lab")]
+const ABOUT: &str = "Storage for the edge: a two-level key-value engine for devices that come and go, and a lab for flash file systems.";
+/// The package's build (no lab): what it carries.
+#[cfg(not(feature = "lab"))]
+const ABOUT: &str = "Storage for the edge: a two-level key-value engine and edge server for devices that come and go.";
+
 #[derive(Parser)]
 #[command(
     name = "roamkv",
     version,
-    about = "Storage for the edge: a two-level key-value engine for devices that come and go, and a lab for flash file systems."
+    about = ABOUT
 )]
 struct Cli {
     #[command(subcommand)]
@@ -70,8 +78,10 @@ enum Command {
     /// Make a new data directory from a backup.
     Restore(backup::RestoreArgs),
     /// The TPCx-IoT mobility benchmark against RocksDB, LevelDB and SQLite.
+    #[cfg(feature = "bench")]
     Bench(roamkv_bench::cli::BenchArgs),
     /// The I/O lab: file systems on loop devices, block tracing, SQLite workloads.
+    #[cfg(feature = "lab")]
     Lab(roamkv_lab::cli::LabArgs),
     /// Run the edge server: EdgeX core-data v3 HTTP API, MQTT ingest, metrics, status page.
     Serve(Box<roamkv_server::ServeArgs>),
@@ -106,7 +116,9 @@ fn main() -> ExitCode {
         },
         Command::Restore(args) => backup::restore(&args),
         Command::Export(args) => export::run(&args),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => return roamkv_bench::cli::run(&args),
+        #[cfg(feature = "lab")]
         Command::Lab(args) => return roamkv_lab::cli::run(&args),
         Command::Serve(args) => roamkv_server::run(&args),
         Command::Handoff(args) => handoff::run(&args),

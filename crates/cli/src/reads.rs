@@ -40,8 +40,16 @@ pub(crate) enum Source {
     Remote(Remote),
 }
 
+/// What a command does to a data directory: only read it (the directory is opened read-only:
+/// nothing in it is created, changed or removed, whoever runs the command), or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
 impl SourceArgs {
-    pub(crate) fn open(&self) -> Result<Source, String> {
+    pub(crate) fn open(&self, access: Access) -> Result<Source, String> {
         if let Some(remote) = Remote::from_args(&self.remote)? {
             return Ok(Source::Remote(remote));
         }
@@ -49,13 +57,15 @@ impl SourceArgs {
             .data
             .as_deref()
             .ok_or("give --data DIR or --server URL")?;
-        open_existing(data).map(Source::Local)
+        open_existing(data, access).map(Source::Local)
     }
 }
 
 /// Opens a data directory that must exist: a mistyped path never becomes a new, empty one. The
-/// directory keeps its own lower tier and segments; nothing runs in the background.
-pub(crate) fn open_existing(data: &Path) -> Result<Engine, String> {
+/// directory keeps its own lower tier and segments; nothing runs in the background. `Read`
+/// opens it read-only (`Options::read_only`): the commands that read leave every file as it
+/// was, so that one run as root leaves no root-owned file in a service's directory.
+pub(crate) fn open_existing(data: &Path, access: Access) -> Result<Engine, String> {
     if !roamkv_engine::is_data_dir(data) {
         return Err(format!(
             "{} is not a roamkv data directory (this command never creates one; \
@@ -63,17 +73,44 @@ pub(crate) fn open_existing(data: &Path) -> Result<Engine, String> {
             data.display()
         ));
     }
-    let options = Options {
+    let options = |read_only| Options {
         durability: Durability::Sync,
         background_maintenance: false,
+        read_only,
         ..Options::default()
     };
-    Engine::open(data, options).map_err(|e| match e {
+    let opened = match Engine::open(data, options(access == Access::Read)) {
+        // LevelDB has no read-only open (its open writes a new log, MANIFEST and LOG): a LevelDB
+        // directory is opened for writing, by its owner only (the files it makes are theirs).
+        Err(roamkv_engine::Error::ReadOnly(why)) if owned_by_caller(data) => {
+            eprintln!(
+                "roamkv: {why}: opening {} for writing, as its owner",
+                data.display()
+            );
+            Engine::open(data, options(false))
+        }
+        Err(roamkv_engine::Error::ReadOnly(why)) => {
+            return Err(format!(
+                "{why}: run this as the owner of {}, or through the server (--server URL)",
+                data.display()
+            ));
+        }
+        opened => opened,
+    };
+    opened.map_err(|e| match e {
         roamkv_engine::Error::Locked { .. } => {
             format!("{e}: if `roamkv serve` runs on it, ask the server instead (--server URL)")
         }
         e => e.to_string(),
     })
+}
+
+/// Whether this process's effective user owns `path`.
+fn owned_by_caller(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    std::fs::metadata(path).is_ok_and(|m| m.uid() == euid)
 }
 
 /// `/devices/{device}{rest}`, the name escaped for a path segment (an id may hold any byte but
@@ -133,7 +170,7 @@ pub struct GetArgs {
 
 pub fn get(args: &GetArgs) -> Result<(), String> {
     let ts_ns = args.ts_ns.or(args.ts).ok_or("give --ts or --ts-ns")?;
-    let found = match args.source.open()? {
+    let found = match args.source.open(Access::Read)? {
         Source::Local(engine) => engine
             .get(&args.device, &args.sensor, ts_ns)
             .map_err(|e| e.to_string())?
@@ -192,7 +229,7 @@ const SCAN_PAGE_READINGS: usize = 10_000;
 pub fn scan(args: &ScanArgs) -> Result<(), String> {
     let from = args.from.unwrap_or(i64::MIN);
     let to = args.to.unwrap_or(i64::MAX);
-    match args.source.open()? {
+    match args.source.open(Access::Read)? {
         Source::Local(engine) => {
             let readings = engine
                 .scan(&args.device, args.sensor.as_deref(), from, to)
@@ -243,7 +280,7 @@ pub struct LatestArgs {
 }
 
 pub fn latest(args: &LatestArgs) -> Result<(), String> {
-    let readings = match args.source.open()? {
+    let readings = match args.source.open(Access::Read)? {
         Source::Local(engine) => {
             let mut readings = engine
                 .latest(&args.device, args.sensor.as_deref())
@@ -270,7 +307,7 @@ pub struct DevicesArgs {
 }
 
 pub fn devices(args: &DevicesArgs) -> Result<(), String> {
-    let devices: Vec<Value> = match args.source.open()? {
+    let devices: Vec<Value> = match args.source.open(Access::Read)? {
         Source::Local(engine) => {
             // The engine's wall clock: the clock `registered_at_ms` is on.
             let now = roamkv_engine::SystemClock.now_ms();
@@ -321,7 +358,7 @@ pub struct StatsArgs {
 }
 
 pub fn stats(args: &StatsArgs) -> Result<(), String> {
-    let stats = match args.source.open()? {
+    let stats = match args.source.open(Access::Read)? {
         Source::Local(engine) => engine.stats(),
         Source::Remote(remote) => report::stats_from_json(remote.get("/stats", &[])?)?,
     };
@@ -344,7 +381,7 @@ pub struct DepartArgs {
 /// Departs a device that is here; one that is not is an error (a mistyped name must not look
 /// like a departure that happened).
 pub fn depart(args: &DepartArgs) -> Result<(), String> {
-    match args.source.open()? {
+    match args.source.open(Access::Write)? {
         Source::Local(engine) => {
             if !engine.devices().iter().any(|d| d.name == args.device) {
                 return Err(format!(

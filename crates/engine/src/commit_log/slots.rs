@@ -138,11 +138,20 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 /// Opens the feed directory of a data directory (making it and the log's identity the first
 /// time) and reads every slot. Slots of another log id (a copied-in file) are refused.
-pub(crate) fn load(data_dir: &Path) -> Result<Loaded> {
+/// `read_only`: nothing is made; without a feed directory or log identity there are no slots
+/// (and the log's id reads 0).
+pub(crate) fn load(data_dir: &Path, read_only: bool) -> Result<Loaded> {
     let dir = data_dir.join(FEED_DIR);
+    if read_only && !dir.is_dir() {
+        return Ok(Loaded {
+            log_id: 0,
+            slots: BTreeMap::new(),
+        });
+    }
     fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
     let log_id = match read_log_id(&dir.join(LOG_ID_FILE))? {
         Some(id) => id,
+        None if read_only => 0,
         None => make_log_id(&dir)?,
     };
     let mut slots = BTreeMap::new();

@@ -29,6 +29,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
     /// Opens an existing file for reading and writing.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens an existing file for reading only (a read-only engine's segments: readable by a
+    /// user who may not write them). The default opens it as `open` does.
+    fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(path)
+    }
     /// rename(2): atomic, durable only after `sync_dir` of its directory.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// unlink(2): durable only after `sync_dir`.
@@ -170,6 +175,10 @@ impl Storage for PlainFiles {
     fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(Arc::new(PlainFile(file)))
+    }
+
+    fn open_read_only(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        Ok(Arc::new(PlainFile(File::open(path)?)))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -3,6 +3,7 @@
 //! ```text
 //! DIR/ROAMKV        identity: "roamkv data directory\nformat 2\nlower rocksdb\n"
 //! DIR/LOCK          held with an exclusive flock while an Engine (or `roamkv check`) has it open
+//!                   (a shared one while it is open read-only)
 //! DIR/log/*.seg     commit-log segments
 //! DIR/lower/        the lower tier's own files (rocksdb/ or leveldb/)
 //! ```
@@ -61,7 +62,8 @@ pub fn is_data_dir(path: &Path) -> bool {
 pub struct DataDir {
     pub path: PathBuf,
     pub lower_tier: LowerTierKind,
-    _lock: File,
+    /// None: opened read-only where no LOCK file was (nothing is created to lock).
+    _lock: Option<File>,
 }
 
 impl DataDir {
@@ -101,6 +103,49 @@ impl DataDir {
         Ok(DataDir {
             path: path.to_path_buf(),
             lower_tier,
+            _lock: Some(lock),
+        })
+    }
+
+    /// Opens an existing directory without creating or changing anything in it: its LOCK, if
+    /// there is one, opened read-only and held with a shared flock (a writer holding it makes
+    /// this `Error::Locked`; readers share it). Without a LOCK file (a directory no engine
+    /// opened since it was copied) nothing is locked.
+    pub fn open_read_only(path: &Path) -> Result<DataDir> {
+        let identity = path.join(IDENTITY_FILE);
+        if !identity.is_file() {
+            return Err(Error::NotADataDirectory {
+                path: path.to_path_buf(),
+                reason: format!("it has no {IDENTITY_FILE} file"),
+            });
+        }
+        let lock_path = path.join(LOCK_FILE);
+        let lock = match File::open(&lock_path) {
+            Ok(file) => match file.try_lock_shared() {
+                Ok(()) => Some(file),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::Locked {
+                        path: path.to_path_buf(),
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::Io {
+                        context: format!("locking {}", lock_path.display()),
+                        source: e,
+                    });
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(Error::Io {
+                    context: format!("opening {}", lock_path.display()),
+                    source: e,
+                });
+            }
+        };
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            lower_tier: read_identity(&identity)?,
             _lock: lock,
         })
     }

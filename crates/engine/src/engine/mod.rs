@@ -56,9 +56,17 @@ struct Queued {
 
 impl Engine {
     /// Opens (or creates) the data directory and recovers from its log. See recovery/.
+    /// `Options::read_only`: opens an existing one and writes nothing, with no threads.
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Engine> {
         let inner = Arc::new(recovery::open(dir.as_ref(), options)?);
         let mut threads = Vec::new();
+        if inner.options.read_only {
+            return Ok(Engine {
+                inner,
+                threads,
+                closed: false,
+            });
+        }
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.into())
@@ -116,6 +124,7 @@ impl Engine {
     /// is written. A record with the device, sensor and timestamp of one already stored replaces
     /// it (a retried write is stored once).
     pub fn put_batch(&self, records: &[Record<'_>]) -> Result<()> {
+        self.inner.writable()?;
         if records.is_empty() {
             return Ok(());
         }
@@ -133,6 +142,9 @@ impl Engine {
     /// input error fails that batch only; the answers come in the batches' order. Batches are
     /// independent: one may be acknowledged while a later one is refused (no log room).
     pub fn put_batches(&self, batches: &[&[Record<'_>]]) -> Vec<Result<()>> {
+        if self.inner.writable().is_err() {
+            return batches.iter().map(|_| self.inner.writable()).collect();
+        }
         let segment_bytes = self.inner.options.segment_bytes;
         let encoded: Vec<Result<Option<EncodedBatch>>> = batches
             .iter()
@@ -265,6 +277,7 @@ impl Engine {
     /// lower tier their windows lose them, and a window drops whole once nobody reads it.
     /// Unknown devices are a no-op.
     pub fn depart(&self, device: &str) -> Result<()> {
+        self.inner.writable()?;
         validate_device(device)?;
         let inner = &*self.inner;
         let mut st = inner.state.lock();
@@ -423,6 +436,7 @@ impl Engine {
     /// lower tier, one seek per sensor and run to decide, and no write at all: reads skip them at
     /// once, and their space returns with their runs (trim.rs).
     pub fn trim_before(&self, device: &str, before_ns: i64) -> Result<bool> {
+        self.inner.writable()?;
         trim::trim_before(&self.inner, device, before_ns)
     }
 
@@ -438,6 +452,7 @@ impl Engine {
     /// consolidated and dropped (the background thread does this every
     /// `maintenance_interval_ms`; with `background_maintenance: false` the caller does).
     pub fn maintain(&self) -> Result<()> {
+        self.inner.writable()?;
         maintenance::maintain(&self.inner)
     }
 
@@ -463,6 +478,7 @@ impl Engine {
     /// after its recorded position. `extra_dirs`: directories of the data directory to copy
     /// with it, unread (the server's own files).
     pub fn snapshot(&self, extra_dirs: &[&str]) -> Result<crate::backup::Snapshot> {
+        self.inner.writable()?;
         crate::backup::Snapshot::take(&self.inner, extra_dirs)
     }
 

@@ -185,6 +185,7 @@ impl Feed<'_> {
     }
 
     fn hold_as(&self, name: &str, at: &LogPos, for_snapshot: bool) -> Result<()> {
+        self.inner.writable()?;
         slots::check_name(name)?;
         reader::check(self.inner, at)?;
         let to_persist = {
@@ -216,6 +217,7 @@ impl Feed<'_> {
 
     /// Removes the slot (its hold with it). A slot that does not exist is a no-op.
     pub fn drop_slot(&self, name: &str) -> Result<()> {
+        self.inner.writable()?;
         slots::check_name(name)?;
         {
             let mut st = self.inner.state.lock();

@@ -82,6 +82,7 @@ pub(crate) enum PreparedBody {
     /// An SST file (RocksDB), moved into the DB by ingestion.
     File(std::path::PathBuf),
     /// The entries themselves (LevelDB cannot ingest: it writes them as one synced batch).
+    #[cfg_attr(not(feature = "leveldb"), allow(dead_code))]
     Entries(Vec<(Vec<u8>, Vec<u8>)>),
 }
 

@@ -83,9 +83,24 @@ fn settled_options(cache: &Cache, write_buffer_bytes: usize) -> Options {
     options
 }
 
+/// The directory run files are written in before they are ingested, emptied of those a pass
+/// that crashed left.
+fn clear_ingest_dir(ingest_dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(ingest_dir).context(|| format!("creating {}", ingest_dir.display()))?;
+    for entry in std::fs::read_dir(ingest_dir)
+        .context(|| format!("listing {}", ingest_dir.display()))?
+        .flatten()
+    {
+        let _ = std::fs::remove_file(entry.path());
+    }
+    Ok(())
+}
+
 impl RocksLower {
-    /// `memory_bytes` is split: half block cache (shared), the rest write buffers.
-    pub fn open(dir: &Path, memory_bytes: u64) -> Result<RocksLower> {
+    /// `memory_bytes` is split: half block cache (shared), the rest write buffers. `read_only`:
+    /// RocksDB's read-only open (it replays the WAL into memory and creates nothing, not even
+    /// its LOG; every write fails), and no `ingest` directory.
+    pub fn open(dir: &Path, memory_bytes: u64, read_only: bool) -> Result<RocksLower> {
         let cache = Cache::new_lru_cache((memory_bytes / 2).max(1 << 20) as usize);
         // The memtables hold only catalog entries and range deletes: small buffers suffice.
         let buffer = (memory_bytes / 16).clamp(1 << 20, 16 << 20) as usize;
@@ -113,17 +128,16 @@ impl RocksLower {
             ColumnFamilyDescriptor::new(SETTLED_CF, settled_options(&cache, buffer)),
             ColumnFamilyDescriptor::new(CATALOG_CF, family_options(&cache, buffer)),
         ];
-        let db =
-            DB::open_cf_descriptors(&options, dir.join("rocksdb"), families).map_err(lower_err)?;
+        let path = dir.join("rocksdb");
+        let db = if read_only {
+            DB::open_cf_descriptors_read_only(&options, path, families, false)
+        } else {
+            DB::open_cf_descriptors(&options, path, families)
+        }
+        .map_err(lower_err)?;
         let ingest_dir = dir.join("ingest");
-        std::fs::create_dir_all(&ingest_dir)
-            .context(|| format!("creating {}", ingest_dir.display()))?;
-        // Run files left by a pass that crashed before ingesting them.
-        for entry in std::fs::read_dir(&ingest_dir)
-            .context(|| format!("listing {}", ingest_dir.display()))?
-            .flatten()
-        {
-            let _ = std::fs::remove_file(entry.path());
+        if !read_only {
+            clear_ingest_dir(&ingest_dir)?;
         }
         Ok(RocksLower {
             db,

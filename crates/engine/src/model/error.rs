@@ -37,6 +37,10 @@ pub enum Error {
     NotADataDirectory { path: PathBuf, reason: String },
     #[error("{path} is locked by another process (its LOCK file is held)")]
     Locked { path: PathBuf },
+    /// A write to an engine opened read-only (`Options::read_only`), or a directory that cannot
+    /// be opened so (LevelDB's open always writes).
+    #[error("{0}")]
+    ReadOnly(String),
     #[error(
         "{path} has data directory format {found}; this build reads format {expected} only (export the data with the roamkv that wrote it, then load it into a new directory)"
     )]

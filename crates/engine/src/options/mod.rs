@@ -117,6 +117,14 @@ pub struct Options {
     /// Run maintenance (readings leaving the log, consolidation, retirement) on a background
     /// thread.
     pub background_maintenance: bool,
+    /// Open an existing directory without writing to it: nothing in it is created, changed or
+    /// removed (the lower tier by RocksDB's read-only open, the log's segments read-only, no
+    /// spare segments, no torn tail cut: reads stop where the log's valid records do), and no
+    /// background thread runs. Every write returns `Error::ReadOnly`. A directory another
+    /// process has open is refused (`Error::Locked`). LevelDB has no read-only open: a LevelDB
+    /// directory is refused with `Error::ReadOnly`. For the tools that only read (`roamkv
+    /// stats --data`, ...).
+    pub read_only: bool,
     pub maintenance_interval_ms: u64,
     pub clock: Arc<dyn Clock>,
     /// Test hooks (make a background step fail once). Not for production use.
@@ -168,6 +176,7 @@ impl Default for Options {
             lower_tier: LowerTierKind::RocksDb,
             lower_memory_bytes: 64 << 20,
             background_maintenance: true,
+            read_only: false,
             maintenance_interval_ms: 100,
             clock: Arc::new(SystemClock),
             fail_points: Arc::default(),
@@ -193,6 +202,7 @@ impl std::fmt::Debug for Options {
             .field("lower_tier", &self.lower_tier)
             .field("lower_memory_bytes", &self.lower_memory_bytes)
             .field("background_maintenance", &self.background_maintenance)
+            .field("read_only", &self.read_only)
             .field("maintenance_interval_ms", &self.maintenance_interval_ms)
             .field("feed_hold_bytes_max", &self.feed_hold_bytes_max)
             .finish_non_exhaustive()

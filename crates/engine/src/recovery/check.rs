@@ -7,7 +7,7 @@ use super::catalog::load_catalog;
 use super::tail::{last_written, list_segments, missing_segment};
 use crate::commit_log::segment::{self, ScanEnd, Segment};
 use crate::commit_log::storage::PlainFiles;
-use crate::dir::DataDir;
+use crate::dir::{DataDir, LowerTierKind};
 use crate::lower::open::open_lower;
 use crate::model::error::{Error, Result};
 use crate::model::ids::SegmentSeq;
@@ -25,7 +25,9 @@ pub struct CheckReport {
 }
 
 /// Verifies every checksum of a data directory without changing it: every record of every
-/// live segment, and every block of the lower tier. Takes the directory's lock.
+/// live segment, and every block of the lower tier. Shares the directory's lock (a writer's
+/// makes it `Error::Locked`), opens the segments and a RocksDB lower tier read-only (LevelDB
+/// has no read-only open: it is opened as the engine opens it).
 pub fn check(path: &Path) -> Result<CheckReport> {
     if !path.join(crate::dir::IDENTITY_FILE).exists() {
         return Err(Error::NotADataDirectory {
@@ -33,9 +35,9 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             reason: format!("it has no {} file", crate::dir::IDENTITY_FILE),
         });
     }
-    let dir = DataDir::open(path, None)?;
+    let dir = DataDir::open_read_only(path)?;
     let mut report = CheckReport::default();
-    let lower = open_lower(&dir, 16 << 20);
+    let lower = open_lower(&dir, 16 << 20, dir.lower_tier == LowerTierKind::RocksDb);
     let catalog = match &lower {
         Ok(l) => load_catalog(l.as_ref()).map(|c| c.meta.last_aged_seq),
         Err(e) => Err(Error::Lower(e.to_string())),
@@ -53,7 +55,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let mut opened = Vec::new();
     for (seq, file) in listed {
         report.segments += 1;
-        match Segment::open(&storage, &file, seq) {
+        match Segment::open_as(&storage, &file, seq, true) {
             Ok(segment) => opened.push(segment),
             Err(e) => report.problems.push(e.to_string()),
         }

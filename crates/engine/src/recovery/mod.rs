@@ -20,6 +20,12 @@
 //! fails naming the file and offset. Segments after the cut are removed before anything new is
 //! written.
 //!
+//! **Read-only** (`Options::read_only`): the same replay with nothing written. The directory's
+//! LOCK is shared, the lower tier opened read-only, segments opened read-only; nothing is
+//! removed (staged backup links, half-made or retired segments, segments past a cut), a torn
+//! tail is not zeroed but read around (the replay stops where the valid records do), nothing is
+//! synced, and a log without a segment is refused rather than given one.
+//!
 //! It runs before any other thread exists and may build the state directly; it may not start
 //! threads (the handle does).
 
@@ -57,19 +63,27 @@ use crate::stats::Counters;
 pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     options.validate()?;
     let started = Instant::now();
-    let dir = DataDir::open(path, Some(options.lower_tier))?;
-    // Hard links a backup of an earlier process staged: nothing reads them any more.
-    crate::backup::remove_staging(&dir.path)?;
-    let lower = open_lower(&dir, options.lower_memory_bytes)?;
+    let read_only = options.read_only;
+    let dir = if read_only {
+        DataDir::open_read_only(path)?
+    } else {
+        let dir = DataDir::open(path, Some(options.lower_tier))?;
+        // Hard links a backup of an earlier process staged: nothing reads them any more.
+        crate::backup::remove_staging(&dir.path)?;
+        dir
+    };
+    let lower = open_lower(&dir, options.lower_memory_bytes, read_only)?;
     let counters = Counters::default();
     let log_dir = dir.log_dir();
 
     let catalog = load_catalog(lower.as_ref())?;
-    drop_orphan_windows(lower.as_ref(), &catalog.meta)?;
+    if !read_only {
+        drop_orphan_windows(lower.as_ref(), &catalog.meta)?;
+    }
     let last_aged_seq = catalog.meta.last_aged_seq;
     let (map, book) = place_cataloged_devices(lower.as_ref(), catalog)?;
     // Feed slots first: segments they hold stay, aged or not (feed/mod.rs).
-    let feed = slots::load(&dir.path)?;
+    let feed = slots::load(&dir.path, read_only)?;
     let (held, segments) = open_segments(
         &log_dir,
         &options,
@@ -150,7 +164,8 @@ fn open_segments(
     hold_from: Option<SegmentSeq>,
 ) -> Result<(HeldSegments, LiveSegments)> {
     let storage = &options.storage;
-    let mut listed = list_segments(&**storage, log_dir, true)?;
+    let read_only = options.read_only;
+    let mut listed = list_segments(&**storage, log_dir, !read_only)?;
     let (held, aged) = feed::split_held(
         listed
             .iter()
@@ -161,9 +176,9 @@ fn open_segments(
     );
     let held = held
         .iter()
-        .map(|(seq, path)| Segment::open(storage, path, *seq).map(Arc::new))
+        .map(|(seq, path)| Segment::open_as(storage, path, *seq, read_only).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
-    if !aged.is_empty() {
+    if !aged.is_empty() && !read_only {
         for (_, path) in &aged {
             storage
                 .remove(path)
@@ -177,7 +192,13 @@ fn open_segments(
     }
     let mut segments = Vec::with_capacity(listed.len().max(1));
     for (seq, path) in listed {
-        segments.push(Arc::new(Segment::open(storage, &path, seq)?));
+        segments.push(Arc::new(Segment::open_as(storage, &path, seq, read_only)?));
+    }
+    if segments.is_empty() && read_only {
+        return Err(Error::ReadOnly(format!(
+            "{} has no log segment (an open for writing makes one): nothing to read",
+            log_dir.display()
+        )));
     }
     if segments.is_empty() {
         let (segment, written) = Segment::create(

@@ -92,9 +92,12 @@ pub(super) fn cut_torn_tail(
     let at = segments[cut_at].as_ref();
     let cut = if end.damage.is_some() || cut_at < last {
         // Zero the torn bytes, so that records written after this point can never be
-        // followed by leftovers of the torn batch that happen to decode.
-        let zeros = vec![0u8; (at.bytes - end.data_end) as usize];
-        at.write_at(&zeros, end.data_end)?;
+        // followed by leftovers of the torn batch that happen to decode. (Read-only: nothing
+        // is written after it; the replay stopped there.)
+        if !options.read_only {
+            let zeros = vec![0u8; (at.bytes - end.data_end) as usize];
+            at.write_at(&zeros, end.data_end)?;
+        }
         let reason = end
             .damage
             .as_ref()
@@ -165,11 +168,16 @@ pub(super) fn remove_past_the_cut(
     st: &mut State,
 ) -> Result<()> {
     for segment in beyond.iter().rev() {
-        options
-            .storage
-            .remove(&segment.path)
-            .context(|| format!("removing {}", segment.path.display()))?;
+        if !options.read_only {
+            options
+                .storage
+                .remove(&segment.path)
+                .context(|| format!("removing {}", segment.path.display()))?;
+        }
         st.log.segments.remove(&segment.seq);
+    }
+    if options.read_only {
+        return Ok(());
     }
     segment::sync_dir(&*options.storage, log_dir)
 }
@@ -189,7 +197,9 @@ pub(super) fn make_kept_durable(
     let end = &ends[cut_at];
     let mut synced = Vec::new();
     for (segment, end) in segments[..=cut_at].iter().zip(ends) {
-        segment.sync_data()?;
+        if !options.read_only {
+            segment.sync_data()?;
+        }
         let live = st
             .log
             .segments

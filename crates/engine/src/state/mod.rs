@@ -257,6 +257,17 @@ impl Inner {
         }
     }
 
+    /// `Error::ReadOnly` if the engine was opened read-only: every call that writes asks first.
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.options.read_only {
+            return Err(Error::ReadOnly(format!(
+                "{} was opened read-only: nothing is written to it",
+                self.dir.path.display()
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_poisoned(&self, st: &State) -> Result<()> {
         match &st.poisoned {
             Some(reason) => Err(Error::Poisoned(reason.clone())),

@@ -293,9 +293,17 @@ impl Segment {
         path: &Path,
         expected_seq: SegmentSeq,
     ) -> Result<Segment> {
-        let file = storage
-            .open(path)
-            .context(|| format!("opening segment {}", path.display()))?;
+        Segment::open_as(storage, path, expected_seq, false)
+    }
+
+    /// `open`, or with `read_only` the file opened for reading only (a read-only engine's).
+    pub fn open_as(
+        storage: &Arc<dyn Storage>,
+        path: &Path,
+        expected_seq: SegmentSeq,
+        read_only: bool,
+    ) -> Result<Segment> {
+        let file = open_file(&**storage, path, read_only)?;
         let len = file
             .size_bytes()
             .context(|| format!("stat {}", path.display()))?;
@@ -488,6 +496,16 @@ pub fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
 mod scan;
 
 pub use scan::{ScanEnd, scan};
+
+/// A segment's file, for reading and writing or (`read_only`) for reading only.
+fn open_file(storage: &dyn Storage, path: &Path, read_only: bool) -> Result<Arc<dyn StorageFile>> {
+    let file = if read_only {
+        storage.open_read_only(path)
+    } else {
+        storage.open(path)
+    };
+    file.context(|| format!("opening segment {}", path.display()))
+}
 
 #[cfg(test)]
 mod tests {
