@@ -19,11 +19,17 @@ build:
 	$(CARGO) build --release --locked -p roamkv
 
 # The Debian package: target/debian/roamkv_<version>-1_<arch>.deb (docs/SERVER.md, "The package").
+# Its binary is the server's build, without the benchmark, the lab and LevelDB
+# (--no-default-features; crates/cli/Cargo.toml): scripts/package-assets copies it to
+# target/release/package/ with its manual page and completions. target/release/roamkv is that
+# build too until the next `make build` or `cargo test` (seconds: nothing is recompiled).
+DEB_FEATURES := --no-default-features
+
 deb:
 	scripts/install-deps package
-	$(CARGO) build --release --locked -p roamkv
+	$(CARGO) build --release --locked -p roamkv $(DEB_FEATURES)
 	scripts/package-assets
-	$(CARGO) deb --locked -p roamkv
+	$(CARGO) deb --locked -p roamkv --no-build
 
 bench-quick:
 	scripts/install-deps bench
@@ -52,7 +58,7 @@ test-arm64:
 deb-arm64:
 	scripts/install-deps arm64
 	scripts/install-deps package
-	$(CARGO) build --release --locked --target $(ARM64_TARGET) -p roamkv
+	$(CARGO) build --release --locked --target $(ARM64_TARGET) -p roamkv $(DEB_FEATURES)
 	scripts/package-assets $(ARM64_TARGET)
 	$(CARGO) deb --locked -p roamkv --target $(ARM64_TARGET) --no-build
 
