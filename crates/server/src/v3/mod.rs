@@ -404,9 +404,15 @@ pub async fn readings_by_device_time(
     let resources = if bytes.iter().all(u8::is_ascii_whitespace) {
         Resources::All
     } else {
-        let body: ResourceNames = serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request(format!("body is not {{\"resourceNames\": [\"...\"]}}: {e}"))
-        })?;
+        // `null` too: go-mod-core-contracts' ReadingClient sends it when given no names, and
+        // core-data decodes it into an empty map (every resource).
+        let body: ResourceNames = serde_json::from_slice::<Option<ResourceNames>>(&bytes)
+            .map_err(|e| {
+                ApiError::bad_request(format!("body is not {{\"resourceNames\": [\"...\"]}}: {e}"))
+            })?
+            .unwrap_or(ResourceNames {
+                resource_names: Vec::new(),
+            });
         for resource in &body.resource_names {
             check_resource_name(resource)?;
         }

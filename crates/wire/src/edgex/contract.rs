@@ -5,8 +5,9 @@
 /// The API version every v3 request names and every v3 response carries.
 pub const API_VERSION: &str = "v3";
 
-/// valueType values EdgeX v3 defines.
-pub const VALUE_TYPES: [&str; 26] = [
+/// valueType values EdgeX v3 defines, and `ObjectArray`, which go-mod-core-contracts v4 added
+/// (`common.ValueTypeObjectArray`).
+pub const VALUE_TYPES: [&str; 27] = [
     "Bool",
     "String",
     "Uint8",
@@ -33,4 +34,5 @@ pub const VALUE_TYPES: [&str; 26] = [
     "Float32Array",
     "Float64Array",
     "Object",
+    "ObjectArray",
 ];

@@ -219,13 +219,19 @@ fn check_reading(event: &Event, r: &Reading) -> Result<(), String> {
             }
             Ok(())
         }
-        ("Object", None, None, Some(_)) => Ok(()),
-        (t, Some(v), None, None) if t != "Binary" && t != "Object" => value::check_value(t, v),
+        ("Object" | "ObjectArray", None, None, Some(_)) => Ok(()),
+        // A null reading (go-mod-core-contracts v4 `NewNullReading`: a resource read with no
+        // value; `value`, `binaryValue` and `objectValue` null or absent) of any type, as
+        // core-data v4 takes it; it comes back without a value, which EdgeX reads as null.
+        (_, None, None, None) => Ok(()),
+        (t, Some(v), None, None) if !matches!(t, "Binary" | "Object" | "ObjectArray") => {
+            value::check_value(t, v)
+        }
         (t, ..) => Err(format!(
             "valueType {t} needs exactly one of {}",
             match t {
                 "Binary" => "binaryValue (with mediaType)",
-                "Object" => "objectValue",
+                "Object" | "ObjectArray" => "objectValue",
                 _ => "value",
             }
         )),
