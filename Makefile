@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test build deb bench-quick lab-quick arm64 test-arm64 deb-arm64 clean
+.PHONY: demo test test-interop build deb bench-quick lab-quick arm64 test-arm64 deb-arm64 clean
 
 demo:
 	scripts/install-deps build
@@ -13,6 +13,25 @@ demo:
 test:
 	scripts/install-deps test
 	$(CARGO) test --release --workspace --locked
+	$(MAKE) test-interop
+
+# The EdgeX interop suite (interop/edgex; docs/SERVER.md, "Replacing core-data in an EdgeX
+# deployment"): EdgeX's own Go modules (go.mod pins them, go.sum is committed) against the
+# release binary and a real mosquitto, which the tests start. EdgeX v4 needs Go >= 1.23
+# (Debian's golang-go is 1.19): /usr/local/go/bin/go when it is there, else `go` on the PATH;
+# scripts/install-deps says what to do when neither is new enough. GOTOOLCHAIN=local: never
+# download a toolchain; -mod=readonly: go.sum must already name every module (the modules
+# themselves come from the Go module proxy the first time).
+GO ?= $(firstword $(wildcard /usr/local/go/bin/go) go)
+INTEROP_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+
+test-interop:
+	scripts/install-deps interop
+	$(CARGO) build --release --locked -p roamkv
+	cd interop/edgex && export GOTOOLCHAIN=local GOFLAGS=-mod=readonly && \
+	  test -z "$$($$($(GO) env GOROOT)/bin/gofmt -l .)" || { $$($(GO) env GOROOT)/bin/gofmt -l .; echo "interop/edgex: not gofmt'd" >&2; exit 1; } && \
+	  $(GO) vet ./... && \
+	  ROAMKV_BIN=$(INTEROP_TARGET_DIR)/release/roamkv $(GO) test -count=1 -timeout 180s ./...
 
 build:
 	scripts/install-deps build

@@ -121,6 +121,13 @@ func add(t *testing.T, c edgexClients, e dtos.Event) {
 // encoding makes of it, compared field for field.
 func canonical(t *testing.T, v any) any {
 	t.Helper()
+	if r, ok := v.(dtos.BaseReading); ok {
+		r.Tags = stringKeys(r.Tags).(map[string]any)
+		r.ObjectValue = stringKeys(r.ObjectValue)
+		v = r
+	} else if tags, ok := v.(dtos.Tags); ok {
+		v = stringKeys(tags)
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +137,42 @@ func canonical(t *testing.T, v any) any {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// stringKeys turns the map[any]any that EdgeX's CBOR decoding (fxamacker/cbor) makes of a
+// nested map into the map[string]any JSON has, so that both can be compared.
+func stringKeys(v any) any {
+	switch m := v.(type) {
+	case dtos.Tags:
+		if m == nil {
+			return map[string]any(nil)
+		}
+		out := map[string]any{}
+		for k, x := range m {
+			out[k] = stringKeys(x)
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range m {
+			out[k] = stringKeys(x)
+		}
+		return out
+	case map[any]any:
+		out := map[string]any{}
+		for k, x := range m {
+			out[fmt.Sprint(k)] = stringKeys(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(m))
+		for i, x := range m {
+			out[i] = stringKeys(x)
+		}
+		return out
+	default:
+		return v
+	}
 }
 
 func sameReading(t *testing.T, where string, got, want dtos.BaseReading) {
