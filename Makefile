@@ -17,7 +17,9 @@ test:
 
 # The EdgeX interop suite (interop/edgex; docs/SERVER.md, "Replacing core-data in an EdgeX
 # deployment"): EdgeX's own Go modules (go.mod pins them, go.sum is committed) against the
-# release binary and a real mosquitto, which the tests start. EdgeX v4 needs Go >= 1.23
+# release binary and a real mosquitto, which the tests start; the app service of
+# interop/edgex/appservice (app-functions-sdk-go, its own module) is built first, outside the
+# suite's 180 s. EdgeX v4 needs Go >= 1.23
 # (Debian's golang-go is 1.19): /usr/local/go/bin/go when it is there, else `go` on the PATH;
 # scripts/install-deps says what to do when neither is new enough. GOTOOLCHAIN=local: never
 # download a toolchain; -mod=readonly: go.sum must already name every module (the modules
@@ -30,7 +32,9 @@ test-interop:
 	$(CARGO) build --release --locked -p roamkv
 	cd interop/edgex && export GOTOOLCHAIN=local GOFLAGS=-mod=readonly && \
 	  test -z "$$($$($(GO) env GOROOT)/bin/gofmt -l .)" || { $$($(GO) env GOROOT)/bin/gofmt -l .; echo "interop/edgex: not gofmt'd" >&2; exit 1; } && \
-	  $(GO) vet ./... && \
+	  $(GO) vet ./... && (cd appservice && $(GO) vet ./...) && \
+	  (cd appservice && $(GO) build -o $(INTEROP_TARGET_DIR)/interop/app-interop .) && \
+	  APP_INTEROP_BIN=$(INTEROP_TARGET_DIR)/interop/app-interop \
 	  ROAMKV_BIN=$(INTEROP_TARGET_DIR)/release/roamkv $(GO) test -count=1 -timeout 180s ./...
 
 build:
