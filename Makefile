@@ -30,7 +30,7 @@ INTEROP_TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 test-interop:
 	scripts/install-deps interop
 	$(CARGO) build --release --locked -p roamkv
-	cd interop/edgex && export GOTOOLCHAIN=local GOFLAGS=-mod=readonly && \
+	cd interop/edgex && export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" && \
 	  test -z "$$($$($(GO) env GOROOT)/bin/gofmt -l .)" || { $$($(GO) env GOROOT)/bin/gofmt -l .; echo "interop/edgex: not gofmt'd" >&2; exit 1; } && \
 	  $(GO) vet ./... && (cd appservice && $(GO) vet ./...) && \
 	  (cd appservice && $(GO) build -o $(INTEROP_TARGET_DIR)/interop/app-interop .) && \

@@ -39,7 +39,7 @@ func appServiceBinary(t *testing.T) string {
 	// The go that built this test (runtime.GOROOT), not whichever is first on the PATH.
 	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
 	build.Dir = "appservice"
-	build.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly")
+	build.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly -buildvcs=false")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the app service (app-functions-sdk-go v4.0.0): %v\n%s", err, out)
 	}
