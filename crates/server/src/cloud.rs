@@ -18,12 +18,12 @@ use roamkv_sink::{Sink, SinkConfig};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::cloud_view::CloudView;
 use crate::departing::Waiting;
 use crate::error::ApiError;
+use crate::observability::cloud_view::CloudView;
+use crate::observability::status::Departure;
 use crate::settings::SinkSettings;
 use crate::state::{AppState, Shared, now_ms};
-use crate::status::Departure;
 
 /// How long one wait for the sink lasts before the departing task looks at shutdown and new
 /// departures.
@@ -69,11 +69,11 @@ pub fn view(state: &AppState) -> CloudView {
     }
 }
 
-fn handoff_figures(state: &AppState) -> crate::cloud_view::HandoffFigures {
+fn handoff_figures(state: &AppState) -> crate::observability::cloud_view::HandoffFigures {
     use std::sync::atomic::Ordering::Relaxed;
     let (out_in_flight, in_in_flight) = state.handoffs.in_flight();
     let c = &state.handoffs.counters;
-    crate::cloud_view::HandoffFigures {
+    crate::observability::cloud_view::HandoffFigures {
         out_in_flight,
         in_in_flight,
         done: c.done.load(Relaxed),

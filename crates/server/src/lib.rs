@@ -12,7 +12,6 @@
 mod backup;
 mod body;
 mod cloud;
-pub mod cloud_view;
 pub mod departing;
 pub mod edge;
 mod error;
@@ -23,9 +22,9 @@ pub mod files;
 pub mod handoff;
 pub mod handoff_book;
 mod ingest;
-pub mod metrics;
 pub mod mqtt;
 mod native;
+pub mod observability;
 mod openapi;
 mod republish;
 pub mod retention;
@@ -33,7 +32,6 @@ pub mod retention_store;
 mod router;
 pub mod settings;
 mod state;
-pub mod status;
 mod stream;
 mod v3;
 
@@ -49,9 +47,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
+use observability::status::Sample;
+use observability::{metrics, status};
 pub use settings::{Config, ServeArgs};
 use state::{AppState, Shared, now_ms};
-use status::Sample;
 
 /// How often the status page's history is sampled.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);

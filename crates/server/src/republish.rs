@@ -21,7 +21,7 @@ use prometheus_client::metrics::family::Family;
 
 use roamkv_wire::edgex::PathNames;
 
-use crate::metrics::OutcomeLabels;
+use crate::observability::metrics::OutcomeLabels;
 
 /// Where REST-posted events go, and the client the MQTT task made, once it has made it.
 pub struct Republisher {

@@ -13,9 +13,10 @@ use axum::routing::{delete, get, post};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
-use crate::metrics::{RequestLabels, RouteLabels};
+use crate::observability::metrics::{RequestLabels, RouteLabels};
+use crate::observability::status;
 use crate::state::{Shared, now_ms};
-use crate::{export, native, openapi, status, v3};
+use crate::{export, native, openapi, v3};
 
 /// Routes that answer without a token: liveness checks must work before credentials exist.
 const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];

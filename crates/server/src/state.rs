@@ -15,10 +15,10 @@ use tokio::sync::Semaphore;
 use crate::departing::{Departing, Waiting};
 use crate::error::ApiError;
 use crate::fence::Fences;
-use crate::metrics::{Metrics, RejectLabels, SourceLabels};
+use crate::observability::metrics::{Metrics, RejectLabels, SourceLabels};
+use crate::observability::status::{Departure, History};
 use crate::retention_store::{Applied, RetentionStore};
 use crate::settings::{Config, OnDepart};
-use crate::status::{Departure, History};
 
 pub struct AppState {
     pub engine: Arc<Engine>,

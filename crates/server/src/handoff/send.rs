@@ -436,7 +436,7 @@ async fn depart_here(state: &Shared, mut record: OutRecord) -> Result<(), String
     state
         .history
         .lock()
-        .push_departure(crate::status::Departure {
+        .push_departure(crate::observability::status::Departure {
             at_ms: now_ms(),
             device: record.device.clone(),
             how: "handed off",

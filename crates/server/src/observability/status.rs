@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use roamkv_engine::{DeviceInfo, DeviceTier, Stats};
 
-use crate::cloud_view::CloudView;
+use crate::observability::cloud_view::CloudView;
 
 /// One sample per second for five minutes.
 pub const HISTORY_SAMPLES_MAX: usize = 300;

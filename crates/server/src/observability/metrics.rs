@@ -19,7 +19,7 @@ use prometheus_client::registry::Registry;
 use roamkv_engine::{DeviceTier, Engine};
 use roamkv_wire::edgex::event_index::INDEX_DEVICE;
 
-use crate::cloud_view::CloudView;
+use crate::observability::cloud_view::CloudView;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
