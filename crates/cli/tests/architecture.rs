@@ -375,6 +375,87 @@ fn no_two_rooms_of_any_crate_import_each_other() {
     );
 }
 
+/// The most top-level rooms (files of `src/` and folders) a crate may have: its folder list is
+/// its table of contents, so a reader sees the parts at a glance. The engine's fifteen are
+/// DESIGN's parts; the server has twelve parts once its rooms are moved (26 today, one
+/// step at a time: the number here only ever goes down).
+const ROOMS_MAX_DEFAULT: usize = 15;
+const ROOMS_MAX: &[(&str, usize)] = &[("engine", 15), ("server", 26)];
+
+/// The longest a source or test file may be: past it, a file holds more than one concept.
+const FILE_LINES_MAX: usize = 600;
+
+/// The top-level rooms of a crate's `src/`: its files and folders.
+fn rooms(krate: &str) -> Vec<String> {
+    let src = workspace_root().join("crates").join(krate).join("src");
+    let mut out: Vec<String> = std::fs::read_dir(&src)
+        .expect("ls src")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with('.'))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_crate_keeps_to_its_room_limit() {
+    let over: Vec<String> = workspace_crates()
+        .into_iter()
+        .filter_map(|krate| {
+            let max = ROOMS_MAX
+                .iter()
+                .find(|(name, _)| *name == krate)
+                .map_or(ROOMS_MAX_DEFAULT, |(_, max)| *max);
+            let rooms = rooms(&krate);
+            (rooms.len() > max)
+                .then(|| format!("{krate}: {} rooms, at most {max}: {rooms:?}", rooms.len()))
+        })
+        .collect();
+    assert!(
+        over.is_empty(),
+        "crates with more top-level rooms than their limit: {over:?}"
+    );
+}
+
+/// Every `.rs` file under a crate's `src/`, `tests/`, `benches/` and `fuzz/` (target dirs left out).
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if name != "target" && name != "corpus" && name != "artifacts" {
+                rust_files(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_file_is_over_the_line_limit() {
+    let mut files = Vec::new();
+    for krate in workspace_crates() {
+        rust_files(&workspace_root().join("crates").join(&krate), &mut files);
+    }
+    assert!(files.len() > 100, "found only {} files", files.len());
+    let over: Vec<String> = files
+        .iter()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(path).expect("read").lines().count();
+            (lines > FILE_LINES_MAX).then(|| format!("{} ({lines} lines)", path.display()))
+        })
+        .collect();
+    assert!(
+        over.is_empty(),
+        "files over {FILE_LINES_MAX} lines (split them by concept): {over:?}"
+    );
+}
+
 /// Every crate of the workspace has its row in the README's layout table and in
 /// docs/ARCHITECTURE.md's table of crates.
 #[test]
