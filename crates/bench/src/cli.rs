@@ -1,5 +1,6 @@
 //! `roamkv bench ...`: the subcommands and their dispatch; each command lives in its module
-//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `backup`, `export`, `faults`).
+//! (`mobility`, `steady`, `serve`, `sink`, `handoff`, `backup`, `export`, `footprint`,
+//! `faults`).
 
 use std::process::ExitCode;
 
@@ -42,6 +43,10 @@ pub enum BenchCommand {
     /// Data out of `roamkv serve`: Parquet exports against the engine's scan, the server's
     /// memory meanwhile, what exports cost ingest; with --python, Client.scan against JSON pages.
     Export(crate::export::ExportBenchArgs),
+    /// What a gateway's sensor stream costs its disk: bytes on disk and bytes written to the
+    /// device per reading, roamkv (EdgeX and native routes) against InfluxDB 1.6, QuestDB 9.2
+    /// and RocksDB, every reading read back.
+    Footprint(crate::footprint::FootprintArgs),
     /// The guest side of `powercut` (run inside the virtual machine; not for direct use).
     #[command(hide = true)]
     PowercutGuest(crate::faults::powercut::GuestArgs),
@@ -68,6 +73,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         BenchCommand::Handoff(h) => return crate::handoff::run(h),
         BenchCommand::Backup(b) => return crate::backup::run(b),
         BenchCommand::Export(x) => return crate::export::run(x),
+        BenchCommand::Footprint(f) => return crate::footprint::run(f),
         BenchCommand::PowercutGuest(g) => crate::faults::powercut::guest(g),
     };
     match outcome {

@@ -4,6 +4,7 @@
 //! `steady`); `serve` loads the HTTP server against InfluxDB 1.6 and the in-process engine;
 //! `sink` measures the server's cloud sink into PostgreSQL; `handoff` devices handed between
 //! two servers;
+//! `footprint` what a sensor stream costs a gateway's disk, against InfluxDB, QuestDB and RocksDB;
 //! `faults` are the kill -9 and power-cut soaks. One folder per command; `cli` dispatches; `error`
 //! is the crate's one error type.
 pub mod backup;
@@ -12,6 +13,7 @@ pub mod edge_rig;
 pub mod error;
 pub mod export;
 pub mod faults;
+pub mod footprint;
 pub mod handoff;
 pub mod mobility;
 pub mod serve;

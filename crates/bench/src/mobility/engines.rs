@@ -104,6 +104,10 @@ pub trait BenchEngine: Send + Sync {
     fn depart(&self, device: &str) -> Result<()>;
     /// Orderly close (what an application does on shutdown).
     fn close(self: Box<Self>) -> Result<()>;
+    /// A full manual compaction, where the engine has one (`bench footprint`'s settled size).
+    fn compact(&self) -> Result<()> {
+        Ok(())
+    }
     /// The engine's own view of itself for the long-run time series (cheap; called every
     /// second from another thread).
     fn sample(&self) -> serde_json::Value {
@@ -351,6 +355,10 @@ impl RocksEngine {
 }
 
 impl BenchEngine for RocksEngine {
+    fn compact(&self) -> Result<()> {
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(())
+    }
     fn sample(&self) -> serde_json::Value {
         let property = |name: &str| self.db.property_int_value(name).ok().flatten();
         serde_json::json!({

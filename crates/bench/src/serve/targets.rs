@@ -126,7 +126,7 @@ pub fn start(
                 .map_err(|e| BenchError::step("starting the sink's PostgreSQL", e))?;
             start_roamkv(target, dir, clients, durability, Some(Box::new(cloud)))
         }
-        Target::Influxdb | Target::Questdb => start_peer(target, dir, durability),
+        Target::Influxdb | Target::Questdb => start_peer(target, dir, durability, &[]),
         Target::Engine => {
             let engine = Engine::open(dir.path().join("data"), engine_options(durability))
                 .map_err(|e| BenchError::step("opening the engine", e))?;
@@ -224,12 +224,33 @@ fn start_roamkv(
     }))
 }
 
+/// Starts peer `target` fresh under `work_dir` with `env` added to its environment (`bench
+/// footprint`: InfluxDB's compaction settings, `INFLUXDB_DATA_*`).
+pub fn start_peer_with_env(
+    target: Target,
+    work_dir: &Path,
+    durability: Durability,
+    env: &[(&str, &str)],
+) -> Result<Up> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("peer-{}-", target.name()))
+        .tempdir_in(work_dir)
+        .map_err(|e| BenchError::io("making a directory under", work_dir, e))?;
+    start_peer(target, dir, durability, env)
+}
+
 /// Starts a peer (peers.rs) and waits for it to answer; stopped again if it does not.
-fn start_peer(target: Target, dir: tempfile::TempDir, durability: Durability) -> Result<Up> {
-    let launch = match target {
+fn start_peer(
+    target: Target,
+    dir: tempfile::TempDir,
+    durability: Durability,
+    env: &[(&str, &str)],
+) -> Result<Up> {
+    let mut launch = match target {
         Target::Influxdb => peers::influxdb_launch(dir.path())?,
         _ => peers::questdb_launch(dir.path(), durability == Durability::Sync)?,
     };
+    launch.command.envs(env.iter().copied());
     let peers::Launch {
         mut command,
         http_port,
@@ -273,7 +294,7 @@ impl ServerProcess {
     }
 
     /// SIGTERM, then wait (at most 120 s: a graceful stop syncs and closes).
-    fn stop(&mut self) -> Result<()> {
+    pub fn stop(&mut self) -> Result<()> {
         // SAFETY: kill(2) on our own child's pid; no memory is involved.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);

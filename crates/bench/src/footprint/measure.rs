@@ -1,0 +1,192 @@
+//! One system's footprint: a fresh ext4 on its own loop device, the system on it, the stream
+//! sent, and three counter reads — before ingest, right after it, and once settled — each after a
+//! `sync` of the file system (so the bytes the page cache still held are counted where they were
+//! written). Beside the device's counter: the bytes the files take (allocated blocks, `du`), and
+//! for roamkv its own counters (`Stats`), which say where each byte went.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Instant;
+
+use roamkv_engine::Stats;
+use roamkv_testbed::devstat::DevStat;
+use roamkv_testbed::fixture::{Fixture, FsSpec};
+
+use crate::error::Result;
+use crate::footprint::readback::{self, ReadBack};
+use crate::footprint::stream::StreamSpec;
+use crate::footprint::systems::{self, Running, Settings, System};
+
+/// A phase's bytes: what the device was asked to write, what the files take at its end.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Phase {
+    pub device_written_bytes: u64,
+    pub on_disk_bytes: u64,
+}
+
+/// Where roamkv's written bytes went, by its own counters (cumulative at the settled point).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Breakdown {
+    /// Commit-log records (every kind, headers included).
+    pub log_record_bytes: u64,
+    /// Segment preparation: zero-fill of new segments, headers of recycled ones.
+    pub segment_preparation_bytes: u64,
+    /// The lower tier's own writes: ingested runs, catalog batches, flushes, compaction.
+    pub lower_tier_bytes: u64,
+    /// Of those, the readings moved out of the log (sorted runs) and consolidated.
+    pub moved_bytes: u64,
+    pub consolidated_bytes: u64,
+    /// The caller's bytes (device + sensor + 8 + value per reading).
+    pub user_bytes: u64,
+}
+
+impl Breakdown {
+    fn of(stats: &Stats) -> Breakdown {
+        Breakdown {
+            log_record_bytes: stats.log_bytes_written,
+            segment_preparation_bytes: stats.log_preallocated_bytes,
+            lower_tier_bytes: stats.lower_bytes_written,
+            moved_bytes: stats.moved_bytes,
+            consolidated_bytes: stats.consolidated_bytes,
+            user_bytes: stats.user_bytes,
+        }
+    }
+}
+
+/// One system's measurement.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Footprint {
+    pub system: System,
+    pub readings: u64,
+    pub ingest_seconds: f64,
+    pub readings_per_sec: f64,
+    pub ingest: Phase,
+    /// From the end of ingest to settled (device bytes of this phase alone).
+    pub settle: Phase,
+    pub settle_seconds: f64,
+    pub settled_how: String,
+    pub breakdown_after_ingest: Option<Breakdown>,
+    pub breakdown_settled: Option<Breakdown>,
+    pub read_back: ReadBack,
+    pub mkfs: String,
+}
+
+impl Footprint {
+    pub fn per_reading(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.readings.max(1) as f64
+    }
+    pub fn device_written_bytes(&self) -> u64 {
+        self.ingest.device_written_bytes + self.settle.device_written_bytes
+    }
+}
+
+/// Runs `system` through ingest, settling and the read-back on a file system of its own.
+pub fn measure(
+    system: System,
+    spec: &StreamSpec,
+    settings: &Settings,
+    fs_bytes: u64,
+    say: &dyn Fn(String),
+) -> Result<Footprint> {
+    let fixture = Fixture::create(FsSpec::Ext4, fs_bytes)?;
+    let mkfs = fixture.mkfs_command().to_string();
+    let running = systems::start(system, fixture, settings)?;
+    let start = counters(&running)?;
+    let began = Instant::now();
+    running.ingest(spec, settings)?;
+    let ingest_seconds = began.elapsed().as_secs_f64();
+    say(format!(
+        "{}: {} readings in {ingest_seconds:.1} s; settling",
+        system.name(),
+        spec.readings()
+    ));
+    let ingested = counters(&running)?;
+    let stats_ingested = running.engine_stats()?;
+    let began = Instant::now();
+    let settled_how = running.settle(spec, settings)?;
+    let settle_seconds = began.elapsed().as_secs_f64();
+    let settled = counters(&running)?;
+    let stats_settled = running.engine_stats()?;
+    say(format!(
+        "{}: {settled_how}; reading every reading back",
+        system.name()
+    ));
+    let read_back = read_back(system, spec, running)?;
+    Ok(Footprint {
+        system,
+        readings: spec.readings(),
+        ingest_seconds,
+        readings_per_sec: spec.readings() as f64 / ingest_seconds.max(1e-9),
+        ingest: phase(&start, &ingested),
+        settle: phase(&ingested, &settled),
+        settle_seconds,
+        settled_how,
+        breakdown_after_ingest: stats_ingested.as_ref().map(Breakdown::of),
+        breakdown_settled: stats_settled.as_ref().map(Breakdown::of),
+        read_back,
+        mkfs,
+    })
+}
+
+/// The device's counters and the files' allocated bytes, read between two syncs.
+struct Counters {
+    device: DevStat,
+    on_disk_bytes: u64,
+}
+
+fn counters(running: &Running) -> Result<Counters> {
+    let fixture = running.fixture();
+    fixture.quiesce()?;
+    let device = DevStat::read(fixture.device_name())?;
+    let on_disk_bytes = allocated_bytes(fixture.mount_dir());
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    Ok(Counters {
+        device,
+        on_disk_bytes,
+    })
+}
+
+fn phase(earlier: &Counters, later: &Counters) -> Phase {
+    Phase {
+        device_written_bytes: later.device.delta(&earlier.device).bytes_written(),
+        on_disk_bytes: later.on_disk_bytes,
+    }
+}
+
+/// Blocks allocated to the files under `dir` (st_blocks x 512: what `du` counts), lost+found
+/// and the file system's own metadata aside.
+fn allocated_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name() != "lost+found")
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => m.blocks() * 512 + allocated_bytes(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Reads every reading back: peers and RocksDB while they run, roamkv from its data directory
+/// once the server has stopped; then the system is stopped and its file system removed.
+fn read_back(system: System, spec: &StreamSpec, running: Running) -> Result<ReadBack> {
+    let check = match (system, running.address(), running.rocks()) {
+        (System::Rocksdb, _, Some(engine)) => Some(readback::rocksdb(spec, engine)?),
+        (System::Questdb, Some(addr), _) => Some(readback::questdb(spec, addr)?),
+        (System::Influxdb, Some(addr), _) => Some(readback::influxdb(spec, addr)?),
+        _ => None,
+    };
+    let fixture = running.stop()?;
+    match check {
+        Some(check) => Ok(check),
+        None => readback::roamkv(
+            spec,
+            &fixture.mount_dir().join("data"),
+            system == System::RoamkvEdgex,
+        ),
+    }
+}

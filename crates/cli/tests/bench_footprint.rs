@@ -1,0 +1,82 @@
+//! `roamkv bench footprint --quick` end to end (about 20 s): roamkv's EdgeX and native routes
+//! (real `roamkv serve` children), RocksDB and QuestDB, each on its own loop-device ext4; every
+//! reading read back, the bytes on disk and written to the device positive and plausible, the
+//! outputs written. InfluxDB is left out: it is installed only by `scripts/install-deps bench`.
+
+use std::process::Command;
+
+use roamkv_testbed::prerequisite;
+
+const ROAMKV: &str = env!("CARGO_BIN_EXE_roamkv");
+const TEST: &str = "a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes";
+
+#[test]
+fn a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes() {
+    if !prerequisite::met(TEST, prerequisite::require_root()) {
+        return;
+    }
+    if let Some(missing) = roamkv_bench::serve::peers::questdb_missing() {
+        prerequisite::unmet(TEST, &missing);
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let output = Command::new(ROAMKV)
+        .args(["bench", "footprint", "--quick", "--fs-gib", "2"])
+        .args(["--systems", "roamkv-edgex,roamkv-native,rocksdb,questdb"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run roamkv bench footprint");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Where roamkv's bytes went"), "{stdout}");
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+            .expect("JSON");
+    let runs = json["runs"].as_array().expect("runs");
+    let systems: Vec<&str> = runs.iter().filter_map(|r| r["system"].as_str()).collect();
+    assert_eq!(
+        systems,
+        ["roamkv-edgex", "roamkv-native", "rocksdb", "questdb"]
+    );
+    for run in runs {
+        let readings = run["readings"].as_u64().expect("readings");
+        assert_eq!(readings, 12_000, "{run}");
+        let back = &run["read_back"];
+        assert_eq!(back["expected"].as_u64(), Some(readings), "{run}");
+        assert_eq!(back["found"].as_u64(), Some(readings), "{run}");
+        assert_eq!(back["matched"].as_u64(), Some(readings), "{run}");
+        // At least a byte per reading, and less than a 1 MiB each (a quick run's fixed costs,
+        // such as preallocated segments and column files, are spread over 12,000 readings).
+        for (phase, bytes) in [
+            ("ingest", "on_disk_bytes"),
+            ("settle", "on_disk_bytes"),
+            ("ingest", "device_written_bytes"),
+        ] {
+            let b = run[phase][bytes].as_u64().expect("bytes");
+            assert!(
+                (readings..readings << 20).contains(&b),
+                "{phase}.{bytes} = {b}: {run}"
+            );
+        }
+        assert!(
+            run["ingest"]["device_written_bytes"].as_u64() > Some(readings * 10),
+            "{run}"
+        );
+        assert!(
+            run["readings_per_sec"].as_f64().is_some_and(|r| r > 0.0),
+            "{run}"
+        );
+    }
+    // roamkv's own counters: its log holds at least the caller's bytes.
+    let breakdown = &runs[0]["breakdown_settled"];
+    assert!(
+        breakdown["log_record_bytes"].as_u64() >= breakdown["user_bytes"].as_u64(),
+        "{breakdown}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(html.contains("<svg") && html.contains("roamkv-native"));
+}
