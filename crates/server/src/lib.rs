@@ -28,7 +28,6 @@ pub mod observability;
 mod openapi;
 mod republish;
 pub mod retention;
-pub mod retention_store;
 mod router;
 pub mod settings;
 mod state;

@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::fence::Fences;
 use crate::observability::metrics::{Metrics, RejectLabels, SourceLabels};
 use crate::observability::status::{Departure, History};
-use crate::retention_store::{Applied, RetentionStore};
+use crate::retention::{Applied, Retained, RetentionStore};
 use crate::settings::{Config, OnDepart};
 
 pub struct AppState {
@@ -370,4 +370,23 @@ impl AppState {
 /// ts < now - max_age are past their retention.
 fn cutoff_for(max_age_ms: u64) -> i64 {
     roamkv_engine::ms_to_ns(i64::try_from(now_ms().saturating_sub(max_age_ms)).unwrap_or(i64::MAX))
+}
+
+/// The retention pass's port (retention/): the device list, the settings, one device applied.
+impl Retained for AppState {
+    fn device_names(&self) -> Vec<String> {
+        self.engine.devices().into_iter().map(|d| d.name).collect()
+    }
+
+    fn settings(&self) -> &RetentionStore {
+        &self.retention
+    }
+
+    fn default_ms(&self) -> Option<u64> {
+        self.config.retention_default_ms
+    }
+
+    fn apply_retention(&self, device: &str) -> Result<Applied, ApiError> {
+        AppState::apply_retention(self, device)
+    }
 }

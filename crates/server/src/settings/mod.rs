@@ -63,10 +63,10 @@ pub struct Config {
     pub retention_interval: Duration,
     /// The maximum age of the readings of devices without a setting of their own
     /// (`--retention-default-h`); None: no default. Until `start` settles it, the value given
-    /// (if `retention_default_given`); then the one in force (retention_store.rs).
+    /// (if `retention_default_given`); then the one in force (retention/store.rs).
     pub retention_default_ms: Option<u64>,
     /// Whether `--retention-default-h` (or its environment variable or file key) was given;
-    /// if not, the data directory's recorded default holds (retention_store.rs).
+    /// if not, the data directory's recorded default holds (retention/store.rs).
     pub retention_default_given: bool,
     /// Whether events are indexed by id (`--event-id-index`).
     pub event_id_index: bool,

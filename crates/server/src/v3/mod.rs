@@ -21,7 +21,7 @@ use roamkv_wire::names::{check_device_name, check_resource_name};
 
 use crate::body::read_body;
 use crate::error::ApiError;
-use crate::retention_store::Applied;
+use crate::retention::Applied;
 use crate::state::{AppState, Shared, now_ns};
 use query::{Paging, ReadingQuery, apply_paging, window};
 
