@@ -380,7 +380,7 @@ fn no_two_rooms_of_any_crate_import_each_other() {
 /// DESIGN's parts; the server has twelve parts once its rooms are moved (26 today, one
 /// step at a time: the number here only ever goes down).
 const ROOMS_MAX_DEFAULT: usize = 15;
-const ROOMS_MAX: &[(&str, usize)] = &[("engine", 15), ("server", 26)];
+const ROOMS_MAX: &[(&str, usize)] = &[("engine", 15), ("server", 25)];
 
 /// The longest a source or test file may be: past it, a file holds more than one concept.
 const FILE_LINES_MAX: usize = 600;
