@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use roamkv_sink::explain::{self, Dialed, Peer};
 use serde_json::Value;
 
 /// Where the server is and how to be let in (flattened into the commands that can ask one).
@@ -33,6 +34,8 @@ pub struct Remote {
     client: reqwest::blocking::Client,
     /// For answers that stream for as long as they need (a backup): no total timeout.
     streaming: reqwest::blocking::Client,
+    /// What a failed connection is explained against (roamkv_sink::explain).
+    dialed: Dialed,
 }
 
 /// How long one request may take; a scan is many requests, one page each.
@@ -44,11 +47,9 @@ impl Remote {
         token_file: Option<&std::path::Path>,
         ca_file: Option<&std::path::Path>,
     ) -> Result<Remote, String> {
-        if !(server.starts_with("http://") || server.starts_with("https://")) {
-            return Err(format!(
-                "--server {server:?} is not a URL: give http://host:port or https://host:port"
-            ));
-        }
+        let dialed = dialed(server).ok_or_else(|| {
+            format!("--server {server:?} is not a URL: give http://host:port or https://host:port")
+        })?;
         let token = match token_file {
             Some(path) => Some(
                 std::fs::read_to_string(path)
@@ -75,6 +76,7 @@ impl Remote {
             token,
             client,
             streaming,
+            dialed,
         })
     }
 
@@ -103,9 +105,7 @@ impl Remote {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let answer = request
-            .send()
-            .map_err(|e| format!("{url}: {}", error_chain(&e.without_url())))?;
+        let answer = request.send().map_err(|e| self.failed(&url, e))?;
         let status = answer.status().as_u16();
         let json = answer.json().unwrap_or(Value::Null);
         Ok((status, json))
@@ -140,15 +140,21 @@ impl Remote {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        let answer = request
-            .send()
-            .map_err(|e| format!("{url}: {}", error_chain(&e.without_url())))?;
+        let answer = request.send().map_err(|e| self.failed(url, e))?;
         let status = answer.status().as_u16();
         if status == 200 {
             Ok(answer)
         } else {
             Err(refused(url, status, &answer.json().unwrap_or(Value::Null)))
         }
+    }
+
+    /// A request that got no answer, said as what is wrong and what to do.
+    fn failed(&self, url: &str, error: reqwest::Error) -> String {
+        format!(
+            "{url}: {}",
+            explain::explained(&error.without_url(), &self.dialed)
+        )
     }
 
     /// A GET that must answer 200; any other answer is an error carrying the server's message.
@@ -166,28 +172,35 @@ impl Remote {
     }
 }
 
+/// "WHAT: what is wrong and what to do (STATUS: the server's message)" for a refused token, else
 /// "WHAT: STATUS: the server's message" (or the body, when it has no message).
 pub fn refused(what: &str, status: u16, body: &Value) -> String {
     let why = body["message"]
         .as_str()
         .map_or_else(|| body.to_string(), str::to_string);
-    let hint = if status == 401 {
-        " (give the token: --token-file FILE or $ROAMKV_TOKEN)"
-    } else {
-        ""
-    };
-    format!("{what}: {status}: {why}{hint}")
+    match explain::token_refusal(status, &why) {
+        Some(sentence) => format!("{what}: {sentence} ({status}: {why})"),
+        None => format!("{what}: {status}: {why}"),
+    }
 }
 
-/// The error and its causes: reqwest's top line alone ("error sending request") hides whether
-/// the server refused the connection or its certificate failed.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
-    }
-    text
+/// What `--server` dials, for explaining a failed connection; None when it is not an http(s) URL.
+fn dialed(server: &str) -> Option<Dialed> {
+    let url = reqwest::Url::parse(server).ok()?;
+    let tls = match url.scheme() {
+        "https" => true,
+        "http" => false,
+        _ => return None,
+    };
+    Some(Dialed {
+        host: url
+            .host_str()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port: url.port_or_known_default()?,
+        tls,
+        peer: Peer::Server,
+        ca_setting: "--ca-file".into(),
+    })
 }

@@ -24,6 +24,7 @@
 
 mod config;
 pub mod db;
+pub mod explain;
 mod lag;
 pub mod schema;
 mod tail;
