@@ -8,7 +8,7 @@
 //! - `report`: the machine header, JSON files, HTML pages with SVG charts.
 //! - `vm`: the qemu guest (`vm/guest-base.sh` is the shared part of every guest image).
 //! - `stats`: median and percentiles, with one behaviour on empty input.
-//! - `services` (`serve`, `mosquitto`, `postgres`, `netns`): the services tests run as real
+//! - `services` (`serve`, `mosquitto`, `postgres`, `kafka`, `netns`): the services tests run as real
 //!   processes, one way each: start, wait for ready, logs on failure, stop on every path out.
 //! - `ledger`: the writers' ledger of fault tests (acknowledged, unanswered, found: exactly once).
 //! - `certificates` (feature `certificates`): a CA and a server certificate for TLS tests.
@@ -27,4 +27,4 @@ pub mod stats;
 pub mod vm;
 
 pub use error::Error;
-pub use services::{mosquitto, netns, postgres, serve};
+pub use services::{kafka, mosquitto, netns, postgres, serve};

@@ -5,10 +5,12 @@
 //! - `serve`: `roamkv serve`.
 //! - `mosquitto`: an MQTT broker.
 //! - `postgres`: a private PostgreSQL server.
+//! - `kafka`: a 3-node Apache Kafka cluster (KRaft) from Maven Central's jars.
 //! - `netns`: a child started inside a network namespace.
 //!
 //! It may not know what a test checks: the writers' ledger is `crate::ledger`.
 
+pub mod kafka;
 pub mod mosquitto;
 pub mod netns;
 pub mod postgres;
