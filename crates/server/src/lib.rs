@@ -9,30 +9,17 @@
 //! the data and no second journal.
 #![deny(clippy::unwrap_used)]
 
-mod backup;
-mod body;
-mod cloud;
-pub mod departing;
-pub mod edge;
-mod error;
-mod event_ids;
-mod export;
-pub mod fence;
+mod clock;
+pub mod departures;
 pub mod files;
 pub mod handoff;
-pub mod handoff_book;
+mod http;
 mod ingest;
-pub mod mqtt;
-mod native;
 pub mod observability;
-mod openapi;
-mod republish;
 pub mod retention;
-mod router;
+mod routes;
 pub mod settings;
 mod state;
-mod stream;
-mod v3;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,10 +33,15 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
+use clock::now_ms;
+use departures::{cloud, departing, fence};
+use files::edge;
+use ingest::republish;
 use observability::status::Sample;
 use observability::{metrics, status};
+pub use routes::mqtt;
 pub use settings::{Config, ServeArgs};
-use state::{AppState, Shared, now_ms};
+use state::{AppState, Shared};
 
 /// How often the status page's history is sampled.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -93,9 +85,9 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
     let edge_id = edge::load_or_make(&config.data)?;
     let departing = departing::Departing::open(&config.data)?;
     let fences = Arc::new(departing_fences(&departing)?);
-    let handoffs = handoff_book::Handoffs::open(&config.data)?;
+    let handoffs = handoff::book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
-    let ingest = ingest::Ingest::start(Arc::clone(&engine), Arc::clone(&fences))?;
+    let ingest = ingest::writers::Ingest::start(Arc::clone(&engine), Arc::clone(&fences))?;
     let (stop, stop_rx) = watch::channel(false);
     let sink = match &config.sink {
         Some(settings) => Some(cloud::start(&engine, settings, &edge_id, stop_rx.clone()).await?),
@@ -120,12 +112,30 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
             .and_then(|m| m.republish_prefix.clone()),
         metrics.republished.clone(),
     );
+    let history = Arc::new(parking_lot::Mutex::new(status::History::default()));
+    let handoff = Arc::new(handoff::state::HandoffState {
+        engine: Arc::clone(&engine),
+        handoffs,
+        fences: Arc::clone(&fences),
+        edge_id: edge_id.clone(),
+        advertise_url,
+        config: handoff::state::HandoffConfig {
+            durability: config.durability,
+            batch_readings_max: config.batch_readings_max,
+            event_id_index: config.event_id_index,
+            body: http::body::BodyLimits {
+                bytes_max: config.body_bytes_max,
+                timeout: config.body_timeout,
+            },
+        },
+        history: Arc::clone(&history),
+    });
     let state: Shared = Arc::new(AppState {
         engine,
         in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
         config,
         metrics,
-        history: parking_lot::Mutex::new(status::History::default()),
+        history,
         ready: AtomicBool::new(true),
         retention,
         edge_id,
@@ -133,12 +143,11 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
         fences,
         ingest,
         departing,
-        handoffs,
-        advertise_url,
+        handoff,
         republisher,
     });
     // Devices a handoff is moving (or moved) take no writes, from before the first request.
-    handoff::send::refence(&state)?;
+    handoff::send::refence(&state.handoff)?;
     if let Some(tls) = &tls {
         reload_on_hangup(Arc::clone(tls), stop_rx.clone())?;
     }
@@ -201,7 +210,7 @@ async fn serve(
         .into_iter()
         .chain(spawn_background(&state, &stop))
         .collect();
-    let app = router::build(Arc::clone(&state));
+    let app = routes::build(Arc::clone(&state));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -309,7 +318,7 @@ fn spawn_background(state: &Shared, stop: &watch::Receiver<bool>) -> Vec<JoinHan
         )));
     }
     tasks.push(tokio::spawn(handoff::send::run(
-        Arc::clone(state),
+        Arc::clone(&state.handoff),
         stop.clone(),
     )));
     tasks

@@ -3,18 +3,23 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
-use roamkv_engine::{DeviceInfo, Engine, Reading, Record, ScanCursor};
+use roamkv_engine::{DeviceInfo, Engine, LogPos, Reading, Record, ScanCursor};
 use roamkv_wire::KeyedReading;
 use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames, event_index};
 use tokio::sync::Semaphore;
 
-use crate::departing::{Departing, Waiting};
-use crate::error::ApiError;
-use crate::fence::Fences;
+use crate::clock::now_ms;
+use crate::departures::cloud::DepartureHost;
+use crate::departures::departing::{Departing, Waiting};
+use crate::departures::fence::Fences;
+use crate::handoff::state::HandoffState;
+use crate::http::body::BodyLimits;
+use crate::http::error::ApiError;
+use crate::ingest::event_ids;
+use crate::observability::cloud_view::{CloudView, HandoffFigures};
 use crate::observability::metrics::{Metrics, RejectLabels, SourceLabels};
 use crate::observability::status::{Departure, History};
 use crate::retention::{Applied, Retained, RetentionStore};
@@ -24,7 +29,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub config: Config,
     pub metrics: Metrics,
-    pub history: parking_lot::Mutex<History>,
+    /// The status page's history (shared with the handoff part, which records its departures).
+    pub history: Arc<parking_lot::Mutex<History>>,
     /// Requests served at once (429 beyond).
     pub in_flight: Arc<Semaphore>,
     /// False once shutdown began: /ready answers 503.
@@ -38,16 +44,14 @@ pub struct AppState {
     /// Devices that take no writes here now (departing for the cloud); shared with the ingest
     /// threads.
     pub fences: Arc<Fences>,
-    /// The threads that write requests' readings, gathered (ingest.rs).
-    pub ingest: crate::ingest::Ingest,
+    /// The threads that write requests' readings, gathered (ingest/writers.rs).
+    pub ingest: crate::ingest::writers::Ingest,
     /// Departures waiting for the cloud sink (`--on-depart cloud`).
     pub departing: Departing,
-    /// Handoffs of devices to and from other edges (handoff/).
-    pub handoffs: crate::handoff_book::Handoffs,
-    /// How other edges reach this one (`--advertise-url`, or the address it listens on).
-    pub advertise_url: String,
-    /// REST-posted events out to the MQTT bus, as core-data publishes them (republish.rs).
-    pub republisher: crate::republish::Republisher,
+    /// Handoffs of devices to and from other edges: the handoff part's own state (handoff/).
+    pub handoff: Arc<HandoffState>,
+    /// REST-posted events out to the MQTT bus, as core-data publishes them (ingest/republish.rs).
+    pub republisher: crate::ingest::republish::Republisher,
 }
 
 /// What a departure did.
@@ -60,18 +64,6 @@ pub enum DepartOutcome {
 }
 
 pub type Shared = Arc<AppState>;
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
 
 /// Readings read per engine call while collecting a query's answer.
 const QUERY_PAGE_READINGS: usize = 10_000;
@@ -124,7 +116,7 @@ impl AppState {
         }
     }
 
-    /// Writes readings as one engine batch, by the ingest threads (ingest.rs: the group commit
+    /// Writes readings as one engine batch, by the ingest threads (ingest/writers.rs: the group commit
     /// blocks, and requests are gathered into one engine call).
     pub async fn write(
         self: &Arc<Self>,
@@ -153,7 +145,7 @@ impl AppState {
 
     /// Puts `readings` as one engine batch unless a device of theirs is fenced (409 naming it,
     /// and what it takes no more of: `what`). The fences are held until the engine has the
-    /// batch: a fence waits for this write (fence.rs). Blocking.
+    /// batch: a fence waits for this write (departures/fence.rs). Blocking.
     pub fn put_fenced(&self, readings: &[KeyedReading], what: &str) -> Result<(), ApiError> {
         let fences = self.fences.read();
         if let Some(refused) = fences.refuse(readings.iter().map(|r| r.device.as_str()), what) {
@@ -267,7 +259,7 @@ impl AppState {
     }
 
     /// One departure: the device's data goes (upper tier: dropped; lower tier: a range delete)
-    /// now, or, under `--on-depart cloud`, once the cloud sink has it (departing.rs). Blocking.
+    /// now, or, under `--on-depart cloud`, once the cloud sink has it (departures/departing.rs). Blocking.
     pub fn depart(&self, device: &str, how: &'static str) -> Result<DepartOutcome, ApiError> {
         if self.config.on_depart == OnDepart::Cloud {
             self.depart_after_cloud(device, how, None)?;
@@ -282,7 +274,7 @@ impl AppState {
         Ok(DepartOutcome::Departed)
     }
 
-    /// Fences the device and records its departure for the departing task (departing.rs).
+    /// Fences the device and records its departure for the departing task (departures/departing.rs).
     fn depart_after_cloud(
         &self,
         device: &str,
@@ -364,6 +356,70 @@ impl AppState {
             None => Ok(Applied::Unchanged),
         }
     }
+
+    /// A request body's bounds (`--body-bytes-max`, `--body-timeout-secs`).
+    pub fn body_limits(&self) -> BodyLimits {
+        BodyLimits {
+            bytes_max: self.config.body_bytes_max,
+            timeout: self.config.body_timeout,
+        }
+    }
+
+    /// The event with id `id` (ingest/event_ids.rs). Blocking.
+    pub fn find_event(&self, id: &str) -> Result<Option<event_ids::Found>, ApiError> {
+        event_ids::find_event(&self.engine, id)
+    }
+
+    /// Deletes the event with id `id`: false if there is none. One engine batch, held to the
+    /// device's fence as a write is (a device leaving this edge takes no deletions). Blocking.
+    pub fn delete_event(&self, id: &str) -> Result<bool, ApiError> {
+        let Some(found) = self.find_event(id)? else {
+            return Ok(false);
+        };
+        self.put_fenced(&event_ids::deletion_of(id, &found)?, "deletions")?;
+        Ok(true)
+    }
+
+    /// What the server shows of the sink and the departures waiting for it (observability/cloud_view.rs), as of
+    /// now. Blocking (engine stats).
+    pub fn cloud_view(&self) -> CloudView {
+        let sink = self.sink.as_ref().map(|s| s.status());
+        let feed = self.engine.feed().status();
+        let stats = self.engine.stats();
+        let bytes_per_reading = stats.log_bytes_written / stats.user_records.max(1);
+        let lag_bytes = sink
+            .as_ref()
+            .and_then(|s| s.cursor.as_deref())
+            .and_then(|c| c.parse::<LogPos>().ok())
+            .map(|cursor| self.engine.feed().lag_bytes(&cursor));
+        CloudView {
+            sink,
+            lag_bytes,
+            lag_readings: lag_bytes.unwrap_or(0) / bytes_per_reading.max(1),
+            hold_bytes: feed.hold_bytes,
+            hold_bytes_max: feed.hold_bytes_max,
+            holds_released: feed.holds_released,
+            on_depart: self.config.on_depart.name(),
+            departures_waiting: self.departing.list(),
+            handoffs: self.handoff_figures(),
+        }
+    }
+
+    fn handoff_figures(&self) -> HandoffFigures {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (out_in_flight, in_in_flight) = self.handoff.handoffs.in_flight();
+        let c = &self.handoff.handoffs.counters;
+        HandoffFigures {
+            out_in_flight,
+            in_in_flight,
+            done: c.done.load(Relaxed),
+            aborted: c.aborted.load(Relaxed),
+            received: c.received.load(Relaxed),
+            bytes_sent: c.bytes_sent.load(Relaxed),
+            bytes_received: c.bytes_received.load(Relaxed),
+            seconds: c.duration_ms.load(Relaxed) as f64 / 1e3,
+        }
+    }
 }
 
 /// The cutoff (ns since the epoch) of a maximum age in milliseconds: readings with
@@ -372,7 +428,6 @@ fn cutoff_for(max_age_ms: u64) -> i64 {
     roamkv_engine::ms_to_ns(i64::try_from(now_ms().saturating_sub(max_age_ms)).unwrap_or(i64::MAX))
 }
 
-/// The retention pass's port (retention/): the device list, the settings, one device applied.
 impl Retained for AppState {
     fn device_names(&self) -> Vec<String> {
         self.engine.devices().into_iter().map(|d| d.name).collect()
@@ -388,5 +443,31 @@ impl Retained for AppState {
 
     fn apply_retention(&self, device: &str) -> Result<Applied, ApiError> {
         AppState::apply_retention(self, device)
+    }
+}
+
+impl DepartureHost for AppState {
+    fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    fn departing(&self) -> &Departing {
+        &self.departing
+    }
+
+    fn fences(&self) -> &Fences {
+        &self.fences
+    }
+
+    fn sink(&self) -> Option<&roamkv_sink::Sink> {
+        self.sink.as_ref()
+    }
+
+    fn departed(&self, device: &str, how: &'static str) {
+        self.history.lock().push_departure(Departure {
+            at_ms: now_ms(),
+            device: device.to_string(),
+            how,
+        });
     }
 }

@@ -1,5 +1,5 @@
 //! The native API's OpenAPI document (`GET /api/roamkv/v1/openapi.json`, crates/server/src/
-//! openapi.rs) against the router: the same operations as the `.route(...)` calls that build
+//! routes/openapi.rs) against the router: the same operations as the `.route(...)` calls that build
 //! `/api/roamkv/v1`, both ways, and every operation it documents answered by a running server
 //! (none falls through to the router's "no route").
 
@@ -12,13 +12,13 @@ use common::Server;
 use serde_json::Value;
 
 const PREFIX: &str = "/api/roamkv/v1";
-/// The files whose `routes()` build the native API (merged under PREFIX by router.rs).
+/// The files whose `routes()` build the native API (merged under PREFIX by routes/mod.rs).
 const ROUTE_FILES: [&str; 5] = [
-    "native.rs",
-    "cloud.rs",
+    "routes/native.rs",
+    "routes/cloud.rs",
     "handoff/mod.rs",
-    "backup.rs",
-    "export.rs",
+    "routes/backup.rs",
+    "routes/export.rs",
 ];
 
 fn source(file: &str) -> String {
@@ -63,8 +63,8 @@ fn router_routes() -> BTreeSet<(String, String)> {
         .iter()
         .flat_map(|f| routes_in(&source(f), PREFIX))
         .collect();
-    // router.rs adds the document itself, outside the nested block.
-    let router = source("router.rs");
+    // routes/mod.rs adds the document itself, outside the nested block.
+    let router = source("routes/mod.rs");
     routes.extend(
         routes_in(&router, "")
             .into_iter()

@@ -1,5 +1,5 @@
 //! docs/SERVER.md's route table is the truth about the EdgeX routes: the same routes as the
-//! router's `/api/v3` routes (crates/server/src/router.rs), the same as EdgeX's own document
+//! router's `/api/v3` routes (crates/server/src/routes/mod.rs), the same as EdgeX's own document
 //! (edgex_openapi/core-data.yaml), each answered by a running server as the table says (501 or
 //! not), each with a test that exercises it.
 
@@ -67,14 +67,14 @@ fn table() -> Vec<Row> {
         .collect()
 }
 
-/// (METHOD, shape) of every `.route(...)` in the v3 block of router.rs.
+/// (METHOD, shape) of every `.route(...)` in the v3 block of routes/mod.rs.
 fn router_routes() -> BTreeSet<(String, String)> {
-    let source = repo_file("crates/server/src/router.rs");
+    let source = repo_file("crates/server/src/routes/mod.rs");
     let block = source
         .split("let v3_routes = Router::new()")
         .nth(1)
         .and_then(|rest| rest.split(".layer(").next())
-        .expect("router.rs builds v3_routes");
+        .expect("routes/mod.rs builds v3_routes");
     let mut routes = BTreeSet::new();
     for call in block.split(".route(").skip(1) {
         let path = call.split('"').nth(1).expect("a path literal");
@@ -132,7 +132,10 @@ fn the_table_lists_exactly_the_routes_of_the_router_and_of_edgex_document() {
         "read {} operations of the document",
         openapi.len()
     );
-    assert_eq!(table, router, "docs/SERVER.md's route table vs router.rs");
+    assert_eq!(
+        table, router,
+        "docs/SERVER.md's route table vs routes/mod.rs"
+    );
     assert_eq!(
         table, openapi,
         "docs/SERVER.md's route table vs EdgeX's core-data.yaml"

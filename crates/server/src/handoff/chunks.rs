@@ -18,10 +18,10 @@ use axum::http::StatusCode;
 use roamkv_engine::{ScanCursor, crash_point};
 use roamkv_wire::batch;
 
+use super::book::CHUNK_READINGS_MAX;
+use super::book::store::{OutRecord, OutState};
+use super::state::Shared;
 use super::step::{advance, expect_status};
-use crate::handoff_book::CHUNK_READINGS_MAX;
-use crate::handoff_book::store::{OutRecord, OutState};
-use crate::state::Shared;
 
 /// Chunks sent and not yet acknowledged, at most: enough to keep a link busy through the
 /// receiver's sync and a round trip of tens of ms (4 x 2,000 readings).

@@ -17,20 +17,21 @@
 //! Every step is idempotent (a chunk sent twice writes the same keys with the same values; a
 //! commit twice is one) and A's task resumes by itself from its record after a restart of A, and
 //! retries while B is away. Modules: `send` (A's task and routes), `receive` (B's routes); what
-//! this edge knows of its handoffs and the files that keep it are `handoff_book/` (`store`), a
-//! room of its own below the server's state, which holds it.
+//! this edge knows of its handoffs and the files that keep it are `book/` (`store`); what the part
+//! holds and is given is `state` (`HandoffState`): the server's state holds it, and the part
+//! never names the server's state.
 
+pub mod book;
 mod chunks;
 pub mod receive;
 pub mod send;
+pub mod state;
 mod step;
 
 use axum::Router;
 use axum::routing::{get, post, put};
 
-pub use crate::handoff_book::{Book, Handoffs};
-
-use crate::state::Shared;
+use state::Shared;
 
 /// The handoff routes (under /api/roamkv/v1).
 pub fn routes() -> Router<Shared> {

@@ -18,10 +18,12 @@ use roamkv_wire::{KeyedReading, batch};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::body::read_body;
-use crate::error::ApiError;
-use crate::handoff_book::store::InRecord;
-use crate::state::{AppState, Shared, now_ms};
+use super::book::store::InRecord;
+use super::state::{HandoffState, Shared};
+use crate::clock::now_ms;
+use crate::http::body::read_body;
+use crate::http::error::ApiError;
+use crate::ingest::event_ids;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,8 +38,8 @@ pub struct BeginRequest {
 #[utoipa::path(post, path = "/api/roamkv/v1/handoffs/{id}/begin", tag = "handoff",
     params(("id" = String, Path, description = "the handoff")),
     request_body(content = String, content_type = "application/json", description = "edge to edge: the device, its epoch, the sender"),
-    responses((status = 201, description = "recorded: `{\"edge_id\"}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 409, description = "a stale epoch, or the device handed on here", body = crate::error::ApiErrorBody)))]
+    responses((status = 201, description = "recorded: `{\"edge_id\"}`"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody),
+        (status = 409, description = "a stale epoch, or the device handed on here", body = crate::http::error::ApiErrorBody)))]
 pub async fn begin(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -53,7 +55,7 @@ fn conflict(message: String) -> ApiError {
 }
 
 /// The checks of a begin, then the record (durable) and the device's epoch.
-fn take(s: &AppState, id: &str, request: BeginRequest) -> Result<(), ApiError> {
+fn take(s: &HandoffState, id: &str, request: BeginRequest) -> Result<(), ApiError> {
     if request.from_edge == s.edge_id {
         return Err(conflict(format!(
             "a handoff from this edge to itself ({}) is refused",
@@ -116,7 +118,7 @@ fn take(s: &AppState, id: &str, request: BeginRequest) -> Result<(), ApiError> {
 
 /// The handoff `id` as a chunk or a commit may use it: begun here, not called off, of the epoch
 /// the request names, not overtaken by a newer one.
-fn usable(s: &AppState, id: &str, epoch: Option<u64>) -> Result<InRecord, ApiError> {
+fn usable(s: &HandoffState, id: &str, epoch: Option<u64>) -> Result<InRecord, ApiError> {
     let book = s.handoffs.book.lock();
     let record = book.ins.get(id).cloned().ok_or_else(|| {
         ApiError::new(
@@ -146,9 +148,9 @@ fn usable(s: &AppState, id: &str, epoch: Option<u64>) -> Result<InRecord, ApiErr
     params(("id" = String, Path, description = "the handoff"), ("n" = u64, Path, description = "the chunk's number"),
         ("x-roamkv-epoch" = u64, Header, description = "the handoff's epoch")),
     request_body(content = Vec<u8>, content_type = "application/vnd.roamkv.batch", description = "a binary batch of the device's readings"),
-    responses((status = 201, description = "durable: `{\"applied\": N}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody),
-        (status = 409, description = "a stale epoch or a cancelled handoff", body = crate::error::ApiErrorBody)))]
+    responses((status = 201, description = "durable: `{\"applied\": N}`"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody),
+        (status = 404, description = "no such handoff", body = crate::http::error::ApiErrorBody),
+        (status = 409, description = "a stale epoch or a cancelled handoff", body = crate::http::error::ApiErrorBody)))]
 pub async fn chunk(
     State(state): State<Shared>,
     Path((id, n)): Path<(String, u64)>,
@@ -160,7 +162,7 @@ pub async fn chunk(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or_else(|| ApiError::bad_request("a chunk needs an X-Roamkv-Epoch header"))?;
-    let bytes = read_body(&state, &headers, body).await?;
+    let bytes = read_body(&state.config.body, &headers, body).await?;
     let readings = batch::decode(&bytes, state.config.batch_readings_max)?;
     let applied = readings.len();
     state
@@ -175,10 +177,14 @@ pub async fn chunk(
                     other.device, record.device
                 )));
             }
-            // The events' index entries ride in the chunk's batch (event_ids.rs), merged and
+            // The events' index entries ride in the chunk's batch (ingest/event_ids.rs), merged and
             // written under one hold (chunks without events let it go at once).
             let mut merging = Some(s.handoffs.index_merge.lock());
-            let index = s.index_entries_for(&readings)?;
+            let index = if s.config.event_id_index {
+                event_ids::index_entries_for(&s.engine, &readings)?
+            } else {
+                Vec::new()
+            };
             if index.is_empty() {
                 merging = None;
             }
@@ -214,8 +220,8 @@ pub async fn chunk(
 #[utoipa::path(post, path = "/api/roamkv/v1/handoffs/{id}/commit", tag = "handoff",
     params(("id" = String, Path, description = "the handoff")),
     responses((status = 200, description = "committed: this edge owns the device"),
-        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody),
-        (status = 409, description = "cancelled", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "no such handoff", body = crate::http::error::ApiErrorBody),
+        (status = 409, description = "cancelled", body = crate::http::error::ApiErrorBody)))]
 pub async fn commit(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -289,7 +295,7 @@ pub struct ArrivedRequest {
     params(("device" = String, Path, description = "the device")),
     request_body(content = String, content_type = "application/json", description = "`{\"from\": \"http://host:port\"}`: the edge it left"),
     responses((status = 202, description = "asked the edge it left to hand it here (its answer)"),
-        (status = 502, description = "the edge it left did not answer", body = crate::error::ApiErrorBody), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
+        (status = 502, description = "the edge it left did not answer", body = crate::http::error::ApiErrorBody), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
 pub async fn arrived(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -321,7 +327,7 @@ pub async fn arrived(
 
 /// Inbound records of devices no longer arriving, kept for their epochs' sake in epochs.json:
 /// committed or called off ones older than `FINISHED_KEEP_MS` are forgotten.
-pub fn prune(state: &Arc<AppState>) {
+pub fn prune(state: &Arc<HandoffState>) {
     let old: Vec<String> = {
         let book = state.handoffs.book.lock();
         book.ins
@@ -329,7 +335,7 @@ pub fn prune(state: &Arc<AppState>) {
             .filter(|r| r.committed || r.aborted)
             .filter(|r| {
                 now_ms().saturating_sub(r.committed_ms.unwrap_or(r.started_ms))
-                    > crate::handoff_book::FINISHED_KEEP_MS
+                    > super::book::FINISHED_KEEP_MS
             })
             .map(|r| r.id.clone())
             .collect()

@@ -16,11 +16,12 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::book::FINISHED_KEEP_MS;
+use super::book::store::{OutRecord, OutState};
+use super::state::{HandoffState, Shared};
 use super::step::{advance, expect_status};
-use crate::error::ApiError;
-use crate::handoff_book::FINISHED_KEEP_MS;
-use crate::handoff_book::store::{OutRecord, OutState};
-use crate::state::{AppState, Shared, now_ms};
+use crate::clock::now_ms;
+use crate::http::error::ApiError;
 
 /// The longest wait between attempts while the receiver is away or refuses: a receiver that
 /// comes back is found within this (`roamkv bench handoff` measured resumes of up to 1.24 s
@@ -56,9 +57,9 @@ pub struct StartRequest {
 #[utoipa::path(post, path = "/api/roamkv/v1/devices/{device}/handoff", tag = "handoff",
     params(("device" = String, Path, description = "the device")),
     request_body(content = String, content_type = "application/json", description = "`{\"to\": \"http://host:port\"}`: the next edge"),
-    responses((status = 202, description = "fenced and recorded; the handoff runs"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 404, description = "not here", body = crate::error::ApiErrorBody),
-        (status = 409, description = "already being handed off", body = crate::error::ApiErrorBody)))]
+    responses((status = 202, description = "fenced and recorded; the handoff runs"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody),
+        (status = 404, description = "not here", body = crate::http::error::ApiErrorBody),
+        (status = 409, description = "already being handed off", body = crate::http::error::ApiErrorBody)))]
 pub async fn start(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -100,7 +101,7 @@ fn normalize_url(url: &str) -> Result<String, ApiError> {
 }
 
 /// The first step, blocking: checks, the fence, the record (durable before the answer).
-fn begin_here(s: &AppState, device: &str, to: &str) -> Result<OutRecord, ApiError> {
+fn begin_here(s: &HandoffState, device: &str, to: &str) -> Result<OutRecord, ApiError> {
     let newest = s
         .engine
         .latest(device, None)
@@ -193,7 +194,7 @@ pub async fn list(State(state): State<Shared>) -> Response {
 #[utoipa::path(get, path = "/api/roamkv/v1/handoffs/{id}", tag = "handoff",
     params(("id" = String, Path, description = "the handoff")),
     responses((status = 200, description = "`{\"direction\", \"handoff\"}`"),
-        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "no such handoff", body = crate::http::error::ApiErrorBody)))]
 pub async fn status(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -217,8 +218,8 @@ pub async fn status(
 #[utoipa::path(delete, path = "/api/roamkv/v1/handoffs/{id}", tag = "handoff",
     params(("id" = String, Path, description = "the handoff")),
     responses((status = 200, description = "aborted (sender) or cancelled (receiver)"),
-        (status = 404, description = "no such handoff", body = crate::error::ApiErrorBody),
-        (status = 409, description = "too late: committed", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "no such handoff", body = crate::http::error::ApiErrorBody),
+        (status = 409, description = "too late: committed", body = crate::http::error::ApiErrorBody)))]
 pub async fn abort_or_cancel(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -263,7 +264,7 @@ pub async fn abort_or_cancel(
 
 /// Moves a handoff to a finished state durably, unless it went on meanwhile; lifts the fence of
 /// an aborted one.
-fn finish(s: &AppState, id: &str, to: OutState) -> Result<OutRecord, ApiError> {
+fn finish(s: &HandoffState, id: &str, to: OutState) -> Result<OutRecord, ApiError> {
     let mut record = {
         let book = s.handoffs.book.lock();
         book.outs
@@ -433,14 +434,7 @@ async fn depart_here(state: &Shared, mut record: OutRecord) -> Result<(), String
     let c = &state.handoffs.counters;
     c.done.fetch_add(1, Ordering::Relaxed);
     c.duration_ms.fetch_add(took, Ordering::Relaxed);
-    state
-        .history
-        .lock()
-        .push_departure(crate::observability::status::Departure {
-            at_ms: now_ms(),
-            device: record.device.clone(),
-            how: "handed off",
-        });
+    state.departed(&record.device, "handed off");
     advance(state, record).await
 }
 
@@ -484,7 +478,7 @@ async fn prune(state: &Shared) {
 
 /// At start, before the server serves: every device a handoff is moving (or moved, recently)
 /// is fenced again.
-pub fn refence(state: &AppState) -> Result<(), String> {
+pub fn refence(state: &HandoffState) -> Result<(), String> {
     let book = state.handoffs.book.lock();
     for r in book.outs.values() {
         match r.state {

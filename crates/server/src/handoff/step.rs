@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 
-use crate::handoff_book::store::{OutRecord, OutState};
-use crate::state::Shared;
+use super::book::store::{OutRecord, OutState};
+use super::state::Shared;
 
 /// Saves the record (the step is done only once this returns) and puts it in the book, unless
 /// the handoff was called off meanwhile.

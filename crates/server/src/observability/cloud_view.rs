@@ -6,7 +6,7 @@
 use roamkv_sink::SinkStatus;
 use serde::Serialize;
 
-use crate::departing::Waiting;
+use crate::departures::departing::Waiting;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CloudView {

@@ -361,7 +361,7 @@ mod tests {
             holds_released: 0,
             on_depart: "drop",
             handoffs: Default::default(),
-            departures_waiting: vec![crate::departing::Waiting {
+            departures_waiting: vec![crate::departures::departing::Waiting {
                 device: "bus<2>".into(),
                 how: "native".into(),
                 cutoff_ns: None,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use tokio::sync::watch;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 pub use store::{Applied, RetentionStore, SETTINGS_MAX, settle_default};
 

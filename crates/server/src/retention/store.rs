@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use roamkv_engine::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// core-data's default age-based retention: a week.
 pub const DEFAULT_MAX_AGE_MS: u64 = 168 * 3_600_000;
@@ -156,7 +156,7 @@ impl RetentionStore {
         Ok(true)
     }
 
-    /// Replaces the file atomically and durably (files.rs).
+    /// Replaces the file atomically and durably (files/mod.rs).
     fn persist(&self, settings: &BTreeMap<String, u64>) -> Result<(), ApiError> {
         let stored = StoredSettings {
             format: 1,

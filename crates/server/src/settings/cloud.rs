@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::args::{FileConfig, ServeArgs};
 
-/// The cloud sink's settings (the edge id comes from the data directory, `edge.rs`).
+/// The cloud sink's settings (the edge id comes from the data directory, `files/edge.rs`).
 #[derive(Clone)]
 pub struct SinkSettings {
     pub url: String,
@@ -29,7 +29,7 @@ pub enum OnDepart {
     #[default]
     Drop,
     /// Dropped once the cloud sink has committed every reading of the device: the device is
-    /// fenced (writes refused with 409) and its DEPART waits (departing.rs).
+    /// fenced (writes refused with 409) and its DEPART waits (departures/departing.rs).
     Cloud,
 }
 

@@ -16,7 +16,7 @@ pub struct MqttConfig {
     pub port: u16,
     pub topic: String,
     pub client_id: String,
-    /// Where REST-posted events go on the bus (republish.rs); None: nowhere.
+    /// Where REST-posted events go on the bus (ingest/republish.rs); None: nowhere.
     pub republish_prefix: Option<String>,
     /// TLS to the broker (an mqtts:// broker), trusting the system's CAs and these.
     pub tls: Option<MqttTls>,

@@ -74,7 +74,7 @@ pub struct Metrics {
     /// Exports being written (export.rs), and the readings they wrote.
     pub exports_in_flight: Gauge,
     pub exported_readings: Counter,
-    /// REST-posted events published to the bus, or dropped from it (republish.rs).
+    /// REST-posted events published to the bus, or dropped from it (ingest/republish.rs).
     pub republished: Family<OutcomeLabels, Counter>,
     engine: EngineMetrics,
     cloud: CloudMetrics,

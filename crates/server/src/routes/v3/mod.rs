@@ -19,10 +19,11 @@ use roamkv_wire::edgex::contract::API_VERSION;
 use roamkv_wire::edgex::{self, Decoded, PathNames};
 use roamkv_wire::names::{check_device_name, check_resource_name};
 
-use crate::body::read_body;
-use crate::error::ApiError;
+use crate::clock::now_ns;
+use crate::http::body::read_body;
+use crate::http::error::ApiError;
 use crate::retention::Applied;
-use crate::state::{AppState, Shared, now_ns};
+use crate::state::{AppState, Shared};
 use query::{Paging, ReadingQuery, apply_paging, window};
 
 pub const SERVICE_NAME: &str = "core-data";
@@ -37,7 +38,7 @@ pub async fn add_event(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = match read_body(&state, &headers, body).await {
+    let bytes = match read_body(&state.body_limits(), &headers, body).await {
         Ok(bytes) => bytes,
         Err(e) => {
             state.reject("http", &e);
@@ -400,7 +401,7 @@ pub async fn readings_by_device_time(
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     let window = window(&start, &end)?;
-    let bytes = read_body(&state, &headers, body).await?;
+    let bytes = read_body(&state.body_limits(), &headers, body).await?;
     let resources = if bytes.iter().all(u8::is_ascii_whitespace) {
         Resources::All
     } else {
@@ -549,7 +550,7 @@ pub async fn event_by_id(
 }
 
 /// DELETE event/id/{id}: the event's readings and its index entry overwritten in one batch
-/// (event_ids.rs); their keys go with retention or the device's departure.
+/// (ingest/event_ids.rs); their keys go with retention or the device's departure.
 pub async fn delete_event_by_id(
     State(state): State<Shared>,
     Path(id): Path<String>,

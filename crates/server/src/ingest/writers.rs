@@ -11,7 +11,7 @@
 //! threads, so that one queues and writes the next group while the other waits for its
 //! fdatasync (the group commit's pipeline, engine/src/group_commit.rs).
 //!
-//! Fences are checked here, under one shared hold for the whole call (fence.rs: a fence waits
+//! Fences are checked here, under one shared hold for the whole call (departures/fence.rs: a fence waits
 //! for the writes already past its check).
 
 use std::collections::VecDeque;
@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 use roamkv_engine::{Engine, Record};
 use roamkv_wire::keyed::KeyedReading;
 
-use crate::error::ApiError;
-use crate::fence::Fences;
+use crate::departures::fence::Fences;
+use crate::http::error::ApiError;
 
 /// Threads that write gathered requests: one writes while the other waits for its commit.
 pub const INGEST_THREADS: usize = 2;

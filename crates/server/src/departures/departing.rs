@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
 use crate::files;
+use crate::http::error::ApiError;
 
 /// Departures that may wait at once: bounds the file (rewritten whole on a change) and the
 /// fences they hold.

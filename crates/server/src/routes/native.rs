@@ -11,7 +11,7 @@
 //!   and `to` are RFC 3339 times, relative times (`-1h`) or epoch milliseconds
 //!   (`roamkv_wire::time_arg`), `from_ns` and `to_ns` the same in nanoseconds;
 //! - `DELETE /devices/{device}`: the device departs (200), or under `--on-depart cloud` is
-//!   fenced and departs once the cloud sink has its readings (202, departing.rs);
+//!   fenced and departs once the cloud sink has its readings (202, departures/departing.rs);
 //! - `GET /sink`, `GET /departures`: the cloud sink and the departures waiting for it
 //!   (cloud.rs);
 //! - `POST /backup`: a consistent copy of the data directory as a tar stream (backup.rs);
@@ -48,10 +48,11 @@ use roamkv_wire::names::{check_device_name, check_not_internal};
 use roamkv_wire::report;
 use roamkv_wire::time_arg::parse_time;
 
-use crate::body::read_body;
-use crate::error::ApiError;
+use crate::clock::now_ms;
+use crate::http::body::read_body;
+use crate::http::error::ApiError;
 use crate::retention;
-use crate::state::{DepartOutcome, Shared, now_ms};
+use crate::state::{DepartOutcome, Shared};
 
 /// Default and largest page of a native scan.
 const PAGE_READINGS_DEFAULT: usize = 1000;
@@ -72,9 +73,6 @@ pub fn routes() -> Router<Shared> {
                 .delete(delete_retention),
         )
         .route("/retention", get(list_retention))
-        .merge(crate::cloud::routes())
-        .merge(crate::handoff::routes())
-        .merge(crate::backup::routes())
 }
 
 /// One line of a batch. `value` is text; `value_b64` carries binary values.
@@ -152,17 +150,17 @@ fn parse_lines(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
 #[utoipa::path(post, path = "/api/roamkv/v1/readings", tag = "readings",
     request_body(content = String, content_type = "application/jsonl",
         description = "JSON lines `{\"device\",\"sensor\",\"ts_ns\"|\"ts\",\"value\"|\"value_b64\"}`, or a binary batch (`application/vnd.roamkv.batch`)"),
-    responses((status = 201, description = "written as one engine batch: `{\"written\": N}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 409, description = "a device is fenced (handed off)", body = crate::error::ApiErrorBody),
-        (status = 413, description = "over the batch or value limits", body = crate::error::ApiErrorBody),
-        (status = 507, description = "no room in the log's budget; nothing written", body = crate::error::ApiErrorBody)))]
+    responses((status = 201, description = "written as one engine batch: `{\"written\": N}`"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody),
+        (status = 409, description = "a device is fenced (handed off)", body = crate::http::error::ApiErrorBody),
+        (status = 413, description = "over the batch or value limits", body = crate::http::error::ApiErrorBody),
+        (status = 507, description = "no room in the log's budget; nothing written", body = crate::http::error::ApiErrorBody)))]
 async fn post_readings(
     State(state): State<Shared>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let result = async {
-        let bytes = read_body(&state, &headers, body).await?;
+        let bytes = read_body(&state.body_limits(), &headers, body).await?;
         let binary = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -213,7 +211,7 @@ async fn engine_stats(State(state): State<Shared>) -> Result<Response, ApiError>
 #[utoipa::path(get, path = "/api/roamkv/v1/devices/{device}/latest", tag = "readings",
     params(("device" = String, Path, description = "the device"),
         ("sensor" = Option<String>, Query, description = "only this sensor")),
-    responses((status = 200, description = "`{\"readings\": [...]}`: the newest reading of each sensor"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
+    responses((status = 200, description = "`{\"readings\": [...]}`: the newest reading of each sensor"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
 async fn latest(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -287,7 +285,7 @@ pub(crate) fn parse_bound(
         ("to_ns" = Option<i64>, Query, description = "end time in ns"),
         ("limit" = Option<usize>, Query, description = "readings per page (default 1000, at most 10000)"),
         ("after" = Option<String>, Query, description = "the last page's `next` token")),
-    responses((status = 200, description = "`{\"readings\": [...], \"next\": TOKEN|null}`"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody)))]
+    responses((status = 200, description = "`{\"readings\": [...], \"next\": TOKEN|null}`"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
 async fn scan(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -316,7 +314,7 @@ async fn scan(
         })
         .await?;
     let next = page.next.as_ref().map(encode_token);
-    // Readings of events deleted by id are gone from every answer (event_ids.rs).
+    // Readings of events deleted by id are gone from every answer (ingest/event_ids.rs).
     let readings: Vec<Value> = page
         .readings
         .into_iter()
@@ -358,8 +356,8 @@ fn parse_retention(body: &[u8]) -> Result<u64, ApiError> {
 #[utoipa::path(put, path = "/api/roamkv/v1/devices/{device}/retention", tag = "retention",
     params(("device" = String, Path, description = "the device")),
     request_body(content = String, content_type = "application/json", description = "`{\"max_age_ms\": N}`"),
-    responses((status = 200, description = "the setting, and what it did at once"), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 507, description = "over the limit of settings", body = crate::error::ApiErrorBody)))]
+    responses((status = 200, description = "the setting, and what it did at once"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody),
+        (status = 507, description = "over the limit of settings", body = crate::http::error::ApiErrorBody)))]
 async fn put_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -367,7 +365,7 @@ async fn put_retention(
     body: Body,
 ) -> Result<Response, ApiError> {
     check_device_name(&device)?;
-    let bytes = read_body(&state, &headers, body).await?;
+    let bytes = read_body(&state.body_limits(), &headers, body).await?;
     let max_age_ms = parse_retention(&bytes)?;
     let applied = state
         .blocking(move |s| {
@@ -386,7 +384,7 @@ async fn put_retention(
 #[utoipa::path(get, path = "/api/roamkv/v1/devices/{device}/retention", tag = "retention",
     params(("device" = String, Path, description = "the device")),
     responses((status = 200, description = "`{\"max_age_ms\": N}`"),
-        (status = 404, description = "no setting", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "no setting", body = crate::http::error::ApiErrorBody)))]
 async fn get_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -406,7 +404,7 @@ async fn get_retention(
 #[utoipa::path(delete, path = "/api/roamkv/v1/devices/{device}/retention", tag = "retention",
     params(("device" = String, Path, description = "the device")),
     responses((status = 200, description = "removed (nothing deleted)"),
-        (status = 404, description = "no setting", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "no setting", body = crate::http::error::ApiErrorBody)))]
 async fn delete_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -445,7 +443,7 @@ async fn list_retention(State(state): State<Shared>) -> Response {
     params(("device" = String, Path, description = "the device")),
     responses((status = 200, description = "departed"),
         (status = 202, description = "fenced; departs once the cloud sink has its readings (--on-depart cloud)"),
-        (status = 404, description = "not here", body = crate::error::ApiErrorBody)))]
+        (status = 404, description = "not here", body = crate::http::error::ApiErrorBody)))]
 async fn depart_device(
     State(state): State<Shared>,
     Path(device): Path<String>,

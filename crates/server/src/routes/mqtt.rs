@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::settings::MqttConfig;
 use crate::state::Shared;
 

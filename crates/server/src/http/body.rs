@@ -6,8 +6,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use crate::error::ApiError;
-use crate::state::AppState;
+use std::time::Duration;
+
+use super::error::ApiError;
 
 /// How much of a body past the limit is still read, and dropped, before the 413 goes out.
 /// A server that closes its side while request bytes sit unread makes the kernel reset the
@@ -17,13 +18,20 @@ use crate::state::AppState;
 /// huge upload costs at most this much reading, within the body timeout.
 const OVERFLOW_DRAIN_BYTES_MAX: u64 = 1 << 20;
 
+/// A body's bounds (`--body-bytes-max`, `--body-timeout-secs`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    pub bytes_max: usize,
+    pub timeout: Duration,
+}
+
 pub async fn read_body(
-    state: &AppState,
+    limits: &BodyLimits,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, ApiError> {
-    let max = state.config.body_bytes_max as u64;
-    let deadline = Instant::now() + state.config.body_timeout;
+    let max = limits.bytes_max as u64;
+    let deadline = Instant::now() + limits.timeout;
     let declared_over = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -51,7 +59,7 @@ pub async fn read_body(
             StatusCode::REQUEST_TIMEOUT,
             format!(
                 "the request body did not arrive within {} s",
-                state.config.body_timeout.as_secs()
+                limits.timeout.as_secs()
             ),
         )),
         Ok(Err(message)) if received <= max => Err(ApiError::bad_request(message)),

@@ -1,5 +1,19 @@
-//! The route table and the layers every request passes: metrics (latency by route), bearer
+//! Every way a request reaches the server, and the layers it passes: the route table (here) of
+//! EdgeX core-data's v3 API (`v3/`), the native API (`native`, `export`, `backup`, `cloud`: the
+//! sink's and departures' views) and its OpenAPI document (`openapi`), and EdgeX's message bus
+//! (`mqtt`: events in as device services publish them). Each handler is engine calls through
+//! the server's state (state.rs); the parts they use (ingest, departures, handoff, retention)
+//! never name that state, so they sit below it. The layers: metrics (latency by route), bearer
 //! auth (constant-time compare), and the concurrency limit (429 rather than an unbounded queue).
+
+pub mod backup;
+pub mod cloud;
+pub mod export;
+pub mod mqtt;
+pub mod native;
+pub mod openapi;
+pub mod stream;
+pub mod v3;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,11 +26,11 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
+use crate::clock::now_ms;
+use crate::http::error::ApiError;
 use crate::observability::metrics::{RequestLabels, RouteLabels};
 use crate::observability::status;
-use crate::state::{Shared, now_ms};
-use crate::{export, native, openapi, v3};
+use crate::state::Shared;
 
 /// Routes that answer without a token: liveness checks must work before credentials exist.
 const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];
@@ -112,7 +126,14 @@ pub fn build(state: Shared) -> Router {
         .layer(middleware::from_fn(correlation_id));
     Router::new()
         .nest("/api/v3", v3_routes)
-        .nest("/api/roamkv/v1", native::routes().merge(export::routes()))
+        .nest(
+            "/api/roamkv/v1",
+            native::routes()
+                .merge(export::routes())
+                .merge(cloud::routes())
+                .merge(backup::routes())
+                .merge(crate::handoff::routes().with_state(Arc::clone(&state.handoff))),
+        )
         .route("/api/roamkv/v1/openapi.json", get(openapi::document))
         .route("/", get(status_page))
         .route("/health", get(health))
@@ -174,7 +195,7 @@ async fn ready(State(state): State<Shared>) -> Response {
 
 async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
     let text = state
-        .blocking(|s| Ok(s.metrics.render(&s.engine, &crate::cloud::view(s))))
+        .blocking(|s| Ok(s.metrics.render(&s.engine, &s.cloud_view())))
         .await?;
     let mut response = text.into_response();
     response.headers_mut().insert(
@@ -189,7 +210,7 @@ async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiErr
         .blocking(|s| {
             let stats = s.engine.stats();
             let devices = s.devices();
-            let cloud = crate::cloud::view(s);
+            let cloud = s.cloud_view();
             let history = s.history.lock();
             Ok(Html(status::render(&status::PageInput {
                 stats: &stats,

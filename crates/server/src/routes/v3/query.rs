@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use axum::http::StatusCode;
 use roamkv_wire::edgex::aggregate::AggregateFunc;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// EdgeX's default page size.
 const LIMIT_DEFAULT: usize = 20;

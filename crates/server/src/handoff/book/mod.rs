@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod store;
 
+use crate::clock::now_ms;
+
 use store::{InRecord, OutRecord, Store};
 
 /// Readings per chunk at most (B's `--batch-readings-max` is 10,000 by default); a chunk B
@@ -15,12 +17,6 @@ pub const CHUNK_READINGS_MAX: usize = 2_000;
 /// How long a finished handoff's record (and its fence: writes of the device at A get 409 and
 /// B's address) is kept.
 pub const FINISHED_KEEP_MS: u64 = 10 * 60 * 1000;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// What this edge knows of its handoffs, in memory (the files are the truth across restarts).
 #[derive(Default)]

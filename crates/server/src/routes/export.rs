@@ -24,10 +24,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use roamkv_export::limits::OUTPUT_BUFFER_BYTES;
 use roamkv_export::{Export, ExportError, Format, Request, Selection};
 
-use crate::error::ApiError;
-use crate::native::parse_bound;
+use crate::http::error::ApiError;
+use crate::routes::native::parse_bound;
+use crate::routes::stream;
 use crate::state::Shared;
-use crate::stream;
 
 /// The nice value an export's thread runs at: under full ingest it takes the CPU that ingest
 /// leaves (a share of about a tenth of a core's against a writer at 0), idle it takes all.
@@ -120,9 +120,9 @@ fn api_error(e: ExportError) -> ApiError {
         ("format" = Option<String>, Query, description = "parquet (default), arrow, csv or jsonl")),
     responses((status = 200, description = "the readings, streamed (docs/SERVER.md, \"Export\")",
             content((Vec<u8> = "application/vnd.apache.parquet"), (Vec<u8> = "application/vnd.apache.arrow.stream"),
-                (String = "text/csv"), (String = "application/jsonl"))), (status = 400, description = "bad input: the message says what", body = crate::error::ApiErrorBody),
-        (status = 404, description = "a device not here", body = crate::error::ApiErrorBody),
-        (status = 429, description = "as many exports as the limit are being written", body = crate::error::ApiErrorBody)))]
+                (String = "text/csv"), (String = "application/jsonl"))), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody),
+        (status = 404, description = "a device not here", body = crate::http::error::ApiErrorBody),
+        (status = 429, description = "as many exports as the limit are being written", body = crate::http::error::ApiErrorBody)))]
 async fn export(
     State(state): State<Shared>,
     RawQuery(query): RawQuery,

@@ -1,7 +1,10 @@
 //! The server's own small files beside the engine's (`DATA_DIR/server/`: retention settings,
 //! the edge's identity, departures waiting for the cloud), each replaced atomically: written to
 //! `NAME.tmp`, fsync'd, renamed over `NAME`, the directory fsync'd. A reader finds the old file
-//! or the new one, never half of one, and a change is durable when this returns.
+//! or the new one, never half of one, and a change is durable when this returns. `edge` is the
+//! first such file: the edge's identity.
+
+pub mod edge;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

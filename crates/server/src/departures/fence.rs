@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use axum::http::StatusCode;
 use parking_lot::{RwLock, RwLockReadGuard};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Devices fenced at once at most: a departure waiting for the cloud holds one, and their
 /// number is bounded by what the departing file may hold (`departing::WAITING_MAX`).
