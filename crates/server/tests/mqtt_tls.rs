@@ -184,14 +184,19 @@ async fn a_broker_that_refuses_us_stops_the_start_naming_the_setting() {
         "{error}"
     );
 
-    // A certificate nobody here trusts: the TLS handshake fails, and the start says so.
+    // A certificate nobody here trusts: the TLS handshake fails, and the start says what is
+    // wrong and what to do (roamkv_sink::explain): the CA to trust, with the setting that names it.
     let error = start_error(|a| {
         secure_settings(&broker, &wrong)(a);
         a.mqtt_ca_file = None;
     })
     .await;
     assert!(
-        error.contains("TLS") && error.contains("--mqtt-ca-file"),
+        error.starts_with("TLS failed: the MQTT broker at ")
+            && error.contains("signed by a CA this client does not trust")
+            && error.contains("--mqtt-ca-file ca.crt")
+            && error.contains("openssl req -x509")
+            && error.contains("UnknownIssuer"),
         "{error}"
     );
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use roamkv_sink::explain::{self, Dialed, Peer};
 use roamkv_wire::edgex::{self, AddEventRequest, PathNames};
 use rumqttc::{
     AsyncClient, ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, Publish, QoS,
@@ -178,11 +179,27 @@ fn refusal(config: &MqttConfig, error: &ConnectionError) -> Option<String> {
             ),
             (other, _) => format!("the MQTT broker {broker} refused the connection: {other:?}"),
         }),
-        ConnectionError::Tls(e) => Some(format!(
-            "TLS with the MQTT broker {broker} failed: {e} (is it an mqtts:// broker whose \
-             certificate names {:?}, signed by a CA the system or --mqtt-ca-file trusts?)",
-            config.host
-        )),
+        ConnectionError::Tls(e) => {
+            // The one translation of TLS failures (roamkv_sink::explain): what is wrong with
+            // the broker's certificate and what to do, with the openssl commands.
+            let dialed = Dialed {
+                host: config.host.clone(),
+                port: config.port,
+                tls: true,
+                peer: Peer::Broker,
+                ca_setting: "--mqtt-ca-file".into(),
+            };
+            Some(match explain::explain(e, &dialed) {
+                Some(sentence) => format!("TLS failed: {sentence} ({})", explain::chain(e)),
+                None => format!(
+                    "TLS with the MQTT broker {broker} failed: {} (is it an mqtts:// broker \
+                     whose certificate names {:?}, signed by a CA the system or \
+                     --mqtt-ca-file trusts?)",
+                    explain::chain(e),
+                    config.host
+                ),
+            })
+        }
         _ => None,
     }
 }
