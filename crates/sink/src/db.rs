@@ -10,32 +10,12 @@ use tokio_postgres::{Client, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::SinkConfig;
+pub use crate::error::{DbError, redact};
+pub use crate::rows::Rows;
 use crate::schema;
 
 /// Longest wait for a connection to be set up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DbError {
-    /// Worth retrying: the database is down, restarting, overloaded, or a transaction lost a
-    /// serialization conflict.
-    Retryable(String),
-    /// A retry will fail the same way (schema, permissions, bad data): the sink stops and says
-    /// so; the log's hold keeps the backlog up to its cap.
-    Fatal(String),
-    /// Another process moved this edge's cursor: two writers under one identity.
-    Fenced(String),
-}
-
-impl std::fmt::Display for DbError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DbError::Retryable(m) => write!(f, "{m} (retrying)"),
-            DbError::Fatal(m) => write!(f, "{m}"),
-            DbError::Fenced(m) => write!(f, "{m}"),
-        }
-    }
-}
 
 /// Whether the error is TLS refusing the server (a certificate not trusted, a name that does
 /// not match): every retry would meet the same certificate.
@@ -83,8 +63,17 @@ fn classify(context: &str, error: &tokio_postgres::Error) -> DbError {
     }
 }
 
-/// Parses the sink's URL; a malformed one is an error naming it (without its password).
-pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, DbError> {
+/// Checks the sink's URL, of either destination (`kafka://`, `kafka+ssl://`: kafka/url.rs;
+/// anything else: PostgreSQL's); a malformed one is an error naming it (without its password).
+pub fn parse_url(url: &str) -> Result<(), DbError> {
+    if crate::kafka::url::is_kafka(url) {
+        return crate::kafka::url::KafkaUrl::parse(url).map(|_| ());
+    }
+    postgres_config(url).map(|_| ())
+}
+
+/// A PostgreSQL sink URL, parsed.
+fn postgres_config(url: &str) -> Result<tokio_postgres::Config, DbError> {
     url.parse()
         .map_err(|e| DbError::Fatal(format!("the sink URL {} is not valid: {e}", redact(url))))
 }
@@ -96,59 +85,6 @@ fn tls_connector(sink: &SinkConfig) -> Result<MakeRustlsConnect, DbError> {
     crate::tls::client_config(sink.ca_file.as_deref(), "the sink CA file")
         .map(MakeRustlsConnect::new)
         .map_err(DbError::Fatal)
-}
-
-/// The URL with its password hidden, for messages and the status page.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
-/// Rows of one transaction: each (device, sensor, ts) once, with the last value pushed for it.
-#[derive(Debug, Default)]
-pub struct Rows {
-    pub devices: Vec<String>,
-    pub sensors: Vec<String>,
-    pub ts_ns: Vec<i64>,
-    pub values: Vec<Vec<u8>>,
-    /// (device, position after its DEPART).
-    pub departures: Vec<(String, String)>,
-    /// Where each key's row is, so that a later write of it replaces the value.
-    at: std::collections::HashMap<(String, String, i64), usize>,
-}
-
-impl Rows {
-    /// Adds a reading, in log order: a key pushed before gets this value (the last write
-    /// wins, as in the engine).
-    pub fn push(&mut self, device: String, sensor: String, ts_ns: i64, value: Vec<u8>) {
-        let key = (device, sensor, ts_ns);
-        if let Some(&i) = self.at.get(&key) {
-            self.values[i] = value;
-            return;
-        }
-        let (device, sensor, ts_ns) = key;
-        self.at
-            .insert((device.clone(), sensor.clone(), ts_ns), self.devices.len());
-        self.devices.push(device);
-        self.sensors.push(sensor);
-        self.ts_ns.push(ts_ns);
-        self.values.push(value);
-    }
-
-    pub fn len(&self) -> usize {
-        self.devices.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.devices.is_empty() && self.departures.is_empty()
-    }
 }
 
 pub struct Db {
@@ -166,7 +102,7 @@ impl Db {
     /// released on the strength of a commit) and makes the tables if they are missing.
     pub async fn connect(sink: &SinkConfig) -> Result<Db, DbError> {
         let url = &sink.url;
-        let mut config = parse_url(url)?;
+        let mut config = postgres_config(url)?;
         if let Some(password) = &sink.password {
             config.password(password.as_bytes());
         }

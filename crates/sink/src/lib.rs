@@ -1,31 +1,42 @@
-//! The cloud sink (`roamkv serve --sink postgres://...`, docs/SERVER.md "The cloud sink"): it
-//! tails the engine's commit log (the engine's change feed, no second queue) and writes every
-//! reading to a PostgreSQL-protocol database, exactly once per (device, sensor, ts):
+//! The cloud sink (`roamkv serve --sink URL`, docs/SERVER.md "The cloud sink"): it tails the
+//! engine's commit log (the engine's change feed, no second queue) and writes every reading to a
+//! PostgreSQL-protocol database (`postgres://…`) or a Kafka topic (`kafka://HOST:PORT[,…]/TOPIC`),
+//! exactly once per reading:
 //!
-//! - one transaction per batch inserts the rows (`ON CONFLICT DO NOTHING` on the key) and
-//!   advances this edge's cursor row, so the table and the cursor never disagree, and a batch
-//!   sent again after a crash changes nothing;
+//! - one transaction per batch writes the readings and advances this edge's cursor, so the data
+//!   and the cursor never disagree: in PostgreSQL the rows (`ON CONFLICT DO NOTHING` on the key,
+//!   so a batch sent again after a crash changes nothing) and the cursor row; in Kafka the
+//!   records (keyed by device) and the sink's position in the compacted offsets topic
+//!   `<topic>.roamkv-offsets`, in one Kafka transaction of a producer whose transactional id
+//!   comes from the edge id (kafka/: the way Kafka Connect's exactly-once source connectors keep
+//!   their offsets);
 //! - the engine's feed slot `cloud-sink` holds the log from the last committed batch (within
-//!   its cap): after a restart of the edge or an outage of the database, the sink resumes from
-//!   the cursor in the database;
+//!   its cap): after a restart of the edge or an outage of the destination, the sink resumes
+//!   from the cursor the destination committed;
 //! - a position from another history of the log (a restored or replaced data directory) starts
 //!   a new *generation*; a position the log no longer holds (the hold was released) is a *gap*:
-//!   the devices present are exported by scanning, then the log is tailed from where the scan
-//!   began;
+//!   the devices present are exported by scanning (as of a read view), then the log is tailed
+//!   from where the scan began (Kafka, which has no key to make a reading sent twice harmless,
+//!   records what the scan exported and leaves it out of the tail);
 //! - errors a retry may cure are retried with backoff (100 ms doubling to 500 ms), so the sink
-//!   resumes within about half a second of the database accepting connections (measured in
-//!   docs/BENCHMARKS.md); a database unreachable at start is such an error;
+//!   resumes within about half a second of the destination accepting connections (measured in
+//!   docs/BENCHMARKS.md); a destination unreachable at start is such an error;
 //! - a reading written twice: the last write wins, in the table as in the engine
-//!   (`schema::INSERT_READINGS`).
+//!   (`schema::INSERT_READINGS`); in Kafka both writes are records, the later one last.
 //!
-//! Layers: `config` (what it is given and shows), `schema` (the SQL), `db` (connection,
-//! transactions, errors), `tail` (the loop), `lag` (how far behind it is, sampled apart). The engine knows nothing of this crate.
+//! Layers: `config` (what it is given and shows), `destination` (PostgreSQL or Kafka, one
+//! contract: `db` and `schema`, `kafka/`), `error` and `rows` (what both share), `tail` (the
+//! loop), `lag` (how far behind it is, sampled apart). The engine knows nothing of this crate.
 #![deny(clippy::unwrap_used)]
 
 mod config;
 pub mod db;
+mod destination;
+pub mod error;
 pub mod explain;
+pub mod kafka;
 mod lag;
+pub mod rows;
 pub mod schema;
 mod tail;
 pub mod tls;
@@ -63,18 +74,23 @@ impl Sink {
         config: SinkConfig,
         stop: watch::Receiver<bool>,
     ) -> Result<Sink, String> {
+        let kafka = kafka::url::is_kafka(&config.url);
         let refused = |e: &db::DbError| {
+            let check = if kafka {
+                "check --sink (the brokers, the topic, and that the cluster accepts this edge)"
+            } else {
+                "check --sink (and that the database accepts this user)"
+            };
             format!(
-                "the cloud sink cannot use {}: {e}; check --sink (and that the database \
-                 accepts this user)",
+                "the cloud sink cannot use {}: {e}; {check}",
                 redact(&config.url)
             )
         };
         db::parse_url(&config.url).map_err(|e| refused(&e))?;
-        let (db, first_error) = match db::Db::connect(&config).await {
+        let (db, first_error) = match destination::Destination::connect(&config).await {
             Ok(db) => (Some(db), None),
             Err(e @ db::DbError::Retryable(_)) => {
-                tracing::warn!(error = %e, "cloud sink: the database cannot be reached yet; retrying");
+                tracing::warn!(error = %e, "cloud sink: the destination cannot be reached yet; retrying");
                 (None, Some(e.to_string()))
             }
             Err(e) => return Err(refused(&e)),

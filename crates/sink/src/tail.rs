@@ -3,9 +3,12 @@
 //! transaction per batch. Every engine call runs on the blocking pool (they do file I/O).
 //!
 //! Order of effects per batch (each a crash point): rows and cursor committed together in the
-//! database (`sink.before_commit` is inside the open transaction), then the engine's slot moved
-//! (`sink.after_commit` comes between the two), then `sink.after_hold`. A crash anywhere re-sends
-//! at most the batch whose commit it did not see, which the key makes harmless.
+//! destination (`sink.before_commit` is inside the open transaction), then the engine's slot
+//! moved (`sink.after_commit` comes between the two), then `sink.after_hold`. A crash anywhere
+//! re-sends at most the batch whose commit it did not see, which the key makes harmless in a
+//! table and which Kafka never shows a read_committed consumer twice: the batch is sent again
+//! only from the position read back from Kafka, after the new producer aborted the open
+//! transaction.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +19,9 @@ use roamkv_engine::{Engine, Error as EngineError, FeedBatch, FeedRecord, LogPos,
 use tokio::sync::watch;
 
 use crate::config::{SLOT_NAME, SinkConfig, SinkStatus};
-use crate::db::{Db, DbError, Rows};
+use crate::destination::Destination;
+use crate::error::DbError;
+use crate::rows::Rows;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between reconnection attempts: the sink resumes within about this long of
@@ -34,7 +39,7 @@ pub(crate) struct Tail {
     status: Arc<Mutex<SinkStatus>>,
     cursor_tx: watch::Sender<Option<LogPos>>,
     stop: watch::Receiver<bool>,
-    db: Option<Db>,
+    db: Option<Destination>,
     generation: i64,
     /// Where the next read starts, and the position text the cursor row holds.
     position: LogPos,
@@ -50,7 +55,7 @@ impl Tail {
         status: Arc<Mutex<SinkStatus>>,
         cursor_tx: watch::Sender<Option<LogPos>>,
         stop: watch::Receiver<bool>,
-        db: Option<Db>,
+        db: Option<Destination>,
     ) -> Tail {
         let position = engine.feed().end();
         Tail {
@@ -97,7 +102,7 @@ impl Tail {
         }
     }
 
-    fn db(&mut self) -> &mut Db {
+    fn db(&mut self) -> &mut Destination {
         self.db.as_mut().expect("a session runs connected")
     }
 }
@@ -110,7 +115,7 @@ pub(crate) async fn run(mut t: Tail) {
             return;
         }
         if t.db.is_none() {
-            match Db::connect(&t.config).await {
+            match Destination::connect(&t.config).await {
                 Ok(db) => {
                     t.db = Some(db);
                     backoff = BACKOFF_MIN;
@@ -258,7 +263,15 @@ impl Tail {
     /// flag. Tailing from the position held before the scan then covers what came during it.
     async fn snapshot(&mut self) -> Result<(), DbError> {
         self.set_state("snapshot", None);
-        let mut devices = self.blocking(|e| e.devices()).await?;
+        // As of one read view: what it holds is exported, and a destination that is no keyed
+        // table (Kafka) leaves it out of the tail that follows (`exported_by_scan`).
+        let view = self
+            .blocking(|e| e.read_view())
+            .await?
+            .map_err(|e| DbError::Fatal(format!("taking a read view: {e}")))?;
+        self.db().scan_began(view_end(&view.position()));
+        let view = Arc::new(view);
+        let mut devices = view.devices().to_vec();
         devices.retain(|d| !d.name.starts_with(INTERNAL_DEVICE_PREFIX));
         for device in devices {
             let mut after: Option<ScanCursor> = None;
@@ -268,9 +281,11 @@ impl Tail {
                 }
                 let (name, limit, from) =
                     (device.name.clone(), self.config.batch_rows, after.take());
+                let in_view = Arc::clone(&view);
                 let page = self
                     .blocking(move |e| {
-                        e.scan_page(&name, None, i64::MIN, i64::MAX, from.as_ref(), limit)
+                        let (min, max) = (i64::MIN, i64::MAX);
+                        e.scan_page_in(&in_view, &name, None, min, max, from.as_ref(), limit)
                     })
                     .await?
                     .map_err(|e| DbError::Fatal(format!("scanning {}: {e}", device.name)))?;
@@ -363,7 +378,10 @@ impl Tail {
             self.bytes_per_record = (self.bytes_per_record * 3 + per.max(1)) / 4;
         }
         let (count, next) = cut(&batch, self.config.batch_rows);
-        let rows = to_rows(&batch, count);
+        let destination = self.db.as_ref().expect("a session runs connected");
+        let rows = to_rows(&batch, count, |end, key| {
+            destination.exported_by_scan([end.seq.0, end.offset], key)
+        });
         let text = next.to_string();
         let (generation, from) = (self.generation, self.stored.clone());
         self.db()
@@ -404,9 +422,20 @@ fn cut(batch: &FeedBatch, rows_max: usize) -> (usize, LogPos) {
 /// The rows of the first `count` records: PUTs as readings, DEPARTs with the position after
 /// their batch; REGISTERs and TRIMs are not exported (the cloud keeps its own retention), nor
 /// are the records of internal devices (`INTERNAL_DEVICE_PREFIX`: the server's own, such as its
-/// index of event ids).
-fn to_rows(batch: &FeedBatch, count: usize) -> Rows {
+/// index of event ids), nor PUTs the last scan exported (`exported(batch end, key)`).
+fn to_rows(
+    batch: &FeedBatch,
+    count: usize,
+    exported: impl Fn(&LogPos, (&str, &str, i64)) -> bool,
+) -> Rows {
     let mut rows = Rows::default();
+    let batch_end = |i: usize| {
+        batch
+            .batch_ends
+            .iter()
+            .find(|(n, _)| *n > i)
+            .map_or(batch.next, |(_, pos)| *pos)
+    };
     for (i, record) in batch.records[..count].iter().enumerate() {
         match record {
             FeedRecord::Put { device, .. } | FeedRecord::Depart { device }
@@ -415,18 +444,28 @@ fn to_rows(batch: &FeedBatch, count: usize) -> Rows {
                 device,
                 sensor,
                 ts_ns,
+                ..
+            } if exported(&batch_end(i), (device, sensor, *ts_ns)) => {}
+            FeedRecord::Put {
+                device,
+                sensor,
+                ts_ns,
                 value,
             } => rows.push(device.clone(), sensor.clone(), *ts_ns, value.clone()),
             FeedRecord::Depart { device } => {
-                let after = batch
-                    .batch_ends
-                    .iter()
-                    .find(|(n, _)| *n > i)
-                    .map_or(batch.next, |(_, pos)| *pos);
-                rows.departures.push((device.clone(), after.to_string()));
+                rows.departures
+                    .push((device.clone(), batch_end(i).to_string()));
             }
             FeedRecord::Register { .. } | FeedRecord::Trim { .. } => {}
         }
     }
     rows
+}
+
+/// A read view's end (`ReadView::position`, `SEGMENT:OFFSET`) as [segment, offset].
+fn view_end(position: &str) -> [u64; 2] {
+    let parsed = position
+        .split_once(':')
+        .and_then(|(seq, offset)| Some([seq.parse().ok()?, offset.parse().ok()?]));
+    parsed.expect("ReadView::position is SEGMENT:OFFSET")
 }
