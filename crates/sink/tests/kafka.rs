@@ -12,7 +12,8 @@
 //! 4. every broker stopped (SIGSTOP: the link cut, connections left open) for 15 s while the
 //!    writers write, then continued;
 //!
-//! and a topic that does not exist refused at start with what to do. The ledger (writers'
+//! and brokers that cannot be reached at start retried (the sink starts disconnected), a topic
+//! that does not exist refused at start with what to do. The ledger (writers'
 //! acknowledgements) is held against what the consumer counted: nothing lost, nothing twice.
 
 use std::collections::BTreeMap;
@@ -201,9 +202,12 @@ async fn every_reading_once_in_order_through_leader_kill_edge_kill_and_link_cut(
         return;
     }
     let begun = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Beside the cluster's start (which blocks this thread), on the other worker.
+    let unreachable = tokio::spawn(unreachable_brokers_are_retried(dir.path().join("away")));
     let mut cluster = KafkaCluster::start(3).expect("a 3-node cluster");
     eprintln!("kafka cluster: 3 nodes up in {:?}", cluster.startup);
-    let dir = tempfile::tempdir().expect("tempdir");
+    unreachable.await.expect("the unreachable brokers' check");
 
     a_missing_topic_is_refused_at_start(&cluster, dir.path()).await;
     let step = Instant::now();
@@ -219,6 +223,33 @@ async fn every_reading_once_in_order_through_leader_kill_edge_kill_and_link_cut(
     link_cut(&cluster, dir.path()).await;
     eprintln!("link cut: {:?}", step.elapsed());
     eprintln!("kafka sink test: {:?} in all", begun.elapsed());
+}
+
+/// Brokers that cannot be reached at start are normal at the edge: the sink starts
+/// disconnected, says why, and keeps trying.
+async fn unreachable_brokers_are_retried(data: std::path::PathBuf) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let engine = Arc::new(Engine::open(&data, options()).expect("open"));
+    let (stop_tx, stop) = watch::channel(false);
+    let url = format!("kafka://127.0.0.1:{port}/readings");
+    let began = Instant::now();
+    let sink = start(&engine, &url, &stop).await;
+    let status = sink.status();
+    assert_eq!(status.state, "disconnected", "{status:?}");
+    assert!(
+        status.last_error.is_some_and(|e| e.contains("(retrying)")),
+        "{:?}",
+        sink.status()
+    );
+    eprintln!(
+        "unreachable brokers: started disconnected in {:?}",
+        began.elapsed()
+    );
+    stop_tx.send(true).expect("stop");
+    sink.join().await;
 }
 
 async fn a_missing_topic_is_refused_at_start(cluster: &KafkaCluster, dir: &Path) {
@@ -340,8 +371,15 @@ async fn edge_killed_mid_transaction_and_restarted(cluster: &KafkaCluster, dir: 
         let range = ledger.next(&device, n - 1_500);
         ledger.acknowledged(&device, range);
     }
+    // Connecting costs starting the producer (which aborts the dead child's open transaction)
+    // and reading the position back.
     let (stop_tx, stop) = watch::channel(false);
+    let connecting = Instant::now();
     let sink = start(&engine, &url, &stop).await;
+    eprintln!(
+        "after the edge's kill: connected in {:?}",
+        connecting.elapsed()
+    );
     let done = Arc::new(AtomicBool::new(false));
     let writing = writers(Arc::clone(&engine), Arc::clone(&ledger), Arc::clone(&done));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -349,7 +387,9 @@ async fn edge_killed_mid_transaction_and_restarted(cluster: &KafkaCluster, dir: 
     stop_tx.send(true).expect("stop");
     sink.join().await;
     let (stop_tx, stop) = watch::channel(false);
+    let connecting = Instant::now();
     let sink = start(&engine, &url, &stop).await;
+    eprintln!("after a stop: connected in {:?}", connecting.elapsed());
     tokio::time::sleep(Duration::from_secs(1)).await;
     done.store(true, Ordering::Relaxed);
     writing.join().expect("writers");

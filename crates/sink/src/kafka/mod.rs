@@ -43,8 +43,9 @@ pub use url::OFFSETS_SUFFIX;
 /// The prefix of the producer's transactional id; the edge id follows.
 pub const TRANSACTIONAL_ID_PREFIX: &str = "roamkv-sink.";
 /// How long the cluster may take to answer a metadata request before the connection is
-/// retried.
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// retried: as long as the PostgreSQL sink waits for a connection, which `Sink::start` (and so
+/// the server's start) waits for when the brokers are away.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long starting the transactional producer (finding its coordinator, fencing an earlier
 /// one, which waits for that one's open transaction to end) may take.
 const INIT_TIMEOUT: Duration = Duration::from_secs(30);
