@@ -20,6 +20,7 @@ use axum::routing::post;
 use roamkv_engine::backup::{Have, write_tar};
 
 use crate::http::error::ApiError;
+use crate::http::query::NoQuery;
 use crate::routes::stream;
 use crate::state::Shared;
 
@@ -36,7 +37,11 @@ pub fn routes() -> Router<Shared> {
 #[utoipa::path(post, path = "/api/roamkv/v1/backup", tag = "export and backup",
     request_body(content = String, content_type = "application/json", description = "optional: what the client's backup set holds `{\"log_id\", \"files\"}`"),
     responses((status = 200, description = "the snapshot as a tar stream", content_type = "application/x-tar"), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
-async fn backup(State(state): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+async fn backup(
+    State(state): State<Shared>,
+    _: NoQuery,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let have: Have = if body.iter().all(u8::is_ascii_whitespace) {
         Have::default()
     } else {

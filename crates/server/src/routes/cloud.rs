@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::http::error::ApiError;
+use crate::http::query::NoQuery;
 use crate::state::Shared;
 
 pub fn routes() -> Router<Shared> {
@@ -20,14 +21,14 @@ pub fn routes() -> Router<Shared> {
 
 #[utoipa::path(get, path = "/api/roamkv/v1/sink", tag = "cloud sink",
     responses((status = 200, description = "the cloud sink's state, lag and hold")))]
-async fn sink_status(State(state): State<Shared>) -> Result<Response, ApiError> {
+async fn sink_status(State(state): State<Shared>, _: NoQuery) -> Result<Response, ApiError> {
     let view = state.blocking(|s| Ok(s.cloud_view())).await?;
     Ok(Json(json!(view)).into_response())
 }
 
 #[utoipa::path(get, path = "/api/roamkv/v1/departures", tag = "cloud sink",
     responses((status = 200, description = "departures waiting for the cloud sink")))]
-async fn departures(State(state): State<Shared>) -> Result<Response, ApiError> {
+async fn departures(State(state): State<Shared>, _: NoQuery) -> Result<Response, ApiError> {
     let waiting = state.departing.list();
     Ok(Json(json!({
         "onDepart": state.config.on_depart.name(),

@@ -25,6 +25,7 @@ use roamkv_export::limits::OUTPUT_BUFFER_BYTES;
 use roamkv_export::{Export, ExportError, Format, Request, Selection};
 
 use crate::http::error::ApiError;
+use crate::http::query::pairs;
 use crate::routes::native::parse_bound;
 use crate::routes::stream;
 use crate::state::Shared;
@@ -56,7 +57,8 @@ const EXPORTS_IN_FLIGHT_MAX: i64 = 2;
 /// Chunks (each up to `OUTPUT_BUFFER_BYTES`) queued for a client: at most 4 MiB in flight.
 const STREAM_CHUNKS_MAX: usize = 4;
 
-/// The query parameters an export takes; any other is refused (a typo must not widen it).
+/// The query parameters an export takes (`device` again for more); any other is refused with
+/// 400, as on every route (`crate::http::query`): a typo must not widen an export.
 const PARAMETERS: [&str; 7] = [
     "device", "sensor", "start", "end", "start_ns", "end_ns", "format",
 ];
@@ -67,21 +69,13 @@ pub fn routes() -> Router<Shared> {
 
 /// The request a query asks for.
 fn parse_request(query: Option<&str>) -> Result<Request, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("the query string does not parse: {e}")))?;
     let mut single: HashMap<String, String> = HashMap::new();
     let mut devices = Vec::new();
-    for (name, value) in pairs {
-        if !PARAMETERS.contains(&name.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "unknown parameter {name:?}: an export takes {}",
-                PARAMETERS.join(", ")
-            )));
-        }
+    for (name, value) in pairs(query, &PARAMETERS, &["device"])? {
         if name == "device" {
             devices.push(value);
-        } else if single.insert(name.clone(), value).is_some() {
-            return Err(ApiError::bad_request(format!("{name} is given twice")));
+        } else {
+            single.insert(name, value);
         }
     }
     let format = match single.get("format") {

@@ -21,6 +21,8 @@
 //!   device's maximum reading age, kept across restarts and applied every
 //!   `--retention-interval-s` (retention.rs).
 //!
+//! A query parameter a route does not take is refused with 400 naming it (`crate::http::query`).
+//!
 //! Readings carry `ts_ns` (nanoseconds since the epoch, the engine's key) and `ts` (the same
 //! in RFC 3339). A line written to `POST /readings` gives `ts_ns`, or `ts` in RFC 3339 or epoch
 //! milliseconds.
@@ -30,7 +32,7 @@ use std::collections::HashMap;
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -51,8 +53,16 @@ use roamkv_wire::time_arg::parse_time;
 use crate::clock::now_ms;
 use crate::http::body::read_body;
 use crate::http::error::ApiError;
+use crate::http::query::{NoQuery, parameters};
 use crate::retention;
 use crate::state::{DepartOutcome, Shared};
+
+/// The query parameters of `GET /devices/{device}/latest`; any other is refused with 400.
+const LATEST_PARAMETERS: [&str; 1] = ["sensor"];
+
+/// The query parameters of `GET /devices/{device}/readings`: a typo (`form=-1m`) must not
+/// widen the scan to the whole history.
+const SCAN_PARAMETERS: [&str; 7] = ["sensor", "from", "to", "from_ns", "to_ns", "limit", "after"];
 
 /// Default and largest page of a native scan.
 const PAGE_READINGS_DEFAULT: usize = 1000;
@@ -156,6 +166,7 @@ fn parse_lines(body: &[u8], max: usize) -> Result<Vec<KeyedReading>, ApiError> {
         (status = 507, description = "no room in the log's budget; nothing written", body = crate::http::error::ApiErrorBody)))]
 async fn post_readings(
     State(state): State<Shared>,
+    _: NoQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -190,7 +201,7 @@ async fn post_readings(
 
 #[utoipa::path(get, path = "/api/roamkv/v1/devices", tag = "devices",
     responses((status = 200, description = "`{\"devices\": [{\"device\",\"tier\",\"registered_at_ms\",\"age_ms\",\"log_readings\",\"lower_runs\"}]}`")))]
-async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError> {
+async fn list_devices(State(state): State<Shared>, _: NoQuery) -> Result<Response, ApiError> {
     let devices = state.blocking(|s| Ok(s.devices())).await?;
     let now = now_ms();
     let devices: Vec<Value> = devices
@@ -203,7 +214,7 @@ async fn list_devices(State(state): State<Shared>) -> Result<Response, ApiError>
 /// The engine's statistics, as `roamkv stats --json` prints them (`roamkv_wire::report`).
 #[utoipa::path(get, path = "/api/roamkv/v1/stats", tag = "devices",
     responses((status = 200, description = "every field of the engine's `Stats`, and `write_amplification`")))]
-async fn engine_stats(State(state): State<Shared>) -> Result<Response, ApiError> {
+async fn engine_stats(State(state): State<Shared>, _: NoQuery) -> Result<Response, ApiError> {
     let stats = state.blocking(|s| Ok(s.engine.stats())).await?;
     Ok(Json(report::stats_to_json(&stats)).into_response())
 }
@@ -215,8 +226,9 @@ async fn engine_stats(State(state): State<Shared>) -> Result<Response, ApiError>
 async fn latest(
     State(state): State<Shared>,
     Path(device): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
+    let query = parameters(query.as_deref(), &LATEST_PARAMETERS)?;
     check_device_name(&device)?;
     let readings = state
         .blocking(move |s| {
@@ -289,8 +301,9 @@ pub(crate) fn parse_bound(
 async fn scan(
     State(state): State<Shared>,
     Path(device): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
+    let query = parameters(query.as_deref(), &SCAN_PARAMETERS)?;
     check_device_name(&device)?;
     let from = parse_bound(&query, "from", i64::MIN)?;
     let to = parse_bound(&query, "to", i64::MAX)?;
@@ -361,6 +374,7 @@ fn parse_retention(body: &[u8]) -> Result<u64, ApiError> {
 async fn put_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
+    _: NoQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -388,6 +402,7 @@ async fn put_retention(
 async fn get_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&device)?;
     match state.retention.get(&device) {
@@ -408,6 +423,7 @@ async fn get_retention(
 async fn delete_retention(
     State(state): State<Shared>,
     Path(device): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&device)?;
     let name = device.clone();
@@ -423,7 +439,7 @@ async fn delete_retention(
 
 #[utoipa::path(get, path = "/api/roamkv/v1/retention", tag = "retention",
     responses((status = 200, description = "every setting, the interval and the limit")))]
-async fn list_retention(State(state): State<Shared>) -> Response {
+async fn list_retention(State(state): State<Shared>, _: NoQuery) -> Response {
     let settings: Vec<Value> = state
         .retention
         .all()
@@ -447,6 +463,7 @@ async fn list_retention(State(state): State<Shared>) -> Response {
 async fn depart_device(
     State(state): State<Shared>,
     Path(device): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     let outcome = state
         .blocking(move |s| {

@@ -65,7 +65,7 @@ impl Modify for BearerToken {
 
 #[utoipa::path(get, path = "/api/roamkv/v1/openapi.json", tag = "api",
     responses((status = 200, description = "this document", content_type = "application/json")))]
-pub async fn document() -> Response {
+pub async fn document(_: crate::http::query::NoQuery) -> Response {
     let mut response = Json(NativeApi::openapi()).into_response();
     response.headers_mut().insert(
         axum::http::header::CACHE_CONTROL,

@@ -4,11 +4,9 @@
 
 mod query;
 
-use std::collections::HashMap;
-
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -22,6 +20,7 @@ use roamkv_wire::names::{check_device_name, check_resource_name};
 use crate::clock::now_ns;
 use crate::http::body::read_body;
 use crate::http::error::ApiError;
+use crate::http::query::{NoQuery, parameters};
 use crate::retention::Applied;
 use crate::state::{AppState, Shared};
 use query::{Paging, ReadingQuery, apply_paging, window};
@@ -35,6 +34,7 @@ fn ok(body: Value) -> Response {
 pub async fn add_event(
     State(state): State<Shared>,
     Path((service, profile, device, source)): Path<(String, String, String, String)>,
+    _: NoQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -86,10 +86,11 @@ fn newest_first_readings(readings: &mut [Decoded]) {
 
 async fn events_response(
     state: Shared,
-    query: HashMap<String, String>,
+    query: Option<String>,
     device: Option<String>,
     window_ns: Option<(i64, i64)>,
 ) -> Result<Response, ApiError> {
+    let query = parameters(query.as_deref(), &query::EVENT_PARAMETERS)?;
     let paging = query::paging(&query, state.config.max_result_count)?;
     let numeric = query::numeric(&query)?;
     let events = state
@@ -161,11 +162,12 @@ impl Resources {
 
 async fn readings_response(
     state: Shared,
-    query: HashMap<String, String>,
+    query: Option<String>,
     device: Option<String>,
     resources: Resources,
     window_ns: Option<(i64, i64)>,
 ) -> Result<Response, ApiError> {
+    let query = parameters(query.as_deref(), &query::READING_PARAMETERS)?;
     let query = query::reading_query(&query, state.config.max_result_count)?;
     if query.aggregate.is_some() {
         return aggregate_response(state, query, device, resources, window_ns).await;
@@ -242,7 +244,7 @@ async fn aggregate_response(
 
 pub async fn all_events(
     State(state): State<Shared>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     events_response(state, query, None, None).await
 }
@@ -250,7 +252,7 @@ pub async fn all_events(
 pub async fn events_by_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     events_response(state, query, Some(name), None).await
@@ -259,7 +261,7 @@ pub async fn events_by_device(
 pub async fn events_by_time(
     State(state): State<Shared>,
     Path((start, end)): Path<(String, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let window = window(&start, &end)?;
     events_response(state, query, None, Some(window)).await
@@ -285,25 +287,27 @@ async fn count_response(
     ))
 }
 
-pub async fn event_count(State(state): State<Shared>) -> Result<Response, ApiError> {
+pub async fn event_count(State(state): State<Shared>, _: NoQuery) -> Result<Response, ApiError> {
     count_response(state, None, true).await
 }
 
 pub async fn event_count_by_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     count_response(state, Some(name), true).await
 }
 
-pub async fn reading_count(State(state): State<Shared>) -> Result<Response, ApiError> {
+pub async fn reading_count(State(state): State<Shared>, _: NoQuery) -> Result<Response, ApiError> {
     count_response(state, None, false).await
 }
 
 pub async fn reading_count_by_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     count_response(state, Some(name), false).await
@@ -311,7 +315,7 @@ pub async fn reading_count_by_device(
 
 pub async fn all_readings(
     State(state): State<Shared>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     readings_response(state, query, None, Resources::All, None).await
 }
@@ -319,7 +323,7 @@ pub async fn all_readings(
 pub async fn readings_by_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     readings_response(state, query, Some(name), Resources::All, None).await
@@ -328,7 +332,7 @@ pub async fn readings_by_device(
 pub async fn readings_by_resource(
     State(state): State<Shared>,
     Path(resource): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     check_resource_name(&resource)?;
     readings_response(state, query, None, Resources::One(resource), None).await
@@ -337,7 +341,7 @@ pub async fn readings_by_resource(
 pub async fn readings_by_device_and_resource(
     State(state): State<Shared>,
     Path((name, resource)): Path<(String, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     check_resource_name(&resource)?;
@@ -347,7 +351,7 @@ pub async fn readings_by_device_and_resource(
 pub async fn readings_by_device_resource_time(
     State(state): State<Shared>,
     Path((name, resource, start, end)): Path<(String, String, String, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     check_resource_name(&resource)?;
@@ -365,7 +369,7 @@ pub async fn readings_by_device_resource_time(
 pub async fn readings_by_time(
     State(state): State<Shared>,
     Path((start, end)): Path<(String, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let window = window(&start, &end)?;
     readings_response(state, query, None, Resources::All, Some(window)).await
@@ -374,7 +378,7 @@ pub async fn readings_by_time(
 pub async fn readings_by_resource_time(
     State(state): State<Shared>,
     Path((resource, start, end)): Path<(String, String, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     check_resource_name(&resource)?;
     let window = window(&start, &end)?;
@@ -395,7 +399,7 @@ struct ResourceNames {
 pub async fn readings_by_device_time(
     State(state): State<Shared>,
     Path((name, start, end)): Path<(String, String, String)>,
-    Query(query): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -428,7 +432,7 @@ pub async fn readings_by_device_time(
 
 /// POST /secret: core-data keeps a service's secrets in EdgeX's secret store (Vault/OpenBao),
 /// a part roamkv does not have; its own secrets are files named by its settings.
-pub async fn secret_not_supported() -> ApiError {
+pub async fn secret_not_supported(_: NoQuery) -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
         "POST /secret is not supported: roamkv has no EdgeX secret store; its secrets are files \
@@ -440,6 +444,7 @@ pub async fn secret_not_supported() -> ApiError {
 pub async fn delete_device(
     State(state): State<Shared>,
     Path(name): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     check_device_name(&name)?;
     state
@@ -463,6 +468,7 @@ pub async fn delete_device(
 pub async fn delete_by_age(
     State(state): State<Shared>,
     Path(age): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     // An age past i64 saturates: older than every reading, so nothing goes.
     let age_ns = query::path_ns("age", &age)
@@ -535,6 +541,7 @@ fn no_event(id: &str) -> ApiError {
 pub async fn event_by_id(
     State(state): State<Shared>,
     Path(id): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     event_id(&state, &id)?;
     let event = state
@@ -554,6 +561,7 @@ pub async fn event_by_id(
 pub async fn delete_event_by_id(
     State(state): State<Shared>,
     Path(id): Path<String>,
+    _: NoQuery,
 ) -> Result<Response, ApiError> {
     event_id(&state, &id)?;
     state
@@ -565,7 +573,7 @@ pub async fn delete_event_by_id(
     Ok(ok(json!({"apiVersion": API_VERSION, "statusCode": 200})))
 }
 
-pub async fn ping() -> Response {
+pub async fn ping(_: NoQuery) -> Response {
     ok(json!({
         "apiVersion": API_VERSION,
         "timestamp": httpdate::fmt_http_date(std::time::SystemTime::now()),
@@ -573,7 +581,7 @@ pub async fn ping() -> Response {
     }))
 }
 
-pub async fn version() -> Response {
+pub async fn version(_: NoQuery) -> Response {
     ok(json!({
         "apiVersion": API_VERSION,
         "version": env!("CARGO_PKG_VERSION"),
@@ -581,7 +589,7 @@ pub async fn version() -> Response {
     }))
 }
 
-pub async fn config(State(state): State<Shared>) -> Response {
+pub async fn config(State(state): State<Shared>, _: NoQuery) -> Response {
     ok(json!({
         "apiVersion": API_VERSION,
         "serviceName": SERVICE_NAME,

@@ -2,7 +2,8 @@
 //! internal/pkg/utils/http.go): `offset` (-1: skip counting the total), `limit` (-1: up to
 //! MaxResultCount), `numeric` (Go's `strconv.ParseBool` forms), `aggregateFunc`, and roamkv's
 //! `every` (aggregate buckets); path times as signed nanoseconds. Bad values are a 400 naming the
-//! parameter; nothing is silently clamped or ignored.
+//! parameter; nothing is silently clamped or ignored, and a parameter a route does not take is
+//! refused (`EVENT_PARAMETERS`, `READING_PARAMETERS`).
 
 use std::collections::HashMap;
 
@@ -10,6 +11,15 @@ use axum::http::StatusCode;
 use roamkv_wire::edgex::aggregate::AggregateFunc;
 
 use crate::http::error::ApiError;
+
+/// The query parameters of the events routes: core-data's (its OpenAPI document's
+/// `offsetParam`, `limitParam`, `numericParam`). Any other is refused (`crate::http::query`);
+/// core-data ignores it (tests/edgex_openapi/DEVIATIONS.md, D15).
+pub const EVENT_PARAMETERS: [&str; 3] = ["offset", "limit", "numeric"];
+
+/// The query parameters of the readings routes: core-data's, with `aggregateFunc`, and roamkv's
+/// `every`.
+pub const READING_PARAMETERS: [&str; 5] = ["offset", "limit", "numeric", "aggregateFunc", "every"];
 
 /// EdgeX's default page size.
 const LIMIT_DEFAULT: usize = 20;
