@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 
 /// Writes `{name}-ca.crt`, `{name}-server.crt` and `{name}-server.key` into `dir`; returns
 /// their paths in that order. Two names give two CAs that do not trust each other.
@@ -12,6 +12,11 @@ pub fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let ca_key = KeyPair::generate().expect("CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A name of its own: with rcgen's default, the same as the server's, OpenSSL clients
+    // (Python's ssl, curl) take the server's certificate for a self-signed one.
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("roamkv test CA {name}"));
     let ca = ca_params.self_signed(&ca_key).expect("CA");
     let key = KeyPair::generate().expect("server key");
     let server = CertificateParams::new(vec!["127.0.0.1".to_string()])

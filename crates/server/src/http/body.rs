@@ -12,11 +12,13 @@ use super::error::ApiError;
 
 /// How much of a body past the limit is still read, and dropped, before the 413 goes out.
 /// A server that closes its side while request bytes sit unread makes the kernel reset the
-/// connection, and a client that is still sending sees a broken pipe instead of the 413 (CI saw
-/// exactly that for a chunked body 6 KiB over a 64 KiB limit). Reading on lets a body that is
-/// somewhat too large get its answer; past this allowance the connection is closed unread, so a
-/// huge upload costs at most this much reading, within the body timeout.
-const OVERFLOW_DRAIN_BYTES_MAX: u64 = 1 << 20;
+/// connection, and a client that writes its whole body before it reads (Python's urllib, curl
+/// over TLS) sees a broken pipe or an EOF in the TLS stream instead of the 413. So an oversized
+/// body is read to its end and dropped, as nginx's lingering close does: nothing of it is kept,
+/// it costs the link's bytes and one request slot for at most the body timeout, and the
+/// connection stays open for the next request. A body still arriving past this allowance or
+/// the body timeout is cut off unread: a huge upload costs at most that much reading.
+const OVERFLOW_DRAIN_BYTES_MAX: u64 = 1 << 30;
 
 /// A body's bounds (`--body-bytes-max`, `--body-timeout-secs`).
 #[derive(Debug, Clone, Copy)]
@@ -42,8 +44,14 @@ pub async fn read_body(
             "request body is {len} bytes; the limit is {max} bytes"
         ))
     };
+    // A client that sent `Expect: 100-continue` waits for the go-ahead before it sends the
+    // body (curl does for bodies over 1 MiB): it gets the 413 at once and sends nothing. So does
+    // a body declared larger than the allowance for reading past the limit.
+    let waits_to_send = headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if let Some(len) = declared_over
-        && len - max > OVERFLOW_DRAIN_BYTES_MAX
+        && (waits_to_send || len - max > OVERFLOW_DRAIN_BYTES_MAX)
     {
         return Err(declared_too_large(len));
     }
@@ -92,11 +100,14 @@ async fn read_within(
                 continue; // trailers
             };
             received += data.len() as u64;
-            if received > max + OVERFLOW_DRAIN_BYTES_MAX {
+            if received > max.saturating_add(OVERFLOW_DRAIN_BYTES_MAX) {
                 break;
             }
             if received <= keep_bytes_max {
                 frames.push(data);
+            } else if !frames.is_empty() {
+                // Over the limit: what was kept goes now, not after the rest is read.
+                frames = Vec::new();
             }
         }
         Ok(())
