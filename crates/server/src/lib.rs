@@ -69,8 +69,17 @@ impl Running {
     }
 }
 
-/// Opens the engine, binds the listener, starts MQTT ingest and the status sampler.
-pub async fn start(mut config: Config) -> Result<Running, String> {
+/// Opens the engine, binds the listener, starts MQTT ingest and the status sampler. The
+/// process's log is its caller's (`run` sets it up).
+pub async fn start(config: Config) -> Result<Running, String> {
+    start_serving(config, None).await
+}
+
+/// `start`, with what puts a new log filter in force on SIGHUP (`run`'s log).
+async fn start_serving(
+    mut config: Config,
+    set_log_filter: Option<settings::reload::SetLogFilter>,
+) -> Result<Running, String> {
     // TLS first: a certificate that cannot be used stops the start before anything is opened.
     let tls = match &config.tls {
         Some(files) => Some(Arc::new(settings::tls::Tls::load(files.clone())?)),
@@ -130,7 +139,14 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
         },
         history: Arc::clone(&history),
     });
+    let live = Arc::new(settings::reload::Live::new(
+        &config,
+        tls.clone(),
+        set_log_filter,
+    ));
     let state: Shared = Arc::new(AppState {
+        tokens: Arc::clone(&live.tokens),
+        access_log: Arc::clone(&live.access_log),
         engine,
         in_flight: Arc::new(Semaphore::new(config.concurrent_requests_max)),
         config,
@@ -148,16 +164,14 @@ pub async fn start(mut config: Config) -> Result<Running, String> {
     });
     // Devices a handoff is moving (or moved) take no writes, from before the first request.
     handoff::send::refence(&state.handoff)?;
-    if let Some(tls) = &tls {
-        reload_on_hangup(Arc::clone(tls), stop_rx.clone())?;
-    }
+    reload_on_hangup(live, stop_rx.clone())?;
     // MQTT before the first request: a broker that refuses the account stops the start.
     let mqtt = match state.config.mqtt.clone() {
         Some(settings) => Some(mqtt::start(Arc::clone(&state), settings, stop_rx.clone()).await?),
         None => None,
     };
     let task = tokio::spawn(serve(state, (listener, tls), mqtt, stop_rx));
-    tracing::info!(%addr, scheme, "roamkv serve listening");
+    tracing::info!(%addr, scheme, "roamkv serve listening on {scheme}://{addr}");
     Ok(Running {
         addr,
         scheme,
@@ -229,7 +243,16 @@ async fn serve(
                 continue;
             }
         };
-        let service = TowerToHyperService::new(app.clone());
+        // The client's address rides with each request (the access log names it).
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: axum::extract::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        ));
         let watcher = graceful.watcher();
         let http = http.clone();
         let Some(tls) = &tls else {
@@ -376,14 +399,8 @@ async fn sample_history(state: Shared, mut stop: watch::Receiver<bool>) {
 /// exits at once (the engine's recovery covers what was in flight).
 pub fn run(args: &ServeArgs) -> Result<(), String> {
     let config = Config::resolve(args)?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    let set_log_filter = observability::logs::init(&config.logs);
+    let json_log = config.logs.format == settings::LogFormat::Json;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -393,23 +410,31 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         // clean stop too (a service manager counts a death by the signal's default action as a
         // failure).
         let mut signals = StopSignals::install()?;
+        // SIGHUP's default action ends the process: from here on it never does (tokio's handler
+        // stays for the process's life; before the server runs, there is nothing to reload).
+        let _early_hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("installing SIGHUP handler: {e}"))?;
         let running = tokio::select! {
-            running = start(config) => running?,
+            running = start_serving(config, set_log_filter) => running?,
             _ = signals.next() => {
                 tracing::info!("signal received while starting: not starting");
                 return Ok(());
             }
         };
-        eprintln!(
-            "roamkv serve: listening on {}://{}",
-            running.scheme, running.addr
-        );
+        // The address once more, plainly, for whoever reads a terminal (a JSON log has it in
+        // the line above: every line of a JSON log is JSON).
+        if !json_log {
+            eprintln!(
+                "roamkv serve: listening on {}://{}",
+                running.scheme, running.addr
+            );
+        }
         signals.next().await;
         tracing::info!("signal received: shutting down (a second signal exits at once)");
         running.shutdown();
         tokio::spawn(async move {
             signals.next().await;
-            eprintln!("roamkv serve: second signal, exiting now");
+            tracing::warn!("second signal: exiting now");
             // _exit, not process::exit: exit() runs C++ static destructors (RocksDB's) while
             // RocksDB's and the engine's threads still run, which crashed the process with
             // SIGSEGV now and then (CI saw it). Exiting at once is the promise; the engine's
@@ -446,10 +471,10 @@ impl StopSignals {
     }
 }
 
-/// SIGHUP reloads the TLS certificate and key (new connections get them; a pair that fails to
-/// load is reported and the old one kept) until the server stops.
+/// SIGHUP reloads what can change while the server runs (settings/reload.rs: the TLS pair, the
+/// tokens, the log level, the access log) until the server stops; it never stops the server.
 fn reload_on_hangup(
-    tls: Arc<settings::tls::Tls>,
+    live: Arc<settings::reload::Live>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -461,9 +486,20 @@ fn reload_on_hangup(
                 _ = stop.changed() => return,
                 _ = hangup.recv() => {}
             }
-            match tls.reload() {
-                Ok(()) => tracing::info!("SIGHUP: TLS certificate and key reloaded"),
-                Err(e) => tracing::warn!(error = %e, "SIGHUP: kept the old TLS certificate"),
+            let live = Arc::clone(&live);
+            match tokio::task::spawn_blocking(move || live.reload()).await {
+                Ok(Ok(done)) if done.restart_needed.is_empty() => {
+                    tracing::info!(applied = ?done.applied, "SIGHUP: settings reloaded");
+                }
+                Ok(Ok(done)) => tracing::warn!(
+                    applied = ?done.applied,
+                    restart_needed = ?done.restart_needed,
+                    "SIGHUP: settings reloaded; these changed and take effect at a restart"
+                ),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "SIGHUP: the settings did not reload; nothing changed")
+                }
+                Err(e) => tracing::warn!(error = %e, "SIGHUP: the reload failed"),
             }
         }
     });

@@ -23,7 +23,7 @@ use crate::observability::cloud_view::{CloudView, HandoffFigures};
 use crate::observability::metrics::{Metrics, RejectLabels, SourceLabels};
 use crate::observability::status::{Departure, History};
 use crate::retention::{Applied, Retained, RetentionStore};
-use crate::settings::{Config, OnDepart};
+use crate::settings::{Config, OnDepart, Tokens};
 
 pub struct AppState {
     pub engine: Arc<Engine>,
@@ -31,6 +31,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The status page's history (shared with the handoff part, which records its departures).
     pub history: Arc<parking_lot::Mutex<History>>,
+    /// The bearer tokens in force (SIGHUP may replace them: settings/reload.rs).
+    pub tokens: Arc<parking_lot::RwLock<Tokens>>,
+    /// Whether each request gets an access-log line (`--access-log`; SIGHUP may change it).
+    pub access_log: Arc<AtomicBool>,
     /// Requests served at once (429 beyond).
     pub in_flight: Arc<Semaphore>,
     /// False once shutdown began: /ready answers 503.

@@ -51,8 +51,16 @@ fn used(expression: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_expression_names_an_exported_metric() {
     let server = Server::start(|_| {}).await;
-    let (status, text) = server.get_text("/metrics").await;
-    assert_eq!(status, 200);
+    // As Prometheus scrapes it: OpenMetrics, which exported() reads.
+    let answer = server
+        .client
+        .get(format!("{}/metrics", server.base))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.expect("body");
     let exported = exported(&text);
     assert!(exported.len() > 40, "{exported:?}");
 

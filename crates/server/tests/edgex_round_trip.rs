@@ -11,31 +11,9 @@ use common::*;
 use roamkv_testbed::prerequisite::{self, require_tool};
 use serde_json::{Value, json};
 
-/// The exposition in Prometheus's classic text format, which is what promtool reads: there a
-/// counter's family is named with its `_total` (OpenMetrics names the family without it and
-/// its samples with it), and there is no `# EOF`. Nothing else differs for these metrics.
-fn classic(openmetrics: &str) -> String {
-    let counters: std::collections::BTreeSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
-        .collect();
-    let mut out = String::new();
-    for line in openmetrics.lines().filter(|l| *l != "# EOF") {
-        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
-            let (name, rest) = line.strip_prefix(prefix)?.split_once(' ')?;
-            counters
-                .contains(name)
-                .then(|| format!("{prefix}{name}_total {rest}"))
-        });
-        out.push_str(renamed.as_deref().unwrap_or(line));
-        out.push('\n');
-    }
-    out
-}
-
-/// Prometheus's own linter: names, units, counters' `_total`, help texts.
-fn promtool_accepts(openmetrics: &str) {
-    let text = classic(openmetrics);
+/// Prometheus's own linter: names, units, counters' `_total`, help texts; fed /metrics as served
+/// to a scraper that does not ask for OpenMetrics (promtool reads the classic text format).
+fn promtool_accepts(text: &str) {
     let promtool = require_tool("promtool", "prometheus").expect("promtool (Debian: prometheus)");
     let mut child = std::process::Command::new(promtool)
         .args(["check", "metrics"])
@@ -265,9 +243,41 @@ async fn events_in_by_http_and_mqtt_come_back_out_through_v3_routes() {
     assert_eq!(body["totalCount"], 1, "{body}");
     assert_eq!(body["readings"][0]["value"], "3.0", "{body}");
 
-    // Metrics count what happened.
-    let (status, text) = server.get_text("/metrics").await;
-    assert_eq!(status, 200);
+    // Metrics count what happened. A scraper that does not ask for OpenMetrics (curl, promtool,
+    // older Prometheus) gets the classic text; one that asks (Prometheus by default) gets it.
+    let classic = server
+        .client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(classic.status(), 200);
+    assert_eq!(
+        classic.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = classic.text().await.expect("body");
+    assert!(!text.contains("# EOF"), "{text}");
+    let openmetrics = server
+        .client
+        .get(format!("{}/metrics", server.base))
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+        )
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(
+        openmetrics.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let openmetrics = openmetrics.text().await.expect("body");
+    assert!(
+        openmetrics.ends_with("# EOF\n")
+            && openmetrics.contains("# TYPE roamkv_ingested_readings counter"),
+        "{openmetrics}"
+    );
     assert_eq!(
         metric(&text, r#"roamkv_ingested_readings_total{source="mqtt"}"#),
         Some(2.0),

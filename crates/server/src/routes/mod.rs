@@ -6,6 +6,7 @@
 //! never name that state, so they sit below it. The layers: metrics (latency by route), bearer
 //! auth (constant-time compare), and the concurrency limit (429 rather than an unbounded queue).
 
+mod auth;
 pub mod backup;
 pub mod cloud;
 pub mod export;
@@ -15,25 +16,24 @@ pub mod openapi;
 pub mod stream;
 pub mod v3;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use subtle::ConstantTimeEq;
 
 use crate::clock::now_ms;
 use crate::http::error::ApiError;
+use crate::observability::metrics::exposition::{self, Format};
 use crate::observability::metrics::{RequestLabels, RouteLabels};
 use crate::observability::status;
 use crate::state::Shared;
-
-/// Routes that answer without a token: liveness checks must work before credentials exist.
-const OPEN_ROUTES: [&str; 2] = ["/health", "/api/v3/ping"];
 
 /// The header EdgeX traces a request by.
 const CORRELATION_HEADER: &str = "x-correlation-id";
@@ -144,7 +144,10 @@ pub fn build(state: Shared) -> Router {
             state.clone(),
             limit_in_flight,
         ))
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), measure))
         .with_state(state)
 }
@@ -193,14 +196,21 @@ async fn ready(State(state): State<Shared>) -> Response {
         .into_response()
 }
 
-async fn metrics(State(state): State<Shared>) -> Result<Response, ApiError> {
+/// The metrics, in the format the scraper asks for (OpenMetrics, or the classic text: see
+/// observability/metrics/exposition.rs).
+async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let text = state
         .blocking(|s| Ok(s.metrics.render(&s.engine, &s.cloud_view())))
         .await?;
+    let text = match format {
+        Format::OpenMetrics => text,
+        Format::Classic => exposition::classic(&text),
+    };
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        HeaderValue::from_static(format.content_type()),
     );
     Ok(response)
 }
@@ -224,56 +234,6 @@ async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiErr
             })))
         })
         .await
-}
-
-/// Bearer auth on every route but OPEN_ROUTES, when a token is configured: the read-write token
-/// may do anything, the read-only token GET and HEAD (403 otherwise).
-async fn authenticate(State(state): State<Shared>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.config.auth_token else {
-        return next.run(request).await;
-    };
-    if OPEN_ROUTES.contains(&request.uri().path()) {
-        return next.run(request).await;
-    }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    // ct_eq compares in time independent of where the bytes differ (lengths may still differ).
-    let presents = |expected: Option<&Vec<u8>>| {
-        presented
-            .zip(expected)
-            .is_some_and(|(p, t)| bool::from(p.ct_eq(t.as_slice())))
-    };
-    if presents(Some(token)) {
-        return next.run(request).await;
-    }
-    if presents(state.config.read_only_token.as_ref()) {
-        if matches!(*request.method(), Method::GET | Method::HEAD) {
-            return next.run(request).await;
-        }
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!(
-                "this token may only read (GET, HEAD); {} needs the read-write token",
-                request.method()
-            ),
-        )
-        .into_response();
-    }
-    let mut response = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        if presented.is_some() {
-            "the bearer token is not valid"
-        } else {
-            "this route needs an Authorization: Bearer <token> header"
-        },
-    )
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
 }
 
 /// Serves at most `concurrent_requests_max` requests at once; beyond that 429 at once, so a
@@ -301,16 +261,37 @@ async fn limit_in_flight(State(state): State<Shared>, request: Request, next: Ne
     }
 }
 
-/// Counts every request by route and status, and its latency by route.
+/// Counts every request by route and status, and its latency by route; with the access log on,
+/// logs a line for it.
 async fn measure(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let method = request.method().to_string();
+    // What the access log needs, taken only when it is on (it may change on SIGHUP).
+    let access = state.access_log.load(Ordering::Relaxed).then(|| {
+        let client = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.to_string());
+        (request.uri().path().to_string(), client)
+    });
     let started = Instant::now();
     let response = next.run(request).await;
     let elapsed = started.elapsed();
+    if let Some((path, client)) = access {
+        tracing::info!(
+            target: "roamkv::access",
+            method = %method,
+            route = %route,
+            path = %path,
+            status = response.status().as_u16(),
+            ms = elapsed.as_secs_f64() * 1e3,
+            client = client.as_deref().unwrap_or("-"),
+            "request"
+        );
+    }
     state
         .metrics
         .request_seconds

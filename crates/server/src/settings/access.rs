@@ -26,6 +26,24 @@ pub(super) fn resolve_tls(args: &ServeArgs, file: &FileConfig) -> Result<Option<
     }
 }
 
+/// The bearer tokens the server takes (SIGHUP may replace them: reload.rs).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// The read-write token; None: auth is off.
+    pub write: Option<Vec<u8>>,
+    /// The read-only token (GET and HEAD), if there is one.
+    pub read_only: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens")
+            .field("write", &self.write.as_ref().map(|_| "***"))
+            .field("read_only", &self.read_only.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
 /// Where the server listens and who may talk to it.
 pub(super) struct Access {
     pub(super) listen: SocketAddr,

@@ -49,6 +49,20 @@ pub struct ServeArgs {
     /// Allow listening on a non-loopback address without an auth token.
     #[arg(long, env = "ROAMKV_INSECURE")]
     pub insecure: bool,
+    /// What the log shows: a level (error, warn, info, debug, trace) or tracing's filter
+    /// directives (`info,roamkv_server=debug`); $RUST_LOG, when set, wins. SIGHUP applies a
+    /// new value from the config file [default: info].
+    #[arg(long, env = "ROAMKV_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// How log lines are written: `text` (for a terminal or journald) or `json` (one object a
+    /// line, for a log shipper) [default: text].
+    #[arg(long, env = "ROAMKV_LOG_FORMAT")]
+    pub log_format: Option<String>,
+    /// One log line a request (method, route, path, status, milliseconds, client address) at
+    /// info level, target `roamkv::access`; SIGHUP applies a new value from the config file
+    /// [default: false].
+    #[arg(long, env = "ROAMKV_ACCESS_LOG")]
+    pub access_log: Option<bool>,
     /// Largest request body accepted, in bytes [default: 4194304]; larger ones get 413.
     #[arg(long, env = "ROAMKV_BODY_BYTES_MAX")]
     pub body_bytes_max: Option<usize>,
@@ -156,6 +170,9 @@ pub(super) struct FileConfig {
     pub(super) auth_token_file: Option<PathBuf>,
     pub(super) read_only_token_file: Option<PathBuf>,
     pub(super) insecure: Option<bool>,
+    pub(super) log_level: Option<String>,
+    pub(super) log_format: Option<String>,
+    pub(super) access_log: Option<bool>,
     pub(super) body_bytes_max: Option<usize>,
     pub(super) batch_readings_max: Option<usize>,
     pub(super) concurrent_requests_max: Option<usize>,

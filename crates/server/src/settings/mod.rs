@@ -3,15 +3,17 @@
 //!
 //! One file for each thing configured: the flags and the file's keys (`args`), who may talk to
 //! the server and how (`access`, `tls`), the bounds of requests, time and space (`limits`), the
-//! MQTT bus (`mqtt`) and the cloud sink with what a departure does (`cloud`). This module merges
-//! them into one checked `Config`. It imports no other room of the server: every room may read
-//! the settings.
+//! MQTT bus (`mqtt`), the cloud sink with what a departure does (`cloud`), and the log (`logs`);
+//! what SIGHUP changes while the server runs (`reload`). This module merges them into one
+//! checked `Config`. It imports no other room of the server: every room may read the settings.
 
 mod access;
 mod args;
 mod cloud;
 mod limits;
+mod logs;
 mod mqtt;
+pub mod reload;
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 use roamkv_engine::Durability;
 
+pub use access::Tokens;
 use access::{Access, resolve_tls};
 use args::FileConfig;
 pub use args::ServeArgs;
@@ -32,6 +35,8 @@ pub use limits::{
     SEGMENT_MIB_DEFAULT, Sizes,
 };
 use limits::{Limits, Timeouts, retention_default_ms};
+use logs::resolve_logs;
+pub use logs::{LogFormat, LogSettings};
 use mqtt::resolve_mqtt;
 pub use mqtt::{MQTT_REPUBLISH_PREFIX_DEFAULT, MQTT_TOPIC_DEFAULT, MqttConfig, MqttTls};
 use tls::TlsFiles;
@@ -77,6 +82,11 @@ pub struct Config {
     pub advertise_url: Option<String>,
     /// HTTPS, when a certificate and key are given.
     pub tls: Option<TlsFiles>,
+    /// The log's level, format and access log.
+    pub logs: LogSettings,
+    /// The flags (and environment) these settings were resolved from: SIGHUP resolves them
+    /// again with the config file as it is then (reload.rs).
+    pub source: ServeArgs,
 }
 
 impl Config {
@@ -132,6 +142,8 @@ impl Config {
                 .or(file.advertise_url.clone())
                 .map(|u| u.trim_end_matches('/').to_string()),
             tls: resolve_tls(args, &file)?,
+            logs: resolve_logs(args, &file)?,
+            source: args.clone(),
         })
         .and_then(|config| {
             if config.on_depart == OnDepart::Cloud && config.sink.is_none() {
@@ -144,6 +156,14 @@ impl Config {
                 Ok(config)
             }
         })
+    }
+
+    /// The bearer tokens, as the server checks them.
+    pub fn tokens(&self) -> Tokens {
+        Tokens {
+            write: self.auth_token.clone(),
+            read_only: self.read_only_token.clone(),
+        }
     }
 
     /// The settings as /api/v3/config shows them (never the token itself).
@@ -185,6 +205,9 @@ impl Config {
                 "certFile": t.cert_file.display().to_string(),
                 "keyFile": t.key_file.display().to_string(),
             })),
+            "logLevel": self.logs.level,
+            "logFormat": self.logs.format.name(),
+            "accessLog": self.logs.access_log,
         })
     }
 }

@@ -47,6 +47,11 @@ impl Tls {
 
     /// Reads the files again; on success new connections get the new pair, on failure nothing
     /// changes.
+    /// The files the pair is read from.
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
     pub fn reload(&self) -> Result<(), String> {
         let fresh = acceptor(&self.files)?;
         *self.acceptor.write() = fresh;

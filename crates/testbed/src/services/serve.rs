@@ -67,11 +67,16 @@ impl ServeProcess {
                 let _ = child.wait();
                 panic!("roamkv serve exited before listening:\n{}", seen.join("\n"));
             };
+            // "listening on http://127.0.0.1:PORT", plain or inside a JSON log line.
             if let Some((_, rest)) = line.split_once("listening on ")
-                && let Some((scheme, addr)) = rest.trim().split_once("://")
+                && let Some((scheme, rest)) = rest.trim().split_once("://")
             {
+                let addr: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || ".:[]-".contains(*c))
+                    .collect();
                 seen.push(line.clone());
-                break (scheme.to_string(), addr.trim_end_matches('/').to_string());
+                break (scheme.to_string(), addr);
             }
             seen.push(line);
         };

@@ -3,8 +3,9 @@
 //! happen; the engine's, the sink's and the process's state is read at each scrape. Names
 //! follow Prometheus's conventions: base units last in the name (`_bytes`, `_seconds`),
 //! counters as counters (prometheus-client adds `_total`), `roamkv_build_info`, and the
-//! `process_*` metrics every client library exports; `promtool check metrics` agrees
-//! (crates/server/tests/edgex_round_trip.rs).
+//! `process_*` metrics every client library exports; `promtool check metrics` agrees with the
+//! classic text a scraper gets unless it asks for OpenMetrics (`exposition`;
+//! crates/server/tests/edgex_round_trip.rs).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -19,6 +20,7 @@ use crate::observability::cloud_view::CloudView;
 
 mod cloud;
 mod engine;
+pub mod exposition;
 mod follow;
 mod process;
 
