@@ -93,8 +93,13 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page, roff (e.g. `roamkv man | man -l -`).
-    Man,
+    /// Print the manual page, roff (e.g. `roamkv man | man -l -`); with --dir, write it and a
+    /// page for every subcommand it names (roamkv-serve.1, ...) into DIR.
+    Man {
+        /// Write roamkv.1 and one page per subcommand here instead of printing roamkv.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -126,9 +131,15 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "roamkv", &mut std::io::stdout());
             Ok(())
         }
-        Command::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map_err(|e| format!("writing the manual page: {e}")),
+        // The page names a page per subcommand (roamkv-serve(1)); `--dir` writes them all, as
+        // the package installs them, and no `help` page is named or written.
+        Command::Man { dir: None } => {
+            clap_mangen::Man::new(Cli::command().disable_help_subcommand(true))
+                .render(&mut std::io::stdout())
+                .map_err(|e| format!("writing the manual page: {e}"))
+        }
+        Command::Man { dir: Some(dir) } => clap_mangen::generate_to(Cli::command(), &dir)
+            .map_err(|e| format!("writing the manual pages into {}: {e}", dir.display())),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -210,3 +210,57 @@ fn completions_and_the_manual_page_come_from_the_commands() {
         .expect("completions");
     assert!(!unknown.status.success() && text(&unknown.stderr).contains("possible values"));
 }
+
+/// The pages a manual page names (`roamkv\-serve(1)` in roff), as `roamkv-serve.1`.
+fn pages_named(page: &str) -> Vec<String> {
+    let text = page.replace("\\-", "-");
+    let mut named = Vec::new();
+    for (at, _) in text.match_indices("(1)") {
+        let start = text[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .map_or(0, |i| i + 1);
+        if start < at {
+            named.push(format!("{}.1", &text[start..at]));
+        }
+    }
+    named
+}
+
+#[test]
+fn every_page_the_manual_names_is_written_beside_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let written = Command::new(ROAMKV)
+        .args(["man", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("man --dir");
+    assert!(written.status.success(), "{}", text(&written.stderr));
+    let printed = Command::new(ROAMKV).arg("man").output().expect("man");
+    assert!(printed.status.success());
+    let mut pages = vec![("roamkv man".to_string(), text(&printed.stdout))];
+    for entry in std::fs::read_dir(dir.path()).expect("pages") {
+        let path = entry.expect("entry").path();
+        let page = std::fs::read_to_string(&path).expect("page");
+        pages.push((path.display().to_string(), page));
+    }
+    assert!(dir.path().join("roamkv.1").exists() && dir.path().join("roamkv-serve.1").exists());
+    let mut named_any = false;
+    for (which, page) in &pages {
+        assert!(page.contains(".TH"), "{which} is not roff");
+        for name in pages_named(page) {
+            named_any = true;
+            assert!(
+                dir.path().join(&name).exists(),
+                "{which} names {name}, which is not among the pages written"
+            );
+        }
+    }
+    assert!(
+        named_any,
+        "no page names another: the check checked nothing"
+    );
+    assert!(
+        !dir.path().join("roamkv-help.1").exists() && !pages[0].1.contains("roamkv\\-help"),
+        "a page for `help`, which is --help"
+    );
+}
