@@ -12,14 +12,17 @@ pub const SLOT_NAME: &str = "cloud-sink";
 pub struct SinkConfig {
     /// `postgres://user:password@host:port/database` (or the key=value form). `sslmode=require`
     /// (or `verify-ca`, `verify-full`) in it asks for TLS (rustls, the system's roots plus
-    /// `ca_file`); without it the connection is plain.
+    /// `ca_file`); without it the connection is plain. Or `kafka://HOST:PORT[,...]/TOPIC`
+    /// (`kafka+ssl://` for TLS, `USER@` for SASL: kafka/url.rs).
     pub url: String,
     /// The password, when it is kept out of the URL (`--sink-password-file`): it wins over one
     /// in the URL.
     pub password: Option<String>,
-    /// A PEM file of CA certificates to trust besides the system's (a private CA).
+    /// A PEM file of CA certificates to trust besides the system's (a private CA); for Kafka,
+    /// instead of the system's (librdkafka's `ssl.ca.location`).
     pub ca_file: Option<std::path::PathBuf>,
-    /// This edge's identity (the server's `edge.json`): the cursor row's key.
+    /// This edge's identity (the server's `edge.json`): the cursor row's key; in Kafka the
+    /// offsets record's key and the producer's transactional id.
     pub edge_id: String,
     /// Readings per transaction at most.
     pub batch_rows: usize,

@@ -64,11 +64,11 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// Connects (making the tables if missing) and starts tailing. A malformed URL, refused
-    /// credentials, a missing database or missing rights are an error here, naming the URL
-    /// (without its password): they would fail every retry. A database that cannot be reached
-    /// now is normal at the edge: the sink starts disconnected and keeps trying (backoff to
-    /// 500 ms) while ingest goes on.
+    /// Connects (making the tables, or Kafka's offsets topic, if missing) and starts tailing. A
+    /// malformed URL, refused credentials, a missing database or topic or missing rights are
+    /// an error here, naming the URL (without its password): they would fail every retry. A
+    /// destination that cannot be reached now is normal at the edge: the sink starts
+    /// disconnected and keeps trying (backoff to 500 ms) while ingest goes on.
     pub async fn start(
         engine: Arc<Engine>,
         config: SinkConfig,

@@ -131,7 +131,10 @@ pub(crate) async fn run(mut t: Tail) {
             }
         }
         let outcome = t.session().await;
-        t.db = None;
+        // Closed on the blocking pool: librdkafka's teardown joins its threads.
+        if let Some(destination) = t.db.take() {
+            let _ = tokio::task::spawn_blocking(move || drop(destination)).await;
+        }
         match outcome {
             Ok(()) => return,
             Err(DbError::Fenced(message)) => {
