@@ -138,6 +138,7 @@ async fn start_serving(
             },
         },
         history: Arc::clone(&history),
+        peer: handoff::peer::PeerLink::new(&config.peer)?,
     });
     let live = Arc::new(settings::reload::Live::new(
         &config,

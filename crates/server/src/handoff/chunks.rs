@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use reqwest::Method;
 use roamkv_engine::{ScanCursor, crash_point};
 use roamkv_wire::batch;
 
@@ -66,12 +67,14 @@ pub async fn send(state: &Shared, mut record: OutRecord) -> Result<(), String> {
             let n = record.chunks + in_flight.len() as u64;
             let bytes = body.len() as u64;
             let put = state
-                .handoffs
-                .client
-                .put(format!(
-                    "{}/api/roamkv/v1/handoffs/{}/chunks/{n}",
-                    record.to, record.id
-                ))
+                .peer
+                .request(
+                    Method::PUT,
+                    &format!(
+                        "{}/api/roamkv/v1/handoffs/{}/chunks/{n}",
+                        record.to, record.id
+                    ),
+                )
                 .header("content-type", batch::CONTENT_TYPE)
                 .header("x-roamkv-epoch", record.epoch.to_string())
                 .body(body);
@@ -103,7 +106,7 @@ pub async fn send(state: &Shared, mut record: OutRecord) -> Result<(), String> {
             (read_after, more) = (record.after.clone(), true);
             continue;
         }
-        if let Err(e) = expect_status(answer, StatusCode::CREATED, "a chunk").await {
+        if let Err(e) = expect_status(answer, StatusCode::CREATED, "a chunk", &record.to).await {
             // What was acknowledged so far is kept (a crash would resend it, harmlessly).
             if saved.1 != record.bytes {
                 advance(state, record).await?;

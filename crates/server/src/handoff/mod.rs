@@ -17,12 +17,14 @@
 //! Every step is idempotent (a chunk sent twice writes the same keys with the same values; a
 //! commit twice is one) and A's task resumes by itself from its record after a restart of A, and
 //! retries while B is away. Modules: `send` (A's task and routes), `receive` (B's routes); what
-//! this edge knows of its handoffs and the files that keep it are `book/` (`store`); what the part
-//! holds and is given is `state` (`HandoffState`): the server's state holds it, and the part
-//! never names the server's state.
+//! this edge knows of its handoffs and the files that keep it are `book/` (`store`); how it
+//! reaches another edge (`http://` or `https://`, the peer token, errors a user can act on) is
+//! `peer`; what the part holds and is given is `state` (`HandoffState`): the server's state holds
+//! it, and the part never names the server's state.
 
 pub mod book;
 mod chunks;
+pub mod peer;
 pub mod receive;
 pub mod send;
 pub mod state;

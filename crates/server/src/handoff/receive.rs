@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use reqwest::Method;
 use roamkv_engine::{Durability, Record, crash_point};
 use roamkv_wire::names::check_device_name;
 use roamkv_wire::{KeyedReading, batch};
@@ -19,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::book::store::InRecord;
+use super::peer::{message_of, token_refused, unanswered};
 use super::state::{HandoffState, Shared};
 use crate::clock::now_ms;
 use crate::http::body::read_body;
@@ -285,7 +287,7 @@ pub async fn cancel(state: &Shared, id: &str) -> Result<Response, ApiError> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArrivedRequest {
-    /// The edge that has the device's history, `http://host:port`.
+    /// The edge that has the device's history, `http://host:port` (or `https://`).
     pub from: String,
 }
 
@@ -295,7 +297,7 @@ pub struct ArrivedRequest {
     params(("device" = String, Path, description = "the device")),
     request_body(content = String, content_type = "application/json", description = "`{\"from\": \"http://host:port\"}`: the edge it left"),
     responses((status = 202, description = "asked the edge it left to hand it here (its answer)"),
-        (status = 502, description = "the edge it left did not answer", body = crate::http::error::ApiErrorBody), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
+        (status = 502, description = "the edge it left did not answer, or refused this edge's peer token", body = crate::http::error::ApiErrorBody), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
 pub async fn arrived(
     State(state): State<Shared>,
     Path(device): Path<String>,
@@ -304,9 +306,11 @@ pub async fn arrived(
     check_device_name(&device)?;
     let from = request.from.trim_end_matches('/').to_string();
     let answer = state
-        .handoffs
-        .client
-        .post(format!("{from}/api/roamkv/v1/devices/{device}/handoff"))
+        .peer
+        .request(
+            Method::POST,
+            &format!("{from}/api/roamkv/v1/devices/{device}/handoff"),
+        )
         .json(&json!({"to": state.advertise_url}))
         .timeout(Duration::from_secs(10))
         .send()
@@ -314,14 +318,26 @@ pub async fn arrived(
         .map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_GATEWAY,
-                format!("asking {from} to hand {device:?} over: {e}"),
+                format!(
+                    "asking {from} to hand {device:?} over: {}",
+                    unanswered(&from, e)
+                ),
             )
         })?;
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let body: serde_json::Value = answer
-        .json()
-        .await
-        .unwrap_or_else(|e| json!({"error": e.to_string()}));
+    let text = answer.text().await.unwrap_or_default();
+    // A refusal of this edge's peer token is not the caller's: a 502 that says what to do.
+    if let Some(sentence) = token_refused(&from, status.as_u16(), &message_of(&text)) {
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "asking {from} to hand {device:?} over: {sentence} ({status}: {})",
+                message_of(&text)
+            ),
+        ));
+    }
+    let body: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| json!({"error": e.to_string()}));
     Ok((status, Json(body)).into_response())
 }
 

@@ -11,6 +11,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use reqwest::Method;
 use roamkv_engine::crash_point;
 use serde::Deserialize;
 use serde_json::json;
@@ -48,7 +49,7 @@ pub async fn edge(State(state): State<Shared>) -> Response {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartRequest {
-    /// The receiver's base URL, `http://host:port`.
+    /// The receiver's base URL, `http://host:port` or `https://host:port`.
     pub to: String,
 }
 
@@ -69,9 +70,8 @@ pub async fn start(
     // A handoff to itself is refused at once when the receiver answers (an unreachable one is
     // normal: the task retries).
     if let Ok(answer) = state
-        .handoffs
-        .client
-        .get(format!("{to}/api/roamkv/v1/edge"))
+        .peer
+        .request(Method::GET, &format!("{to}/api/roamkv/v1/edge"))
         .timeout(Duration::from_secs(2))
         .send()
         .await
@@ -88,13 +88,14 @@ pub async fn start(
     Ok((StatusCode::ACCEPTED, Json(json!(record))).into_response())
 }
 
-/// `http://host:port` without a trailing slash; anything else is a 400.
+/// `http(s)://host:port` without a trailing slash; anything else is a 400.
 fn normalize_url(url: &str) -> Result<String, ApiError> {
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| ApiError::bad_request(format!("\"to\": {url:?} is not a URL: {e}")))?;
-    if parsed.scheme() != "http" || parsed.host_str().is_none() {
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(ApiError::bad_request(format!(
-            "\"to\": {url:?}: give the receiving edge as http://host:port"
+            "\"to\": {url:?}: give the receiving edge as http://host:port (https:// for one \
+             that serves HTTPS)"
         )));
     }
     Ok(url.trim_end_matches('/').to_string())
@@ -250,9 +251,11 @@ pub async fn abort_or_cancel(
     }
     // Tell the receiver first (best effort): it refuses this handoff's chunks from now on.
     let _ = state
-        .handoffs
-        .client
-        .delete(format!("{}/api/roamkv/v1/handoffs/{id}", record.to))
+        .peer
+        .request(
+            Method::DELETE,
+            &format!("{}/api/roamkv/v1/handoffs/{id}", record.to),
+        )
         .timeout(Duration::from_secs(2))
         .send()
         .await;
@@ -366,12 +369,11 @@ async fn step(state: &Shared, record: OutRecord) -> Result<(), StepError> {
 
 async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
     let answer = state
-        .handoffs
-        .client
-        .post(format!(
-            "{}/api/roamkv/v1/handoffs/{}/begin",
-            record.to, record.id
-        ))
+        .peer
+        .request(
+            Method::POST,
+            &format!("{}/api/roamkv/v1/handoffs/{}/begin", record.to, record.id),
+        )
         .json(&json!({
             "device": record.device,
             "epoch": record.epoch,
@@ -380,7 +382,7 @@ async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String
         }))
         .send()
         .await;
-    let answer = expect_status(answer, StatusCode::CREATED, "begin").await?;
+    let answer = expect_status(answer, StatusCode::CREATED, "begin", &record.to).await?;
     let body: serde_json::Value = answer.json().await.map_err(|e| format!("begin: {e}"))?;
     crash_point("handoff.after_begin");
     record.to_edge = body["edge_id"].as_str().map(str::to_string);
@@ -391,12 +393,11 @@ async fn begin_there(state: &Shared, mut record: OutRecord) -> Result<(), String
 
 async fn commit_there(state: &Shared, mut record: OutRecord) -> Result<(), String> {
     let answer = state
-        .handoffs
-        .client
-        .post(format!(
-            "{}/api/roamkv/v1/handoffs/{}/commit",
-            record.to, record.id
-        ))
+        .peer
+        .request(
+            Method::POST,
+            &format!("{}/api/roamkv/v1/handoffs/{}/commit", record.to, record.id),
+        )
         .json(&json!({
             "device": record.device,
             "epoch": record.epoch,
@@ -405,7 +406,7 @@ async fn commit_there(state: &Shared, mut record: OutRecord) -> Result<(), Strin
         }))
         .send()
         .await;
-    expect_status(answer, StatusCode::OK, "commit").await?;
+    expect_status(answer, StatusCode::OK, "commit", &record.to).await?;
     crash_point("handoff.after_commit");
     record.state = OutState::Departing;
     record.last_error = None;

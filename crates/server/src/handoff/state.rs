@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use roamkv_engine::{Durability, Engine};
 
 use super::book::Handoffs;
+use super::peer::PeerLink;
 use crate::departures::fence::Fences;
 use crate::http::body::BodyLimits;
 use crate::http::error::ApiError;
@@ -25,6 +26,9 @@ pub struct HandoffState {
     /// How other edges reach this one (`--advertise-url`, or the address it listens on).
     pub advertise_url: String,
     pub config: HandoffConfig,
+    /// How this edge reaches the others: the client (`--peer-ca-file`), the peer token
+    /// (`--peer-token-file`).
+    pub peer: PeerLink,
     /// The status page's history, shared with the server: a device handed on is a departure.
     pub history: Arc<Mutex<History>>,
 }

@@ -1,11 +1,13 @@
 //! What every step of the sender's task shares: the record saved (durably, then shown) before the
-//! next step, and the receiver's answer read as the status a step wants or an error.
+//! next step, and the receiver's answer read as the status a step wants or an error a user can
+//! act on.
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
 
 use super::book::store::{OutRecord, OutState};
+use super::peer::{message_of, token_refused, unanswered};
 use super::state::Shared;
 
 /// Saves the record (the step is done only once this returns) and puts it in the book, unless
@@ -34,17 +36,23 @@ pub async fn advance(state: &Shared, record: OutRecord) -> Result<(), String> {
     .map_err(|e| format!("saving a handoff record: {e}"))?
 }
 
-/// What the receiver answered, as an error when it is not `want`.
+/// What the receiver at `to` answered, as an error when it is not `want`: a request that got no
+/// answer, or a refused peer token, said as what is wrong and what to do (peer.rs).
 pub async fn expect_status(
     answer: Result<reqwest::Response, reqwest::Error>,
     want: StatusCode,
     what: &str,
+    to: &str,
 ) -> Result<reqwest::Response, String> {
-    let answer = answer.map_err(|e| format!("{what}: the receiver did not answer: {e}"))?;
+    let answer = answer.map_err(|e| format!("{what} at {to}: {}", unanswered(to, e)))?;
     if answer.status().as_u16() == want.as_u16() {
         return Ok(answer);
     }
     let status = answer.status();
     let body = answer.text().await.unwrap_or_default();
-    Err(format!("{what}: the receiver answered {status}: {body}"))
+    let message = message_of(&body);
+    Err(match token_refused(to, status.as_u16(), &message) {
+        Some(sentence) => format!("{what} at {to}: {sentence} ({status}: {message})"),
+        None => format!("{what}: the receiver answered {status}: {body}"),
+    })
 }

@@ -145,10 +145,19 @@ pub struct ServeArgs {
     /// PEM file of the private key that goes with --tls-cert-file.
     #[arg(long, env = "ROAMKV_TLS_KEY_FILE")]
     pub tls_key_file: Option<PathBuf>,
-    /// How other edges reach this one, `http://host:port`: a receiver of a handoff from here is
-    /// told it [default: http:// and the address it listens on].
+    /// How other edges reach this one, `http://host:port` (`https://` with TLS): a receiver of
+    /// a handoff from here is told it [default: http:// or https:// and the address it listens
+    /// on].
     #[arg(long, env = "ROAMKV_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
+    /// File holding the bearer token this edge presents to the next edges of its handoffs (their
+    /// read-write token, their --auth-token-file's); never shown.
+    #[arg(long, env = "ROAMKV_PEER_TOKEN_FILE")]
+    pub peer_token_file: Option<PathBuf>,
+    /// PEM file of the CA certificates that signed the next edges' certificates (handoffs to
+    /// https:// edges), trusted besides the system's.
+    #[arg(long, env = "ROAMKV_PEER_CA_FILE")]
+    pub peer_ca_file: Option<PathBuf>,
     /// What a departure does with the device's data: `drop` (at once, paper 002) or `cloud`
     /// (dropped only once the sink has it in the cloud; needs --sink) [default: drop].
     #[arg(long, env = "ROAMKV_ON_DEPART")]
@@ -196,6 +205,8 @@ pub(super) struct FileConfig {
     pub(super) sink_ca_file: Option<PathBuf>,
     pub(super) on_depart: Option<String>,
     pub(super) advertise_url: Option<String>,
+    pub(super) peer_token_file: Option<PathBuf>,
+    pub(super) peer_ca_file: Option<PathBuf>,
     pub(super) tls_cert_file: Option<PathBuf>,
     pub(super) tls_key_file: Option<PathBuf>,
 }

@@ -3,9 +3,10 @@
 //!
 //! One file for each thing configured: the flags and the file's keys (`args`), who may talk to
 //! the server and how (`access`, `tls`), the bounds of requests, time and space (`limits`), the
-//! MQTT bus (`mqtt`), the cloud sink with what a departure does (`cloud`), and the log (`logs`);
-//! what SIGHUP changes while the server runs (`reload`). This module merges them into one
-//! checked `Config`. It imports no other room of the server: every room may read the settings.
+//! MQTT bus (`mqtt`), the cloud sink with what a departure does (`cloud`), how handoffs reach the
+//! next edges (`peer`), and the log (`logs`); what SIGHUP changes while the server runs
+//! (`reload`). This module merges them into one checked `Config`. It imports no other room of the
+//! server: every room may read the settings.
 
 mod access;
 mod args;
@@ -13,6 +14,7 @@ mod cloud;
 mod limits;
 mod logs;
 mod mqtt;
+mod peer;
 pub mod reload;
 #[cfg(test)]
 mod tests;
@@ -39,6 +41,8 @@ use logs::resolve_logs;
 pub use logs::{LogFormat, LogSettings};
 use mqtt::resolve_mqtt;
 pub use mqtt::{MQTT_REPUBLISH_PREFIX_DEFAULT, MQTT_TOPIC_DEFAULT, MqttConfig, MqttTls};
+pub use peer::PeerSettings;
+use peer::resolve_peer;
 use tls::TlsFiles;
 
 /// Resolved settings, every default applied and every value checked.
@@ -80,6 +84,8 @@ pub struct Config {
     pub on_depart: OnDepart,
     /// How other edges reach this one (None: from the address it listens on).
     pub advertise_url: Option<String>,
+    /// How this edge reaches the next edges of its handoffs: the token it presents, their CA.
+    pub peer: PeerSettings,
     /// HTTPS, when a certificate and key are given.
     pub tls: Option<TlsFiles>,
     /// The log's level, format and access log.
@@ -141,6 +147,7 @@ impl Config {
                 .clone()
                 .or(file.advertise_url.clone())
                 .map(|u| u.trim_end_matches('/').to_string()),
+            peer: resolve_peer(args, &file)?,
             tls: resolve_tls(args, &file)?,
             logs: resolve_logs(args, &file)?,
             source: args.clone(),
@@ -201,6 +208,10 @@ impl Config {
             "eventIdIndex": self.event_id_index,
             "sink": self.sink.as_ref().map(|s| roamkv_sink::redact(&s.url)),
             "onDepart": self.on_depart.name(),
+            "peer": {
+                "token": self.peer.token.is_some(),
+                "caFile": self.peer.ca_file.as_ref().map(|p| p.display().to_string()),
+            },
             "tls": self.tls.as_ref().map(|t| serde_json::json!({
                 "certFile": t.cert_file.display().to_string(),
                 "keyFile": t.key_file.display().to_string(),

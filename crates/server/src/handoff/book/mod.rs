@@ -1,5 +1,5 @@
 //! What this edge knows of its handoffs (the files are the truth across restarts; this is what
-//! the rest of the server shares): the records, the devices' epochs, the HTTP client, the counts.
+//! the rest of the server shares): the records, the devices' epochs, the counts.
 //! It imports nothing of the server's state, which holds it.
 
 use std::collections::BTreeMap;
@@ -65,7 +65,6 @@ pub struct Handoffs {
     pub book: parking_lot::Mutex<Book>,
     /// Woken when a handoff is started or resumed.
     pub work: tokio::sync::Notify,
-    pub client: reqwest::Client,
     pub counters: Counters,
     /// Held by a received chunk that merges EdgeX events' index entries, from the merge to its
     /// write: a sender has several chunks on the wire, and two chunks with readings of one event,
@@ -91,11 +90,6 @@ impl Handoffs {
                 *known = (epoch, at);
             }
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .timeout(std::time::Duration::from_secs(60))
-            .build()
-            .map_err(|e| format!("making the handoff HTTP client: {e}"))?;
         Ok(Handoffs {
             store,
             book: parking_lot::Mutex::new(Book {
@@ -104,7 +98,6 @@ impl Handoffs {
                 epochs,
             }),
             work: tokio::sync::Notify::new(),
-            client,
             counters: Counters::default(),
             index_merge: parking_lot::Mutex::new(()),
         })
