@@ -368,25 +368,10 @@ fn names(presented: &[String]) -> String {
     presented.iter().map(bare).collect::<Vec<_>>().join(", ")
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` of seconds since the epoch.
+/// A certificate's date as a reader checks it against `date -u` (RFC 3339, UTC).
 fn date(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()
 }
 
 #[cfg(test)]
@@ -405,9 +390,9 @@ mod tests {
 
     #[test]
     fn dates_are_civil() {
-        assert_eq!(date(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(date(1_700_000_000), "2023-11-14 22:13:20 UTC");
-        assert_eq!(date(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(date(0), "1970-01-01T00:00:00Z");
+        assert_eq!(date(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(date(951_782_400), "2000-02-29T00:00:00Z");
     }
 
     #[test]
