@@ -11,6 +11,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::SinkConfig;
 pub use crate::error::{DbError, redact};
+use crate::explain::{self, Dialed, Peer};
 pub use crate::rows::Rows;
 use crate::schema;
 
@@ -32,6 +33,41 @@ fn is_tls_refusal(error: &tokio_postgres::Error) -> bool {
         source = e.source();
     }
     false
+}
+
+/// What was dialed, for explaining a failed connection (roamkv_sink::explain); None for a Unix
+/// socket (no TLS, no host to name).
+fn dialed(config: &tokio_postgres::Config, tls: bool) -> Option<Dialed> {
+    let host = match config.get_hosts().first()? {
+        tokio_postgres::config::Host::Tcp(host) => host.clone(),
+        tokio_postgres::config::Host::Unix(_) => return None,
+    };
+    Some(Dialed {
+        host,
+        port: config.get_ports().first().copied().unwrap_or(5432),
+        tls,
+        peer: Peer::Database,
+        ca_setting: "--sink-ca-file".into(),
+    })
+}
+
+/// A failed connection: `classify`'s kinds, said as a user can act on it (explain.rs) when the
+/// error is one explain knows (a certificate refused, a refused or timed-out connection).
+fn classify_connect(
+    context: &str,
+    error: &tokio_postgres::Error,
+    dialed: Option<&Dialed>,
+) -> DbError {
+    let sorted = classify(context, error);
+    let Some(sentence) = dialed.and_then(|d| explain::explain(error, d)) else {
+        return sorted;
+    };
+    let message = format!("{context}: {sentence} ({})", explain::chain(error));
+    match sorted {
+        DbError::Retryable(_) => DbError::Retryable(message),
+        DbError::Fatal(_) => DbError::Fatal(message),
+        other => other,
+    }
 }
 
 fn classify(context: &str, error: &tokio_postgres::Error) -> DbError {
@@ -109,11 +145,12 @@ impl Db {
         config.connect_timeout(CONNECT_TIMEOUT);
         config.application_name("roamkv-sink");
         let context = format!("connecting to {}", redact(url));
+        let dialed = dialed(&config, sink.wants_tls());
         let client = if sink.wants_tls() {
             let (client, connection) = config
                 .connect(tls_connector(sink)?)
                 .await
-                .map_err(|e| classify(&context, &e))?;
+                .map_err(|e| classify_connect(&context, &e, dialed.as_ref()))?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "sink connection ended");
@@ -124,7 +161,7 @@ impl Db {
             let (client, connection) = config
                 .connect(NoTls)
                 .await
-                .map_err(|e| classify(&context, &e))?;
+                .map_err(|e| classify_connect(&context, &e, dialed.as_ref()))?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "sink connection ended");

@@ -339,7 +339,15 @@ async fn sslmode_require_speaks_tls_and_refuses_a_server_it_cannot_verify() {
     .await
     .err()
     .expect("an unverified server is refused");
-    assert!(error.contains("cannot use"), "{error}");
+    // Said as a user can act on it (explain.rs): the CA to trust, with the sink's setting.
+    assert!(
+        error.contains("cannot use")
+            && error.contains("the database at 127.0.0.1:")
+            && error.contains("signed by a CA this client does not trust")
+            && error.contains("--sink-ca-file ca.crt")
+            && error.contains("UnknownIssuer"),
+        "{error}"
+    );
     // With the CA it trusts the server; the connection is encrypted.
     let config = SinkConfig {
         ca_file: Some(ca),
