@@ -30,6 +30,7 @@ use axum::routing::{delete, get, post};
 
 use crate::clock::now_ms;
 use crate::http::error::ApiError;
+use crate::http::query::NoQuery;
 use crate::observability::metrics::exposition::{self, Format};
 use crate::observability::metrics::{RequestLabels, RouteLabels};
 use crate::observability::status;
@@ -160,7 +161,7 @@ async fn not_found(request: Request) -> ApiError {
 }
 
 /// Liveness: the process answers.
-async fn health() -> Response {
+async fn health(_: NoQuery) -> Response {
     (
         StatusCode::OK,
         axum::Json(serde_json::json!({"status": "ok"})),
@@ -172,7 +173,7 @@ async fn health() -> Response {
 /// 200 while the server takes everything it was configured to take: 503 once shutdown began,
 /// and while a configured MQTT broker is not connected (ingest from the bus is stopped; a load
 /// balancer or an orchestrator should know).
-async fn ready(State(state): State<Shared>) -> Response {
+async fn ready(State(state): State<Shared>, _: NoQuery) -> Response {
     if !state.is_ready() {
         return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
@@ -198,7 +199,11 @@ async fn ready(State(state): State<Shared>) -> Response {
 
 /// The metrics, in the format the scraper asks for (OpenMetrics, or the classic text: see
 /// observability/metrics/exposition.rs).
-async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn metrics(
+    State(state): State<Shared>,
+    _: NoQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let text = state
         .blocking(|s| Ok(s.metrics.render(&s.engine, &s.cloud_view())))
@@ -215,7 +220,7 @@ async fn metrics(State(state): State<Shared>, headers: HeaderMap) -> Result<Resp
     Ok(response)
 }
 
-async fn status_page(State(state): State<Shared>) -> Result<Html<String>, ApiError> {
+async fn status_page(State(state): State<Shared>, _: NoQuery) -> Result<Html<String>, ApiError> {
     state
         .blocking(|s| {
             let stats = s.engine.stats();

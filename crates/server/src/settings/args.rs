@@ -127,8 +127,9 @@ pub struct ServeArgs {
     #[arg(long, env = "ROAMKV_EVENT_ID_INDEX")]
     pub event_id_index: Option<bool>,
     /// The cloud sink: every reading also goes to this PostgreSQL-protocol database,
-    /// `postgres://user@host:port/database` (`?sslmode=require` for TLS). Also
-    /// $ROAMKV_SINK. None: no sink.
+    /// `postgres://user@host:port/database` (`?sslmode=require` for TLS), or to this Kafka
+    /// topic, `kafka://host:port[,host:port...]/topic` (`kafka+ssl://` for TLS), exactly once.
+    /// Also $ROAMKV_SINK. None: no sink.
     #[arg(long, env = "ROAMKV_SINK")]
     pub sink: Option<String>,
     /// File holding the sink database's password (kept out of the URL, the process list and

@@ -155,7 +155,7 @@ impl Config {
         .and_then(|config| {
             if config.on_depart == OnDepart::Cloud && config.sink.is_none() {
                 Err(
-                    "--on-depart cloud needs a cloud sink: give --sink postgres://... \
+                    "--on-depart cloud needs a cloud sink: give --sink postgres://... or kafka://... \
                      (or `sink` in the config file, or $ROAMKV_SINK)"
                         .into(),
                 )
