@@ -76,6 +76,9 @@ pub async fn start(config: Config) -> Result<Running, String> {
 }
 
 /// `start`, with what puts a new log filter in force on SIGHUP (`run`'s log).
+// Long because: the start is one ordered sequence (TLS, the engine, the server's own files, the
+// sink, the listener, the state, the fences, SIGHUP, MQTT), each step's failure ending it before
+// the next; split, the order that matters would be spread over functions.
 async fn start_serving(
     mut config: Config,
     set_log_filter: Option<settings::reload::SetLogFilter>,
@@ -128,15 +131,7 @@ async fn start_serving(
         fences: Arc::clone(&fences),
         edge_id: edge_id.clone(),
         advertise_url,
-        config: handoff::state::HandoffConfig {
-            durability: config.durability,
-            batch_readings_max: config.batch_readings_max,
-            event_id_index: config.event_id_index,
-            body: http::body::BodyLimits {
-                bytes_max: config.body_bytes_max,
-                timeout: config.body_timeout,
-            },
-        },
+        config: handoff::state::HandoffConfig::of(&config),
         history: Arc::clone(&history),
         peer: handoff::peer::PeerLink::new(&config.peer)?,
     });

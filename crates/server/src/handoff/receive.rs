@@ -25,6 +25,7 @@ use super::state::{HandoffState, Shared};
 use crate::clock::now_ms;
 use crate::http::body::read_body;
 use crate::http::error::ApiError;
+use crate::http::query::NoQuery;
 use crate::ingest::event_ids;
 
 #[derive(Deserialize)]
@@ -44,6 +45,7 @@ pub struct BeginRequest {
         (status = 409, description = "a stale epoch, or the device handed on here", body = crate::http::error::ApiErrorBody)))]
 pub async fn begin(
     State(state): State<Shared>,
+    _: NoQuery,
     Path(id): Path<String>,
     Json(request): Json<BeginRequest>,
 ) -> Result<Response, ApiError> {
@@ -155,6 +157,7 @@ fn usable(s: &HandoffState, id: &str, epoch: Option<u64>) -> Result<InRecord, Ap
         (status = 409, description = "a stale epoch or a cancelled handoff", body = crate::http::error::ApiErrorBody)))]
 pub async fn chunk(
     State(state): State<Shared>,
+    _: NoQuery,
     Path((id, n)): Path<(String, u64)>,
     headers: HeaderMap,
     body: Body,
@@ -226,6 +229,7 @@ pub async fn chunk(
         (status = 409, description = "cancelled", body = crate::http::error::ApiErrorBody)))]
 pub async fn commit(
     State(state): State<Shared>,
+    _: NoQuery,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let record = state
@@ -300,6 +304,7 @@ pub struct ArrivedRequest {
         (status = 502, description = "the edge it left did not answer, or refused this edge's peer token", body = crate::http::error::ApiErrorBody), (status = 400, description = "bad input: the message says what", body = crate::http::error::ApiErrorBody)))]
 pub async fn arrived(
     State(state): State<Shared>,
+    _: NoQuery,
     Path(device): Path<String>,
     Json(request): Json<ArrivedRequest>,
 ) -> Result<Response, ApiError> {

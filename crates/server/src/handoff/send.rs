@@ -23,6 +23,7 @@ use super::state::{HandoffState, Shared};
 use super::step::{advance, expect_status};
 use crate::clock::now_ms;
 use crate::http::error::ApiError;
+use crate::http::query::NoQuery;
 
 /// The longest wait between attempts while the receiver is away or refuses: a receiver that
 /// comes back is found within this (`roamkv bench handoff` measured resumes of up to 1.24 s
@@ -42,7 +43,7 @@ fn fence_reason(to: &str, done: bool) -> String {
 /// `GET /edge`: this edge's id (a sender asks it to refuse a handoff to itself).
 #[utoipa::path(get, path = "/api/roamkv/v1/edge", tag = "handoff",
     responses((status = 200, description = "`{\"edge_id\"}`: this edge's identity")))]
-pub async fn edge(State(state): State<Shared>) -> Response {
+pub async fn edge(State(state): State<Shared>, _: NoQuery) -> Response {
     Json(json!({"edge_id": state.edge_id})).into_response()
 }
 
@@ -63,6 +64,7 @@ pub struct StartRequest {
         (status = 409, description = "already being handed off", body = crate::http::error::ApiErrorBody)))]
 pub async fn start(
     State(state): State<Shared>,
+    _: NoQuery,
     Path(device): Path<String>,
     Json(request): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
@@ -184,7 +186,7 @@ fn begin_here(s: &HandoffState, device: &str, to: &str) -> Result<OutRecord, Api
 /// `GET /handoffs`: every handoff made and received that this edge keeps.
 #[utoipa::path(get, path = "/api/roamkv/v1/handoffs", tag = "handoff",
     responses((status = 200, description = "`{\"out\": [...], \"in\": [...]}`")))]
-pub async fn list(State(state): State<Shared>) -> Response {
+pub async fn list(State(state): State<Shared>, _: NoQuery) -> Response {
     let book = state.handoffs.book.lock();
     let outs: Vec<&OutRecord> = book.outs.values().collect();
     let ins: Vec<_> = book.ins.values().collect();
@@ -198,6 +200,7 @@ pub async fn list(State(state): State<Shared>) -> Response {
         (status = 404, description = "no such handoff", body = crate::http::error::ApiErrorBody)))]
 pub async fn status(
     State(state): State<Shared>,
+    _: NoQuery,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let book = state.handoffs.book.lock();
@@ -223,6 +226,7 @@ pub async fn status(
         (status = 409, description = "too late: committed", body = crate::http::error::ApiErrorBody)))]
 pub async fn abort_or_cancel(
     State(state): State<Shared>,
+    _: NoQuery,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let receiving = state.handoffs.book.lock().ins.contains_key(&id);

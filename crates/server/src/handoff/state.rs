@@ -13,6 +13,7 @@ use crate::departures::fence::Fences;
 use crate::http::body::BodyLimits;
 use crate::http::error::ApiError;
 use crate::observability::status::{Departure, History};
+use crate::settings::Config;
 
 /// The handoff part's state: shared by its routes and its task.
 pub struct HandoffState {
@@ -44,6 +45,21 @@ pub struct HandoffConfig {
     pub event_id_index: bool,
     /// A chunk's body bounds.
     pub body: BodyLimits,
+}
+
+impl HandoffConfig {
+    /// What the handoff part reads of the server's settings.
+    pub fn of(config: &Config) -> HandoffConfig {
+        HandoffConfig {
+            durability: config.durability,
+            batch_readings_max: config.batch_readings_max,
+            event_id_index: config.event_id_index,
+            body: BodyLimits {
+                bytes_max: config.body_bytes_max,
+                timeout: config.body_timeout,
+            },
+        }
+    }
 }
 
 pub type Shared = Arc<HandoffState>;

@@ -67,8 +67,9 @@ async fn correlation_id(request: Request, next: Next) -> Response {
     response
 }
 
-pub fn build(state: Shared) -> Router {
-    let v3_routes = Router::new()
+/// EdgeX core-data's v3 routes (under /api/v3), with its correlation id.
+fn v3_routes() -> Router<Shared> {
+    Router::new()
         .route(
             "/event/{service_name}/{profile_name}/{device_name}/{source_name}",
             post(v3::add_event),
@@ -124,9 +125,12 @@ pub fn build(state: Shared) -> Router {
         .route("/ping", get(v3::ping))
         .route("/version", get(v3::version))
         .route("/config", get(v3::config))
-        .layer(middleware::from_fn(correlation_id));
+        .layer(middleware::from_fn(correlation_id))
+}
+
+pub fn build(state: Shared) -> Router {
     Router::new()
-        .nest("/api/v3", v3_routes)
+        .nest("/api/v3", v3_routes())
         .nest(
             "/api/roamkv/v1",
             native::routes()
