@@ -386,3 +386,32 @@ fn a_token_the_next_edge_refuses_is_said_and_the_handoff_waits_for_the_right_one
     a.wait_done(&id);
     check(&ledger, &b, "bus-1");
 }
+
+#[test]
+fn a_peer_token_rotated_in_its_file_is_taken_on_sighup() {
+    let files = Files::new();
+    let b = edge_b(&files, free_port());
+    // One peer token file whose content the operator replaces, as a rotation does.
+    let token_file = files.data("peer-token");
+    std::fs::write(&token_file, format!("{WRONG}\n")).expect("write token");
+    let a = Edge::start(
+        &files,
+        0,
+        free_port(),
+        &[
+            ("--peer-token-file", &token_file),
+            ("--peer-ca-file", files.ca(1)),
+        ],
+    );
+    let mut ledger = Ledger::default();
+    assert_eq!(a.write(&mut ledger, "tram-1", 1_500), 201);
+    let id = a.hand("tram-1", &b);
+    a.wait_error(&id, &["refused this edge's peer token"]);
+    std::fs::write(&token_file, format!("{TOKEN_B}\n")).expect("write token");
+    a.server.signal(libc::SIGHUP);
+    // No restart: the next retry carries the new token (the edges log at warn: the reload's own
+    // info line is not shown, the finished handoff is the proof).
+    a.wait_done(&id);
+    check(&ledger, &b, "tram-1");
+    assert!(!a.server.log_so_far().contains("did not reload"));
+}

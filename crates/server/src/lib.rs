@@ -133,12 +133,16 @@ async fn start_serving(
         advertise_url,
         config: handoff::state::HandoffConfig::of(&config),
         history: Arc::clone(&history),
-        peer: handoff::peer::PeerLink::new(&config.peer)?,
+        peer: Arc::new(handoff::peer::PeerLink::new(&config.peer)?),
     });
+    let peer = Arc::clone(&handoff.peer);
     let live = Arc::new(settings::reload::Live::new(
         &config,
         tls.clone(),
-        set_log_filter,
+        settings::reload::Hooks {
+            set_log_filter,
+            set_peer: Some(Box::new(move |settings| peer.replace(settings))),
+        },
     ));
     let state: Shared = Arc::new(AppState {
         tokens: Arc::clone(&live.tokens),

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use reqwest::{Client, Method, RequestBuilder};
 use roamkv_sink::explain::{self, Dialed, Peer};
 
@@ -14,37 +15,50 @@ use crate::settings::PeerSettings;
 /// The setting that names the next edges' CA, in advice.
 const CA_SETTING: &str = "--peer-ca-file";
 
-/// The client and the token every request to another edge carries.
+/// The client and the token every request to another edge carries; SIGHUP replaces both
+/// (settings/reload.rs: a rotated peer token or a renewed CA file, read again).
 pub struct PeerLink {
-    client: Client,
-    token: Option<String>,
+    current: RwLock<(Client, Option<String>)>,
 }
 
 impl PeerLink {
     /// The client, trusting the system's CAs and those of `--peer-ca-file`; the token of
     /// `--peer-token-file` is presented as `Authorization: Bearer <token>`.
     pub fn new(settings: &PeerSettings) -> Result<PeerLink, String> {
-        let tls = roamkv_sink::tls::client_config(settings.ca_file.as_deref(), CA_SETTING)?;
-        let client = Client::builder()
-            .use_preconfigured_tls(tls)
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| format!("making the handoff HTTP client: {e}"))?;
         Ok(PeerLink {
-            client,
-            token: settings.token.clone(),
+            current: RwLock::new(link(settings)?),
         })
+    }
+
+    /// Puts `settings` in force for the requests made from now on (the CA file read again);
+    /// an error leaves the link as it was.
+    pub fn replace(&self, settings: &PeerSettings) -> Result<(), String> {
+        let fresh = link(settings)?;
+        *self.current.write() = fresh;
+        Ok(())
     }
 
     /// A request to another edge, with the peer token.
     pub fn request(&self, method: Method, url: &str) -> RequestBuilder {
-        let request = self.client.request(method, url);
-        match &self.token {
+        let current = self.current.read();
+        let request = current.0.request(method, url);
+        match &current.1 {
             Some(token) => request.bearer_auth(token),
             None => request,
         }
     }
+}
+
+/// The client and the token of `settings`.
+fn link(settings: &PeerSettings) -> Result<(Client, Option<String>), String> {
+    let tls = roamkv_sink::tls::client_config(settings.ca_file.as_deref(), CA_SETTING)?;
+    let client = Client::builder()
+        .use_preconfigured_tls(tls)
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| format!("making the handoff HTTP client: {e}"))?;
+    Ok((client, settings.token.clone()))
 }
 
 /// What `url` (`http(s)://host:port...`) dials, for the advice.

@@ -29,7 +29,7 @@ pub struct HandoffState {
     pub config: HandoffConfig,
     /// How this edge reaches the others: the client (`--peer-ca-file`), the peer token
     /// (`--peer-token-file`).
-    pub peer: PeerLink,
+    pub peer: Arc<PeerLink>,
     /// The status page's history, shared with the server: a device handed on is a departure.
     pub history: Arc<Mutex<History>>,
 }

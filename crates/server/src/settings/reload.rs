@@ -1,7 +1,7 @@
 //! SIGHUP: the settings resolved again — the flags and environment the server started with, the
 //! config file as it is now — and what can change while the server runs put in force: the TLS
-//! certificate and key (read again from their files), the bearer tokens (from theirs), the log
-//! filter and the access log. What cannot (the address, the data directory, the engine's
+//! certificate and key (read again from their files), the bearer tokens (from theirs), the
+//! handoff sender's peer token and CA (from theirs), the log filter and the access log. What cannot (the address, the data directory, the engine's
 //! sizes, MQTT, the sink, the log's format, ...) is named as waiting for a restart, and keeps
 //! its value. Settings that no longer resolve (a file that does not parse, a token file gone)
 //! change nothing: the error is logged, the server runs on as it was. A reload never stops the
@@ -13,10 +13,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::tls::Tls;
-use super::{Config, Tokens};
+use super::{Config, PeerSettings, Tokens};
 
 /// Puts a new log filter in force (the process's subscriber: observability/logs.rs).
 pub type SetLogFilter = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+/// Puts new peer settings in force (the handoff sender's link: handoff/peer.rs).
+pub type SetPeer = Box<dyn Fn(&PeerSettings) -> Result<(), String> + Send + Sync>;
+
+/// What other rooms put in force on a reload (settings imports none of them: they hand these in).
+#[derive(Default)]
+pub struct Hooks {
+    /// None when the server did not set up the process's log (a test's server, a library user).
+    pub set_log_filter: Option<SetLogFilter>,
+    pub set_peer: Option<SetPeer>,
+}
 
 /// What a running server may change on SIGHUP, shared with those who read it.
 pub struct Live {
@@ -25,8 +35,7 @@ pub struct Live {
     pub tls: Option<Arc<Tls>>,
     pub tokens: Arc<RwLock<Tokens>>,
     pub access_log: Arc<AtomicBool>,
-    /// None when the server did not set up the process's log (a test's server, a library user).
-    set_log_filter: Option<SetLogFilter>,
+    hooks: Hooks,
 }
 
 /// What a reload did.
@@ -39,20 +48,22 @@ pub struct Reloaded {
 }
 
 /// The keys of `Config::to_json` that a reload applies (the rest wait for a restart).
-const RELOADABLE_KEYS: [&str; 4] = ["authEnabled", "readOnlyToken", "logLevel", "accessLog"];
+const RELOADABLE_KEYS: [&str; 5] = [
+    "authEnabled",
+    "readOnlyToken",
+    "logLevel",
+    "accessLog",
+    "peer",
+];
 
 impl Live {
-    pub fn new(
-        config: &Config,
-        tls: Option<Arc<Tls>>,
-        set_log_filter: Option<SetLogFilter>,
-    ) -> Live {
+    pub fn new(config: &Config, tls: Option<Arc<Tls>>, hooks: Hooks) -> Live {
         Live {
             current: Mutex::new(config.clone()),
             tls,
             tokens: Arc::new(RwLock::new(config.tokens())),
             access_log: Arc::new(AtomicBool::new(config.logs.access_log)),
-            set_log_filter,
+            hooks,
         }
     }
 
@@ -82,13 +93,19 @@ impl Live {
             tls.reload()?;
             done.applied.push("tls".into());
         }
+        // The peer token and CA are read again whether or not their paths changed (a rotated
+        // token, a renewed CA in the same file), as the TLS pair is.
+        if let Some(set_peer) = &self.hooks.set_peer {
+            set_peer(&fresh.peer)?;
+            done.applied.push("peer token and CA".into());
+        }
         let tokens = fresh.tokens();
         if tokens != *self.tokens.read() {
             *self.tokens.write() = tokens;
             done.applied.push("tokens".into());
         }
         if fresh.logs.level != current.logs.level {
-            match &self.set_log_filter {
+            match &self.hooks.set_log_filter {
                 Some(set) if std::env::var_os("RUST_LOG").is_none() => {
                     set(&fresh.logs.level)?;
                     done.applied.push("log level".into());
@@ -109,6 +126,9 @@ impl Live {
         kept.auth_token = fresh.auth_token.clone();
         kept.read_only_token = fresh.read_only_token.clone();
         kept.logs.access_log = fresh.logs.access_log;
+        if self.hooks.set_peer.is_some() {
+            kept.peer = fresh.peer.clone();
+        }
         if done.applied.iter().any(|a| a == "log level") {
             kept.logs.level = fresh.logs.level.clone();
         }
