@@ -285,15 +285,30 @@ impl KafkaCluster {
 
     /// Reads `count` values of `topic` from the beginning (read_committed), each `KEY:VALUE`.
     pub fn consume(&self, topic: &str, count: usize) -> Result<Vec<String>, Error> {
-        let count = count.to_string();
-        let args = [
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            &count,
-        ];
-        let args = [&args[..], &["--timeout-ms", "30000", "--isolation-level"]].concat();
+        self.console_consume(topic, Some(count), Duration::from_secs(30))
+    }
+
+    /// Reads every value of `topic` from the beginning (read_committed), each `KEY:VALUE`,
+    /// until none comes for `idle`: a count that must not stop at what the reader expects (a
+    /// record found twice is read too).
+    pub fn consume_all(&self, topic: &str, idle: Duration) -> Result<Vec<String>, Error> {
+        self.console_consume(topic, None, idle)
+    }
+
+    /// Kafka's console consumer: `count` values at most, or until none comes for `idle`.
+    fn console_consume(
+        &self,
+        topic: &str,
+        count: Option<usize>,
+        idle: Duration,
+    ) -> Result<Vec<String>, Error> {
+        let count = count.map(|c| c.to_string());
+        let idle = idle.as_millis().to_string();
+        let mut args = vec!["--topic", topic, "--from-beginning"];
+        if let Some(count) = &count {
+            args.extend(["--max-messages", count.as_str()]);
+        }
+        let args = [&args[..], &["--timeout-ms", &idle, "--isolation-level"]].concat();
         let args = [
             &args[..],
             &["read_committed", "--formatter-property", "print.key=true"],
