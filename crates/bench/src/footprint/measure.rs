@@ -89,6 +89,9 @@ pub fn measure(
     say: &dyn Fn(String),
 ) -> Result<Footprint> {
     let fixture = Fixture::create(FsSpec::Ext4, fs_bytes)?;
+    if let Some(profile) = &settings.disk {
+        fixture.throttle(&profile.limits())?;
+    }
     let mkfs = fixture.mkfs_command().to_string();
     let running = systems::start(system, fixture, settings)?;
     let start = counters(&running)?;

@@ -9,6 +9,7 @@
 //! (every reading compared) → `report` (table, results.json, report.html).
 
 pub mod bodies;
+pub mod disk;
 pub mod measure;
 pub mod readback;
 pub mod report;
@@ -22,6 +23,7 @@ use clap::Args;
 use roamkv_testbed::report::{MachineHeader, say};
 
 use crate::error::{BenchError, Result};
+use crate::footprint::disk::DiskArgs;
 use crate::footprint::measure::Footprint;
 use crate::footprint::stream::{Kind, MIX_DEFAULT, StreamSpec};
 use crate::footprint::systems::{Settings, System};
@@ -73,6 +75,8 @@ pub struct FootprintArgs {
     pub quick: bool,
     #[arg(long, default_value = "out/bench-footprint")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub disk: DiskArgs,
 }
 
 impl FootprintArgs {
@@ -95,8 +99,8 @@ impl FootprintArgs {
         }
     }
 
-    fn settings(&self) -> Settings {
-        Settings {
+    fn settings(&self) -> Result<Settings> {
+        Ok(Settings {
             batch_readings: self.batch_readings,
             clients: self.clients,
             management_time_ms: if self.quick {
@@ -105,8 +109,10 @@ impl FootprintArgs {
                 self.management_time_ms
             },
             settle_timeout_s: self.settle_timeout_s,
+            disk: self.disk.profile()?,
+            disk_probe: None,
             out: self.out.clone(),
-        }
+        })
     }
 }
 
@@ -153,7 +159,7 @@ fn runnable(systems: &[System]) -> (Vec<System>, Vec<String>) {
 
 fn footprint(args: &FootprintArgs) -> Result<bool> {
     roamkv_testbed::prerequisite::require_root()?;
-    let (spec, settings) = (args.stream(), args.settings());
+    let (spec, mut settings) = (args.stream(), args.settings()?);
     if spec.readings() == 0 || spec.mix.is_empty() {
         return Err(BenchError::Usage("the stream has no readings".into()));
     }
@@ -172,6 +178,13 @@ fn footprint(args: &FootprintArgs) -> Result<bool> {
         settings.batch_readings,
         settings.clients
     ));
+    if let Some(profile) = &settings.disk {
+        let probe = disk::probe(profile)?;
+        let line = disk_line(profile, &probe);
+        tell(line.clone());
+        notes.push(line);
+        settings.disk_probe = Some(probe);
+    }
     let mut runs: Vec<Footprint> = Vec::new();
     for system in systems {
         tell(format!("{}: ingesting", system.name()));
@@ -201,4 +214,21 @@ fn footprint(args: &FootprintArgs) -> Result<bool> {
         args.out.display()
     );
     Ok(runs.iter().all(|r| r.read_back.ok()))
+}
+
+/// The throttle asked for and what the probe measured on it.
+fn disk_line(profile: &disk::DiskProfile, probe: &disk::Probe) -> String {
+    format!(
+        "gateway-class disk: asked {} MB/s write, {} MB/s read, {} write requests/s ({}); \
+         measured with dd on a throttled ext4: {:.1} MB/s O_DIRECT writes, {:.1} MB/s buffered \
+         + fdatasync, {:.1} MB/s O_DIRECT reads, {:.2} ms per 4 KiB O_DSYNC overwrite",
+        profile.write_mbps,
+        profile.read_mbps,
+        profile.write_iops,
+        probe.mechanism,
+        probe.direct_write_mbps,
+        probe.buffered_fdatasync_write_mbps,
+        probe.direct_read_mbps,
+        probe.dsync_write_ms
+    )
 }

@@ -13,13 +13,14 @@ use crate::footprint::measure::{Breakdown, Footprint};
 use crate::footprint::stream::StreamSpec;
 use crate::footprint::systems::Settings;
 
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 9] = [
     "system",
     "on disk B/reading, after ingest",
     "on disk B/reading, settled",
     "device written B/reading, ingest",
     "device written B/reading, ingest + settle",
     "readings/s",
+    "device write MB/s, ingest",
     "read back",
     "settled how",
 ];
@@ -34,6 +35,12 @@ fn rows(runs: &[Footprint]) -> Vec<Vec<String>> {
                 number(f.per_reading(f.ingest.device_written_bytes)),
                 number(f.per_reading(f.device_written_bytes())),
                 number(f.readings_per_sec),
+                // What the device was asked to write a second while the stream went in: near
+                // a throttled disk's MB/s, the bytes decide the rate.
+                format!(
+                    "{:.1}",
+                    f.ingest.device_written_bytes as f64 / f.ingest_seconds.max(1e-9) / 1e6
+                ),
                 if f.read_back.ok() {
                     format!("ok, {} of {}", f.read_back.matched, f.read_back.expected)
                 } else {

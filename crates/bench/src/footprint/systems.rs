@@ -19,6 +19,7 @@ use roamkv_testbed::fixture::Fixture;
 use crate::edge_rig::Edge;
 use crate::error::{BenchError, Result};
 use crate::footprint::bodies::{self, Flat};
+use crate::footprint::disk::{DiskProfile, Probe};
 use crate::footprint::stream::StreamSpec;
 use crate::mobility::engines::{self, BenchEngine, EngineConfig, EngineKind, Put};
 use crate::serve::load::HttpClient;
@@ -61,6 +62,10 @@ pub struct Settings {
     pub clients: usize,
     pub management_time_ms: u64,
     pub settle_timeout_s: u64,
+    /// The gateway-class disk every system's device is throttled to, if any, and what its probe
+    /// measured.
+    pub disk: Option<DiskProfile>,
+    pub disk_probe: Option<Probe>,
     #[serde(skip)]
     pub out: PathBuf,
 }
@@ -178,7 +183,8 @@ impl Running {
     }
 
     /// Waits until the system has done what it does after ingest without new writes, and says
-    /// what that was: roamkv until every device is in the lower tier; RocksDB a full
+    /// what that was: roamkv until every device is in the lower tier and the log holds none of
+    /// the stream's readings; RocksDB a full
     /// compact_range; QuestDB until its WAL is applied; InfluxDB until its WAL directory is
     /// empty (cache snapshot to TSM) and then its full-compaction cold time.
     pub fn settle(&self, spec: &StreamSpec, settings: &Settings) -> Result<String> {
@@ -231,30 +237,74 @@ impl Running {
     }
 }
 
-/// Polls the server's device listing until every device of the stream is in the lower tier.
+/// Settled, for roamkv: every device of the stream listed in the lower tier AND the log holding
+/// none of the stream's readings (each device's `log_readings` 0, and the engine's
+/// `upper.records` 0, which also counts the EdgeX route's index of event ids). A device turns
+/// "lower" one management time after it came, long before its last readings leave the log: those
+/// leave only when their segment is taken, one management time after it was sealed, and
+/// maintenance seals the active segment half a management time after its first record, writes
+/// or not (engine `seal_if_old`). So the log empties about 1.5 management times after the last
+/// write.
 fn settle_roamkv(edge: &Edge, spec: &StreamSpec, deadline: Instant) -> Result<String> {
     let started = Instant::now();
     let mut client = HttpClient::new(edge.addr);
     loop {
-        let answer = client.request("GET", "/api/roamkv/v1/devices", "text/plain", b"")?;
-        let json: serde_json::Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| BenchError::step("the device listing is not JSON", e))?;
-        let devices = json["devices"].as_array().cloned().unwrap_or_default();
-        let lower = devices.iter().filter(|d| d["tier"] == "lower").count();
-        if lower >= spec.devices && devices.len() >= spec.devices {
+        let log = LogState::read(&mut client)?;
+        if log.lower >= spec.devices && log.listed >= spec.devices && log.is_empty() {
             return Ok(format!(
-                "every device in the lower tier after {:.0} s ({lower} of {} listed)",
+                "every device in the lower tier and the log holding none of their readings \
+                 after {:.0} s ({} of {} devices lower; log readings 0; segments taken: {})",
                 started.elapsed().as_secs_f64(),
-                devices.len()
+                log.lower,
+                log.listed,
+                log.segments_aged
             ));
         }
         if Instant::now() > deadline {
             return Err(BenchError::Run(format!(
-                "only {lower} of {} devices reached the lower tier in time",
-                spec.devices
+                "not settled in time: {} of {} devices in the lower tier, {} readings of listed \
+                 devices and {} of any in the log",
+                log.lower, spec.devices, log.device_log_readings, log.upper_records
             )));
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// What the server says about its tiers: its device listing and its engine's statistics.
+struct LogState {
+    listed: usize,
+    lower: usize,
+    /// Sum of the listed devices' `log_readings`.
+    device_log_readings: u64,
+    /// `Stats::upper.records`: every reading in the log, of any device.
+    upper_records: u64,
+    segments_aged: u64,
+}
+
+impl LogState {
+    fn read(client: &mut HttpClient) -> Result<LogState> {
+        let answer = client.request("GET", "/api/roamkv/v1/devices", "text/plain", b"")?;
+        let json: serde_json::Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| BenchError::step("the device listing is not JSON", e))?;
+        let devices = json["devices"].as_array().cloned().unwrap_or_default();
+        let answer = client.request("GET", "/api/roamkv/v1/stats", "text/plain", b"")?;
+        let stats: serde_json::Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| BenchError::step("the server's statistics are not JSON", e))?;
+        let field = |v: &serde_json::Value| v.as_u64().unwrap_or(u64::MAX);
+        Ok(LogState {
+            listed: devices.len(),
+            lower: devices.iter().filter(|d| d["tier"] == "lower").count(),
+            device_log_readings: devices
+                .iter()
+                .fold(0, |sum, d| sum.saturating_add(field(&d["log_readings"]))),
+            upper_records: field(&stats["upper"]["records"]),
+            segments_aged: field(&stats["segments_aged"]),
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.device_log_readings == 0 && self.upper_records == 0
     }
 }
 
