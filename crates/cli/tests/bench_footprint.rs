@@ -2,6 +2,8 @@
 //! (real `roamkv serve` children), RocksDB and QuestDB, each on its own loop-device ext4; every
 //! reading read back, the bytes on disk and written to the device positive and plausible, the
 //! outputs written. InfluxDB is left out: it is installed only by `scripts/install-deps bench`.
+//! And the gateway-class disk (about 15 s, beside the first): the native route alone on a device
+//! throttled to 30 MB/s of writes, the probe's dd measuring that bound, and no rule left behind.
 
 use std::process::Command;
 
@@ -79,4 +81,49 @@ fn a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes() {
     );
     let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
     assert!(html.contains("<svg") && html.contains("roamkv-native"));
+}
+
+const THROTTLED: &str = "a_throttled_disk_is_measured_at_its_bound_and_released";
+
+#[test]
+fn a_throttled_disk_is_measured_at_its_bound_and_released() {
+    if !prerequisite::met(THROTTLED, prerequisite::require_root()) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let output = Command::new(ROAMKV)
+        .args(["bench", "footprint", "--quick", "--fs-gib", "1"])
+        .args(["--systems", "roamkv-native", "--disk-profile", "sd-card"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run roamkv bench footprint");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+            .expect("JSON");
+    let probe = &json["settings"]["disk_probe"];
+    // Asked 30 MB/s of writes: a rule that did not hold would show the host disk's GB/s; the
+    // bound holds for writes the process sends itself and for the kernel's writeback alike.
+    for field in ["direct_write_mbps", "buffered_fdatasync_write_mbps"] {
+        let mbps = probe[field].as_f64().expect("probe MB/s");
+        assert!((20.0..36.0).contains(&mbps), "{field} = {mbps}: {probe}");
+    }
+    let read_mbps = probe["direct_read_mbps"].as_f64().expect("probe MB/s");
+    assert!((40.0..72.0).contains(&read_mbps), "{probe}");
+    let run = &json["runs"][0];
+    assert_eq!(run["read_back"]["matched"].as_u64(), Some(12_000), "{run}");
+    // Every rule was set back to none (v1 lists only the rules in force).
+    for file in ["write_bps", "read_bps", "write_iops"] {
+        let path = format!("/sys/fs/cgroup/blkio/blkio.throttle.{file}_device");
+        if let Ok(rules) = std::fs::read_to_string(&path) {
+            assert!(
+                !rules.lines().any(|l| l.starts_with("7:")),
+                "{path}: {rules}"
+            );
+        }
+    }
 }

@@ -38,6 +38,12 @@ pub struct Breakdown {
     pub consolidated_bytes: u64,
     /// The caller's bytes (device + sensor + 8 + value per reading).
     pub user_bytes: u64,
+    /// What the files hold at that point: the log's (live segments and the spares kept for
+    /// reuse, preallocated whole), of them the spares, and the lower tier's (windows and the
+    /// settled space).
+    pub log_file_bytes: u64,
+    pub spare_segments_bytes: u64,
+    pub lower_file_bytes: u64,
 }
 
 impl Breakdown {
@@ -49,6 +55,9 @@ impl Breakdown {
             moved_bytes: stats.moved_bytes,
             consolidated_bytes: stats.consolidated_bytes,
             user_bytes: stats.user_bytes,
+            log_file_bytes: stats.log_bytes,
+            spare_segments_bytes: stats.spare_segments_bytes,
+            lower_file_bytes: stats.window_file_bytes + stats.settled_file_bytes,
         }
     }
 }

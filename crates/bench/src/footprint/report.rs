@@ -60,7 +60,7 @@ fn rows(runs: &[Footprint]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const WHERE_COLUMNS: [&str; 7] = [
+const WHERE_COLUMNS: [&str; 9] = [
     "system (roamkv's Stats, B/reading)",
     "log records",
     "segment preparation",
@@ -68,6 +68,8 @@ const WHERE_COLUMNS: [&str; 7] = [
     "file system + partial-block rewrites (device - the rest)",
     "device written",
     "caller's bytes",
+    "on disk settled: log files (of them spare segments)",
+    "on disk settled: lower tier's window and settled-space files",
 ];
 
 fn where_rows(runs: &[Footprint]) -> Vec<Vec<String>> {
@@ -84,6 +86,12 @@ fn where_rows(runs: &[Footprint]) -> Vec<Vec<String>> {
                 number(f.per_reading(device.saturating_sub(engine))),
                 number(f.per_reading(device)),
                 number(f.per_reading(b.user_bytes)),
+                format!(
+                    "{} ({})",
+                    number(f.per_reading(b.log_file_bytes)),
+                    number(f.per_reading(b.spare_segments_bytes))
+                ),
+                number(f.per_reading(b.lower_file_bytes)),
             ]
         })
         .collect()

@@ -308,28 +308,47 @@ impl LogState {
     }
 }
 
-/// Waits until InfluxDB's WAL holds no segment with data (its cache went to TSM), then the
-/// full-compaction cold time and a little more.
+/// Waits until InfluxDB's WAL holds no segment with data (its cache went to TSM), then at least
+/// the full-compaction cold time and a little more, and then until its TSM files have stood
+/// still for `TSM_STILL` with no compaction output (`.tsm.tmp`) in progress: measured in the
+/// middle of a full compaction, the shard holds its old files and the new one at once.
 fn settle_influxdb(mount: &Path, deadline: Instant) -> Result<String> {
     let started = Instant::now();
-    loop {
-        let wal_bytes = tree_bytes_named(mount, ".wal");
-        if wal_bytes == 0 {
-            std::thread::sleep(Duration::from_secs(15));
-            return Ok(format!(
-                "WAL empty after {:.0} s (cache snapshot to TSM), then 15 s for a full compaction \
-                 (compact-full-write-cold-duration 10 s)",
-                started.elapsed().as_secs_f64()
-            ));
-        }
+    while tree_bytes_named(mount, ".wal") > 0 {
         if Instant::now() > deadline {
             return Ok(format!(
-                "WAL still holds {wal_bytes} bytes at the settle timeout"
+                "WAL still holds {} bytes at the settle timeout",
+                tree_bytes_named(mount, ".wal")
             ));
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+    let wal_empty_s = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(15));
+    let (mut still_since, mut last) = (Instant::now(), tree_bytes_named(mount, ".tsm"));
+    while still_since.elapsed() < TSM_STILL || tree_bytes_named(mount, ".tmp") > 0 {
+        if Instant::now() > deadline {
+            return Ok(format!(
+                "WAL empty after {wal_empty_s:.0} s; TSM files still changing at the settle timeout"
+            ));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let now = tree_bytes_named(mount, ".tsm");
+        if now != last || tree_bytes_named(mount, ".tmp") > 0 {
+            (still_since, last) = (Instant::now(), now);
+        }
+    }
+    Ok(format!(
+        "WAL empty after {wal_empty_s:.0} s (cache snapshot to TSM), then 15 s for a full \
+         compaction (compact-full-write-cold-duration 10 s), TSM files unchanged for {} s after \
+         {:.0} s in all",
+        TSM_STILL.as_secs(),
+        started.elapsed().as_secs_f64()
+    ))
 }
+
+/// How long InfluxDB's TSM files must stand still to count as compacted.
+const TSM_STILL: Duration = Duration::from_secs(10);
 
 /// Bytes of the files under `dir` whose names end in `suffix`.
 fn tree_bytes_named(dir: &Path, suffix: &str) -> u64 {
