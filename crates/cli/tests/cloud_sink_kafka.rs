@@ -92,13 +92,13 @@ fn held(server: &ServeProcess, device: &str) -> i64 {
     page["readings"].as_array().expect("readings").len() as i64
 }
 
+/// A reading as the topic holds it: (device, ts_ns, value).
+type Found = (String, i64, String);
+
 /// Every record of `topic` (read_committed, read until none comes for 10 s: a record found
 /// twice is read too) as (device, ts, value) readings in the order the topic holds them, and
 /// the index in that list after which each departure record came.
-fn read_topic(
-    cluster: &KafkaCluster,
-    topic: &str,
-) -> (Vec<(String, i64, String)>, Vec<(String, usize)>) {
+fn read_topic(cluster: &KafkaCluster, topic: &str) -> (Vec<Found>, Vec<(String, usize)>) {
     let records = cluster
         .consume_all(topic, Duration::from_secs(10))
         .expect("read the topic");
@@ -124,7 +124,7 @@ fn read_topic(
 /// The topic against the ledger: every acknowledged reading once with its value, nothing never
 /// written, and each device's readings in timestamp order (one device is on one partition; the
 /// console consumer prints a partition in order).
-fn check(ledger: &Ledger, found: &[(String, i64, String)]) {
+fn check(ledger: &Ledger, found: &[Found]) {
     ledger
         .check(found.iter().cloned(), None)
         .expect("every reading once");

@@ -17,11 +17,13 @@
 //! edge): the run fails otherwise. What the sink costs ingest is `bench serve --engines
 //! roamkv,roamkv-sink` (same clients, the sink on or off).
 
+mod count;
+mod kafka;
+mod watch;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -29,7 +31,12 @@ use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg};
 
 use crate::error::{BenchError, Result};
 use crate::serve::load::{Pace, drive};
-use crate::serve::targets::{self, Target, Up, sink_view};
+use crate::serve::targets::{self, Target, Up};
+use kafka::KafkaResults;
+use watch::{
+    LagSampler, lag_percentiles, phase_base_ms, rows_total, wait_caught_up, wait_for_rows_above,
+    wait_lag_below,
+};
 
 #[derive(Args, Debug)]
 pub struct SinkBenchArgs {
@@ -62,6 +69,11 @@ pub struct SinkBenchArgs {
     /// Where the server's data directory and the database are made (removed after).
     #[arg(long, default_value = "/var/tmp")]
     pub work_dir: PathBuf,
+    /// Then the same phases into a real three-node Kafka 4.4 cluster on this machine (KRaft,
+    /// replication 3), its faults a leader killed and every broker stopped: the two clouds side
+    /// by side, in one run (`scripts/install-deps test` fetches Kafka).
+    #[arg(long)]
+    pub kafka: bool,
 }
 
 /// The figures of one run, as results.json has them.
@@ -87,6 +99,8 @@ pub struct SinkResults {
     pub cloud_readings: u64,
     /// (seconds since the phase began, lag seconds) of the half-rate and outage phases.
     pub lag_series: Vec<(String, Vec<(f64, f64)>)>,
+    /// The Kafka run (`--kafka`).
+    pub kafka: Option<KafkaResults>,
 }
 
 /// The phases' lengths, defaults applied.
@@ -111,14 +125,22 @@ impl Plan {
 
 pub fn run(args: &SinkBenchArgs) -> ExitCode {
     match bench(args) {
-        Ok(results) if results.cloud_readings == results.acked_readings => ExitCode::SUCCESS,
-        Ok(results) => {
+        Ok(results) if results.cloud_readings != results.acked_readings => {
             eprintln!(
                 "roamkv bench sink: the cloud holds {} readings, the clients were acknowledged {}",
                 results.cloud_readings, results.acked_readings
             );
             ExitCode::FAILURE
         }
+        Ok(SinkResults { kafka: Some(k), .. }) if !k.each_once() => {
+            eprintln!(
+                "roamkv bench sink: the Kafka topic holds {} distinct readings ({} twice), the \
+                 clients were acknowledged {}",
+                k.topic.distinct_readings, k.topic.duplicated, k.acked_readings
+            );
+            ExitCode::FAILURE
+        }
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("roamkv bench sink: {e}");
             ExitCode::FAILURE
@@ -162,6 +184,18 @@ fn bench(args: &SinkBenchArgs) -> Result<SinkResults> {
             "the edge holds {edge} readings, the clients were acknowledged {}",
             results.acked_readings
         )));
+    }
+    if args.kafka {
+        let setup = kafka::Setup {
+            clients: args.clients,
+            readings_per_event: args.readings_per_event,
+            rate: args.rate,
+            work_dir: args.work_dir.clone(),
+            backlog: plan.backlog,
+            steady: plan.steady,
+            outage: plan.outage,
+        };
+        results.kafka = Some(kafka::run(&setup)?);
     }
     report(args, &header, &results)?;
     Ok(results)
@@ -248,15 +282,7 @@ fn half_rate_phase(
     let samples = sampler.stop();
     results.acked_readings += load.acked_readings;
     results.ingested_per_sec = load.readings_per_sec();
-    let mut lags: Vec<f64> = samples.iter().map(|s| s.1).collect();
-    lags.sort_by(f64::total_cmp);
-    let at = |p: f64| {
-        lags.get(((lags.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-    };
-    results.lag_p50_s = at(0.5).unwrap_or(0.0);
-    results.lag_p99_s = at(0.99).unwrap_or(0.0);
-    results.lag_max_s = lags.last().copied().unwrap_or(0.0);
+    (results.lag_p50_s, results.lag_p99_s, results.lag_max_s) = lag_percentiles(&samples);
     results
         .lag_series
         .push((format!("ingest at {rate:.0} readings/s"), samples));
@@ -333,104 +359,6 @@ fn server_parts(up: &mut Up) -> Result<(SocketAddr, &mut roamkv_testbed::postgre
     Ok((addr, cloud))
 }
 
-/// Events' origins of each phase in their own range: every reading is a new key.
-fn phase_base_ms(phase: i64) -> i64 {
-    1_700_000_000_000 + phase * 1_000_000_000
-}
-
-fn rows_total(addr: SocketAddr) -> Result<u64> {
-    Ok(sink_view(addr)?["sink"]["rows_total"].as_u64().unwrap_or(0))
-}
-
-/// Waits until the sink committed more than `before` rows; returns how long that took.
-fn wait_for_rows_above(addr: SocketAddr, before: u64, within: Duration) -> Result<Duration> {
-    let started = Instant::now();
-    while rows_total(addr)? <= before {
-        if started.elapsed() > within {
-            return Err(BenchError::Run(format!(
-                "the sink committed nothing within {within:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(started.elapsed())
-}
-
-/// Waits until the sink is tailing with nothing behind, and its lag sampler has seen so (the
-/// next phase's first lag sample is then its own, not the drain's last; at most one sampling
-/// interval, 100 ms, later).
-fn wait_caught_up(addr: SocketAddr, within: Duration) -> Result<Duration> {
-    let started = Instant::now();
-    loop {
-        let view = sink_view(addr)?;
-        if view["sink"]["state"] == "tailing"
-            && view["lag_bytes"] == 0
-            && view["sink"]["lag_seconds"].as_f64() == Some(0.0)
-        {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > within {
-            return Err(BenchError::Run(format!(
-                "the sink did not catch up within {within:?}: {view}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits until the sink's lag is below `seconds` (with ingest going on it never reaches 0).
-fn wait_lag_below(addr: SocketAddr, seconds: f64, within: Duration) -> Result<Duration> {
-    let started = Instant::now();
-    loop {
-        let view = sink_view(addr)?;
-        let tailing = view["sink"]["state"] == "tailing";
-        if tailing
-            && view["sink"]["lag_seconds"]
-                .as_f64()
-                .is_some_and(|l| l < seconds)
-        {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > within {
-            return Err(BenchError::Run(format!(
-                "the sink did not catch up within {within:?}: {view}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Samples the sink's lag in seconds every 100 ms on a thread of its own.
-struct LagSampler {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<(f64, f64)>>,
-}
-
-impl LagSampler {
-    fn start(addr: SocketAddr) -> LagSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            let mut samples = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok(view) = sink_view(addr) {
-                    let lag = view["sink"]["lag_seconds"].as_f64().unwrap_or(0.0);
-                    samples.push((started.elapsed().as_secs_f64(), lag));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            samples
-        });
-        LagSampler { stop, thread }
-    }
-
-    fn stop(self) -> Vec<(f64, f64)> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
 fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Result<()> {
     let mut table = comfy_table::Table::new();
     table.set_header(vec!["figure", "value"]);
@@ -484,11 +412,18 @@ fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Resu
     roamkv_testbed::report::write_json(&args.out, "results", &json)?;
     let mut html = Html::new("roamkv bench sink: the cloud sink into PostgreSQL", header);
     html.preformatted(&table.to_string());
+    let mut series = r.lag_series.clone();
+    if let Some(k) = &r.kafka {
+        let both = side_by_side(r, k);
+        println!("{both}");
+        html.preformatted(&both.to_string());
+        series.extend(k.lag_series.iter().cloned());
+    }
     html.svg(&line_chart_svg(
         "The sink's lag",
         "seconds since the phase began",
         "lag (s)",
-        &r.lag_series,
+        &series,
     ));
     html.write(&args.out.join("report.html"))?;
     println!(
@@ -496,4 +431,95 @@ fn report(args: &SinkBenchArgs, header: &MachineHeader, r: &SinkResults) -> Resu
         args.out.display()
     );
     Ok(())
+}
+
+/// The two clouds' figures side by side, with the issue's targets.
+fn side_by_side(pg: &SinkResults, k: &KafkaResults) -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table.set_header(vec!["figure", "PostgreSQL", "Kafka", "target"]);
+    let ratio = k.capacity_readings_per_sec / pg.capacity_readings_per_sec.max(1e-9);
+    let rows = [
+        (
+            "drain rate, backlog, nothing else running (readings/s)".to_string(),
+            format!("{:.0}", pg.capacity_readings_per_sec),
+            format!("{:.0} ({ratio:.2}x)", k.capacity_readings_per_sec),
+            "Kafka >= 2x".to_string(),
+        ),
+        (
+            "lag p50 / p99 / max at half the rate (s)".to_string(),
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                pg.lag_p50_s, pg.lag_p99_s, pg.lag_max_s
+            ),
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                k.lag_p50_s, k.lag_p99_s, k.lag_max_s
+            ),
+            "p99 < 1 s".to_string(),
+        ),
+        (
+            "ingest at that rate (readings/s)".to_string(),
+            format!("{:.0}", pg.ingested_per_sec),
+            format!("{:.0}", k.ingested_per_sec),
+            String::new(),
+        ),
+        (
+            format!(
+                "{:.0} s outage (database killed / every broker stopped): next commit, lag < 1 s, after it ended (s)",
+                pg.outage_s
+            ),
+            format!(
+                "{:.1}, {:.1}",
+                pg.resume_after_outage_ms / 1e3,
+                pg.drained_after_outage_s
+            ),
+            format!(
+                "{:.1}, {:.1}",
+                k.link_cut.first_commit_after_s, k.link_cut.caught_up_after_s
+            ),
+            format!("lag < 1 s within {:.0} s", 2.0 * pg.outage_s),
+        ),
+        (
+            "leader killed: next commit (the outage), lag < 1 s, after the kill (s)".to_string(),
+            "-".to_string(),
+            format!(
+                "{:.1}, {:.1}",
+                k.leader_kill.outage_s, k.leader_kill.caught_up_after_s
+            ),
+            "lag < 1 s within 2x the outage".to_string(),
+        ),
+        (
+            "acknowledged / in the cloud once / twice".to_string(),
+            format!(
+                "{} / {} / 0 (keyed rows)",
+                pg.acked_readings, pg.cloud_readings
+            ),
+            format!(
+                "{} / {} / {}",
+                k.acked_readings, k.topic.distinct_readings, k.topic.duplicated
+            ),
+            "0 lost, 0 twice".to_string(),
+        ),
+    ];
+    for (figure, a, b, target) in rows {
+        table.add_row(vec![figure, a, b, target]);
+    }
+    table.add_row(vec![
+        "brokers' end offsets = records + markers and aborted".to_string(),
+        "-".to_string(),
+        offsets_account(k),
+        String::new(),
+    ]);
+    table
+}
+
+/// The brokers' offsets against the records the consumer was given.
+fn offsets_account(k: &KafkaResults) -> String {
+    let t = &k.topic;
+    format!(
+        "{} = {} + {}",
+        t.end_offsets,
+        t.reading_records + t.departures,
+        t.markers_and_aborted
+    )
 }
