@@ -17,11 +17,13 @@ use roamkv_testbed::stats::median;
 
 use crate::error::{BenchError, Result};
 
+mod bus;
 pub mod load;
 pub mod peers;
 mod plan;
 mod report;
 mod results;
+pub mod systems;
 pub mod targets;
 
 use load::{EventSpec, Pace, drive, edgex_json};
@@ -162,7 +164,18 @@ fn peak_runs(
                     target.name(),
                     repeat + 1
                 ));
-                let run = run_one(plan, args, target, size, Pace::ClosedLoop, repeat)?;
+                let run = if target.is_bus() {
+                    let bus_plan = bus::BusPlan {
+                        clients: plan.clients,
+                        warmup: plan.warmup,
+                        measured: plan.measured,
+                        durability: plan.durability.engine(),
+                        backlog_events: plan.bus_backlog_events(size),
+                    };
+                    bus::run(&bus_plan, &args.work_dir, target, size, repeat, now_ms())?
+                } else {
+                    run_one(plan, args, target, size, Pace::ClosedLoop, repeat)?
+                };
                 say(bar, describe(&run));
                 runs.push(run);
                 bar.inc(1);
@@ -299,6 +312,8 @@ fn run_one(
         stored_readings: stored,
         check,
         measured_s: outcome.measured_s,
+        broker_cpu_s: None,
+        drain_s: None,
     })
 }
 
@@ -341,6 +356,14 @@ fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
                     .iter()
                     .chain(&half)
                     .all(|r| r.check == "ok" && r.errors == 0),
+                broker_cpu_us_per_reading: target.is_bus().then(|| {
+                    med(&peak, |r| {
+                        r.broker_cpu_s.unwrap_or(f64::NAN) * 1e6 / r.acked_readings.max(1) as f64
+                    })
+                }),
+                drain_s: target
+                    .is_bus()
+                    .then(|| med(&peak, |r| r.drain_s.unwrap_or(f64::NAN))),
             });
         }
     }
@@ -418,6 +441,7 @@ fn verdict(summaries: &[ServeSummary], costs: &[DecodeCost]) -> Vec<String> {
     let mut lines = Vec::new();
     let sizes: Vec<usize> = costs.iter().map(|c| c.readings_per_event).collect();
     for &size in &sizes {
+        lines.extend(bus::verdict(summaries, size));
         let (roam, engine, influx) = (
             find(summaries, "roamkv", size),
             find(summaries, "engine", size),

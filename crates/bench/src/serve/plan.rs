@@ -16,8 +16,9 @@ pub struct ServeBenchArgs {
     /// Output directory for results.json and report.html.
     #[arg(long, default_value = "out/bench-serve")]
     pub out: PathBuf,
-    /// Systems, comma-separated: roamkv, roamkv-binary, influxdb, questdb, engine [default:
-    /// all; a peer that cannot run here is left out with a line saying why].
+    /// Systems, comma-separated: roamkv, roamkv-binary, roamkv-bus-qos0, roamkv-bus-qos1,
+    /// mosquitto-qos0, mosquitto-qos1, influxdb, questdb, engine [default: all of these; one
+    /// that cannot run here is left out with a line saying why].
     #[arg(long, value_delimiter = ',', value_enum)]
     pub engines: Option<Vec<Target>>,
     /// What an acknowledgement promises: `sync` (roamkv after its group's fdatasync, InfluxDB
@@ -55,6 +56,12 @@ pub struct ServeBenchArgs {
     /// compare two different loads.
     #[arg(long)]
     pub open_loop_rate: Option<f64>,
+    /// Events the bus rows' publishers together may have sent that the subscriber has not
+    /// taken yet, the bus's counterpart of the HTTP clients' closed loop [default: 40,000
+    /// readings' worth, at least 2 per publisher]; 0: no bound (they publish as fast as the
+    /// broker takes it: a flood).
+    #[arg(long)]
+    pub bus_backlog_events: Option<u64>,
 }
 
 /// What the systems promise when they answer a write (`--durability`).
@@ -87,7 +94,13 @@ pub(super) struct Plan {
     pub(super) measured: Duration,
     pub(super) warmup: Duration,
     pub(super) repeats: usize,
+    bus_backlog_events: Option<u64>,
 }
+
+/// The bus rows' default bound on the publishers' lead, in readings: well above what a
+/// subscriber takes between two looks at its count (bus.rs, `TAKEN_POLL`, 25 ms: 10,000
+/// readings at 400,000 a second), so that the bound does not hold back a fast subscriber.
+const BUS_BACKLOG_READINGS: u64 = 40_000;
 
 impl Plan {
     pub(super) fn from_args(args: &ServeBenchArgs) -> Result<Plan> {
@@ -116,6 +129,7 @@ impl Plan {
                 1.0
             })),
             repeats: args.repeats.unwrap_or(if q { 1 } else { 3 }),
+            bus_backlog_events: args.bus_backlog_events,
         };
         if plan.clients == 0 || plan.repeats == 0 || plan.targets.is_empty() {
             return Err(BenchError::Usage(
@@ -141,6 +155,18 @@ impl Plan {
             AckDurability::None => {
                 "durability none (roamkv: no fdatasync; QuestDB: its default, nosync)"
             }
+        }
+    }
+
+    /// How far the bus rows' publishers may run ahead of the subscriber, in events of
+    /// `readings_per_event`; None: unbounded.
+    pub(super) fn bus_backlog_events(&self, readings_per_event: usize) -> Option<u64> {
+        match self.bus_backlog_events {
+            Some(0) => None,
+            Some(events) => Some(events),
+            None => Some(
+                (BUS_BACKLOG_READINGS / readings_per_event as u64).max(2 * self.clients as u64),
+            ),
         }
     }
 
@@ -170,6 +196,7 @@ fn runnable(
                 (!peers::influxd_installed()).then(|| peers::INFLUXDB_MISSING.into())
             }
             Target::Questdb => peers::questdb_missing(),
+            bus if bus.is_bus() => crate::serve::bus::missing(bus),
             _ => None,
         };
         match missing {

@@ -28,6 +28,8 @@ pub(super) fn terminal_table(summaries: &[ServeSummary]) -> String {
     ]);
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    // The bus rows have no latency to an acknowledgement that means stored (bus.rs): NaN.
+    let ms = |v: f64| opt(v.is_finite().then_some(v), 2);
     for s in summaries {
         table.add_row([
             s.readings_per_event.to_string(),
@@ -38,8 +40,8 @@ pub(super) fn terminal_table(summaries: &[ServeSummary]) -> String {
                 .map(|r| format!("{r:.0}"))
                 .collect::<Vec<_>>()
                 .join(" "),
-            format!("{:.2}", s.p50_ms),
-            format!("{:.2}", s.p99_ms),
+            ms(s.p50_ms),
+            ms(s.p99_ms),
             opt(s.half_peak_achieved, 0),
             opt(s.half_peak_p50_ms, 2),
             opt(s.half_peak_p99_ms, 2),

@@ -28,6 +28,12 @@ pub struct ServeRun {
     pub stored_readings: u64,
     pub check: String,
     pub measured_s: f64,
+    /// Bus rows (bus.rs): the broker's CPU seconds over the run, and the seconds the
+    /// subscriber took after the publishers stopped to take every message (its backlog).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker_cpu_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_s: Option<f64>,
 }
 
 /// Medians of a configuration's repeats.
@@ -45,6 +51,12 @@ pub struct ServeSummary {
     pub half_peak_p50_ms: Option<f64>,
     pub half_peak_p99_ms: Option<f64>,
     pub checks_ok: bool,
+    /// Bus rows: the broker's CPU per reading, and the subscriber's drain after the
+    /// publishers stopped (medians).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker_cpu_us_per_reading: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_s: Option<f64>,
 }
 
 /// CPU cost of the server's decoding steps for one event, measured in this process.

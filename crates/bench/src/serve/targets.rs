@@ -12,6 +12,8 @@
 //! - **engine** — the in-process engine (`Durability::Sync`) writing the same batches the
 //!   server would write (keys and CBOR values), from as many threads as there are clients: the
 //!   ceiling.
+//! - **roamkv-bus-qos0/1**, **mosquitto-qos0/1** — the message bus (bus.rs: a broker, MQTT
+//!   publishers, and roamkv or mosquitto's own subscriber); `Target` itself is in systems.rs.
 
 use roamkv_testbed::command::process_cpu_seconds;
 use std::io::{BufRead, BufReader};
@@ -30,62 +32,7 @@ use crate::serve::load::{
     influx_lines, resource_name,
 };
 use crate::serve::peers;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum Target {
-    /// `roamkv serve`, EdgeX v3 events (JSON) over HTTP.
-    Roamkv,
-    /// `roamkv serve`, the same readings as native binary batches.
-    RoamkvBinary,
-    /// `roamkv serve` with its cloud sink on (`--sink`, into a private PostgreSQL on this
-    /// machine), EdgeX JSON as `roamkv`: what the sink costs ingest.
-    RoamkvSink,
-    /// `roamkv serve --event-id-index false`, EdgeX JSON as `roamkv`: what the index of event
-    /// ids costs ingest (`--engines roamkv,roamkv-no-index`).
-    RoamkvNoIndex,
-    /// InfluxDB 1.6, line protocol over HTTP, WAL fsync'd per write.
-    Influxdb,
-    /// QuestDB 9.2, line protocol over HTTP, commits fsync'd under `--durability sync`.
-    Questdb,
-    /// The in-process engine writing the same batches (the ceiling).
-    Engine,
-}
-
-impl Target {
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Roamkv => "roamkv",
-            Target::RoamkvBinary => "roamkv-binary",
-            Target::RoamkvSink => "roamkv-sink",
-            Target::RoamkvNoIndex => "roamkv-no-index",
-            Target::Influxdb => "influxdb",
-            Target::Questdb => "questdb",
-            Target::Engine => "engine",
-        }
-    }
-
-    /// The systems a run takes when none are named (the sink's cost is its own comparison:
-    /// `--engines roamkv,roamkv-sink`).
-    pub fn all() -> [Target; 5] {
-        [
-            Target::Roamkv,
-            Target::RoamkvBinary,
-            Target::Influxdb,
-            Target::Questdb,
-            Target::Engine,
-        ]
-    }
-
-    /// A third-party server (peers.rs), not roamkv.
-    pub fn is_peer(self) -> bool {
-        matches!(self, Target::Influxdb | Target::Questdb)
-    }
-
-    /// Whether requests go over HTTP (and so have a server process).
-    pub fn is_http(self) -> bool {
-        self != Target::Engine
-    }
-}
+pub use crate::serve::systems::Target;
 
 /// A system under test that is up, on a fresh data directory.
 pub enum Up {
@@ -127,6 +74,14 @@ pub fn start(
             start_roamkv(target, dir, clients, durability, Some(Box::new(cloud)))
         }
         Target::Influxdb | Target::Questdb => start_peer(target, dir, durability, &[]),
+        // The bus rows have a broker and publishers of their own (bus.rs).
+        Target::RoamkvBusQos0
+        | Target::RoamkvBusQos1
+        | Target::MosquittoQos0
+        | Target::MosquittoQos1 => Err(BenchError::Usage(format!(
+            "{} runs through serve/bus.rs, not as a server alone",
+            target.name()
+        ))),
         Target::Engine => {
             let engine = Engine::open(dir.path().join("data"), engine_options(durability))
                 .map_err(|e| BenchError::step("opening the engine", e))?;
@@ -386,7 +341,7 @@ impl ServerProcess {
 }
 
 /// Every reading of `clients` devices in the engine (paged scans).
-fn count_engine(engine: &Engine, clients: usize) -> Result<u64> {
+pub(super) fn count_engine(engine: &Engine, clients: usize) -> Result<u64> {
     let mut total = 0;
     for client in 0..clients {
         let device = device_name(client);

@@ -36,6 +36,23 @@ impl Mosquitto {
     /// `mosquitto` user, who cannot read the test's files), without persistence, logging
     /// everything to `mosquitto.log` in its directory.
     pub fn start_on(port: u16, settings: impl FnOnce(&Path) -> String) -> Mosquitto {
+        Mosquitto::launch(port, "log_type all\n", settings)
+    }
+
+    /// A broker for a load (`roamkv bench serve`'s bus rows): logging as a deployed mosquitto
+    /// does (errors, warnings, notices, connections), plus each subscription, by which a
+    /// subscriber is known to be ready (`wait_subscribed`). `log_type all` would write lines
+    /// for every message, which costs the broker more than the messages do.
+    pub fn start_for_load(settings: impl FnOnce(&Path) -> String) -> Mosquitto {
+        Mosquitto::launch(
+            free_port(),
+            "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n\
+             log_type subscribe\n",
+            settings,
+        )
+    }
+
+    fn launch(port: u16, log_types: &str, settings: impl FnOnce(&Path) -> String) -> Mosquitto {
         let dir = tempfile::tempdir().expect("tempdir");
         let conf = dir.path().join("mosquitto.conf");
         let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
@@ -44,7 +61,7 @@ impl Mosquitto {
             &conf,
             format!(
                 "user {user}\npersistence false\nlistener {port} 127.0.0.1\n\
-                 log_dest file {}\nlog_type all\nlog_timestamp_format %H:%M:%S\n{}",
+                 log_dest file {}\n{log_types}log_timestamp_format %H:%M:%S\n{}",
                 log.display(),
                 settings(dir.path())
             ),
@@ -72,6 +89,32 @@ impl Mosquitto {
     /// Where its log is.
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("mosquitto.log")
+    }
+
+    /// Whether client `client_id` has subscribed to `filter` (a broker logging subscriptions:
+    /// `start_for_load`, or `log_type all`), waiting at most `within`. The broker logs a
+    /// subscription as "TIME: CLIENT QOS FILTER".
+    pub fn wait_subscribed(&self, client_id: &str, filter: &str, within: Duration) -> bool {
+        let (client, filter) = (format!(" {client_id} "), format!(" {filter}"));
+        let deadline = Instant::now() + within;
+        loop {
+            let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            if log
+                .lines()
+                .any(|l| l.contains(&client) && l.ends_with(&filter))
+            {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The broker's process id (its CPU time is read from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
