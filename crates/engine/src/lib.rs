@@ -52,6 +52,7 @@ pub use commit_log::{segment, storage};
 pub use dir::{LowerTierKind, is_data_dir};
 pub use engine::Engine;
 pub use feed::{Feed, FeedBatch, FeedRecord, FeedStatus, LogPos, SlotStatus};
+pub use lower::blocks::codec as lower_blocks;
 pub use lower::keys;
 pub use model::error::{Error, Result};
 pub use model::ids::{LowerId, SegmentSeq, WindowId};

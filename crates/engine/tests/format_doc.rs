@@ -90,6 +90,7 @@ fn the_page_has_every_example_this_test_reads() {
             "device-record",
             "membership-key",
             "membership-value",
+            "reading-block",
             "register-put-batch",
             "run-key",
             "segment-end",
@@ -429,14 +430,14 @@ fn a_format_1_directory_is_refused_naming_both_versions() {
             error,
             roamkv_engine::Error::FormatVersion {
                 found: 1,
-                expected: 2,
+                expected: 3,
                 ..
             }
         ),
         "{error:?}"
     );
     assert!(
-        text.contains("format 1") && text.contains("format 2"),
+        text.contains("format 1") && text.contains("format 3"),
         "{text}"
     );
     assert_eq!(
@@ -464,6 +465,31 @@ fn settled_lower_tier(dir: &Path, lower: LowerTierKind) -> PathBuf {
     dir.join("lower")
 }
 
+/// The block example decodes to what the page says, and the encoder writes it byte for byte.
+#[test]
+fn the_reading_block_example_is_what_the_engine_writes_and_reads() {
+    let block = example("reading-block");
+    let readings = roamkv_engine::lower_blocks::decode(TS_NS, &block).expect("decodes");
+    let values: [&[u8]; 3] = [b"21.50", b"21.51", b"21.53"];
+    let expected: Vec<(i64, Vec<u8>)> = (0..3)
+        .map(|i| (TS_NS + i as i64 * 1_000_000_000, values[i].to_vec()))
+        .collect();
+    assert_eq!(readings, expected);
+    let borrowed: Vec<(i64, &[u8])> = expected.iter().map(|(t, v)| (*t, &v[..])).collect();
+    assert_eq!(roamkv_engine::lower_blocks::encode(&borrowed), block);
+}
+
+/// What a (key, value) of a family is, and how many it counts for (a block: its readings).
+type KindOf = dyn Fn(&[u8], &[u8]) -> Option<(&'static str, usize)>;
+
+/// The readings of a block (FORMAT.md, "Reading blocks"), its key a reading key.
+fn block_readings(key: &[u8], block: &[u8]) -> usize {
+    let ts = keys::decode_ts(key[key.len() - 8..].try_into().expect("8 bytes"));
+    roamkv_engine::lower_blocks::decode(ts, block)
+        .expect("a block FORMAT.md describes")
+        .len()
+}
+
 /// What FORMAT.md says a catalog key is.
 fn catalog_key_kind(k: &[u8]) -> Option<&'static str> {
     if k == keys::meta_key() {
@@ -487,12 +513,12 @@ fn the_leveldb_tier_holds_only_the_documented_keys() {
     it.seek_to_first();
     while it.valid() {
         let k = it.key();
-        assert_eq!(k[0], 0x02, "a runs-space tag: {k:?}");
+        assert_eq!(k[0], 0x04, "a runs-space tag (blocks): {k:?}");
         assert!(
             Place::Window(WindowId(0)).parse(&k[1..]).is_some(),
             "undocumented key {k:?} in the LevelDB tier"
         );
-        readings += 1;
+        readings += block_readings(&k[1..], it.value());
         it.next();
     }
     it.status().expect("iterate");
@@ -524,32 +550,33 @@ fn the_rocksdb_tier_holds_only_the_documented_keys_and_families() {
         rocksdb::DB::list_cf(&rocksdb::Options::default(), &path).expect("list families");
     assert_eq!(
         families.iter().map(String::as_str).collect::<Vec<_>>(),
-        ["default", "runs", "settled", "catalog"]
+        ["default", "window_blocks", "settled_blocks", "catalog"]
     );
     let db =
         rocksdb::DB::open_cf_for_read_only(&rocksdb::Options::default(), &path, &families, false)
             .expect("open the RocksDB tier");
-    let count = |family: &str, check: &dyn Fn(&[u8]) -> Option<&'static str>| {
+    // Each key counts as its kind, a block as the readings it holds.
+    let count = |family: &str, check: &KindOf| {
         let cf = db.cf_handle(family).expect("family");
         let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
         for item in db.iterator_cf(cf, rocksdb::IteratorMode::Start) {
-            let (k, _) = item.expect("iterate");
-            let kind =
-                check(&k).unwrap_or_else(|| panic!("undocumented key {k:?} in family {family}"));
-            *kinds.entry(kind).or_default() += 1;
+            let (k, v) = item.expect("iterate");
+            let (kind, n) = check(&k, &v)
+                .unwrap_or_else(|| panic!("undocumented key {k:?} in family {family}"));
+            *kinds.entry(kind).or_default() += n;
         }
         kinds
     };
     assert_eq!(
-        count("runs", &|k| Place::Window(keys::window_of(k)?)
+        count("window_blocks", &|k, v| Place::Window(keys::window_of(k)?)
             .parse(k)
-            .map(|_| "run")),
-        BTreeMap::from([("run", 50)])
+            .map(|_| ("reading in a block", block_readings(k, v)))),
+        BTreeMap::from([("reading in a block", 50)])
     );
-    assert!(count("settled", &|_| None).is_empty());
-    assert!(count("default", &|_| None).is_empty());
+    assert!(count("settled_blocks", &|_, _| None).is_empty());
+    assert!(count("default", &|_, _| None).is_empty());
     assert_eq!(
-        count("catalog", &catalog_key_kind),
+        count("catalog", &|k, _| catalog_key_kind(k).map(|kind| (kind, 1))),
         BTreeMap::from([("device", 1), ("membership", 1), ("meta", 1)])
     );
 }

@@ -107,3 +107,15 @@ fn key_seeds_decode() {
         })
     );
 }
+
+#[test]
+fn reading_block_seeds_decode() {
+    for name in ["shaped-small", "shaped-zstd", "raw-zstd", "raw-binary"] {
+        let bytes = seed("reading_block", name);
+        let (ts, block) = bytes.split_at(8);
+        let first_ts = i64::from_le_bytes(ts.try_into().expect("8 bytes"));
+        let readings = roamkv_engine::lower_blocks::decode(first_ts, block)
+            .unwrap_or_else(|e| panic!("seed {name}: {e:?}"));
+        assert!(!readings.is_empty(), "seed {name}");
+    }
+}

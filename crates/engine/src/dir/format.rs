@@ -2,11 +2,15 @@
 //! bytes around each). A file whose magic or version is not the one here is refused, naming
 //! both, never misread.
 
-/// The data directory's format (its `ROAMKV` identity file). 2: timestamps in nanoseconds; the
-/// lower tier as windows, a settled space and a catalog. A directory of another format is
-/// refused with both versions named; format 1 directories are not upgraded in place (their
-/// lower tier holds millisecond keys under another layout).
-pub const DIR_FORMAT_VERSION: u32 = 2;
+/// The data directory's format (its `ROAMKV` identity file). 3: the lower tier's readings in
+/// blocks (lower/blocks/). 2: timestamps in nanoseconds; the lower tier as windows, a settled
+/// space and a catalog, a key per reading — opened and upgraded to 3 in place by the first
+/// writable open (read-only opens read it as it is). A directory of another format is refused
+/// with both versions named; format 1 directories are not upgraded in place (their lower tier
+/// holds millisecond keys under another layout).
+pub const DIR_FORMAT_VERSION: u32 = 3;
+/// The one earlier format a directory may have and still be opened: a key per reading.
+pub const DIR_FORMAT_READINGS: u32 = 2;
 /// The first line of the identity file.
 pub const DIR_IDENTITY_FIRST_LINE: &str = "roamkv data directory";
 

@@ -1,7 +1,7 @@
 //! The data directory: its identity file, its lock, and its layout (docs/FORMAT.md, "Directory").
 //!
 //! ```text
-//! DIR/ROAMKV        identity: "roamkv data directory\nformat 2\nlower rocksdb\n"
+//! DIR/ROAMKV        identity: "roamkv data directory\nformat 3\nlower rocksdb\n"
 //! DIR/LOCK          held with an exclusive flock while an Engine (or `roamkv check`) has it open
 //!                   (a shared one while it is open read-only)
 //! DIR/log/*.seg     commit-log segments
@@ -62,6 +62,8 @@ pub fn is_data_dir(path: &Path) -> bool {
 pub struct DataDir {
     pub path: PathBuf,
     pub lower_tier: LowerTierKind,
+    /// Its format: `FORMAT_VERSION`, or `format::DIR_FORMAT_READINGS` until it is upgraded.
+    pub format: u32,
     /// None: opened read-only where no LOCK file was (nothing is created to lock).
     _lock: Option<File>,
 }
@@ -89,7 +91,7 @@ impl DataDir {
             fs::create_dir_all(path).context(|| format!("creating {}", path.display()))?;
         }
         let lock = lock(path)?;
-        let lower_tier = if exists {
+        let (lower_tier, format) = if exists {
             read_identity(&identity)?
         } else {
             let kind = for_new.unwrap_or_default();
@@ -97,12 +99,13 @@ impl DataDir {
                 .context(|| format!("creating {}/{LOG_DIR}", path.display()))?;
             fs::create_dir_all(path.join(LOWER_DIR))
                 .context(|| format!("creating {}/{LOWER_DIR}", path.display()))?;
-            write_identity(path, kind)?;
-            kind
+            write_identity(path, kind, FORMAT_VERSION)?;
+            (kind, FORMAT_VERSION)
         };
         Ok(DataDir {
             path: path.to_path_buf(),
             lower_tier,
+            format,
             _lock: Some(lock),
         })
     }
@@ -143,11 +146,21 @@ impl DataDir {
                 });
             }
         };
+        let (lower_tier, format) = read_identity(&identity)?;
         Ok(DataDir {
             path: path.to_path_buf(),
-            lower_tier: read_identity(&identity)?,
+            lower_tier,
+            format,
             _lock: lock,
         })
+    }
+
+    /// Records that the directory is now of the current format (its upgrade is complete and
+    /// durable): the identity file replaced atomically.
+    pub(crate) fn mark_upgraded(&mut self) -> Result<()> {
+        write_identity(&self.path, self.lower_tier, FORMAT_VERSION)?;
+        self.format = FORMAT_VERSION;
+        Ok(())
     }
 }
 
@@ -204,9 +217,9 @@ fn lock(path: &Path) -> Result<File> {
     }
 }
 
-fn write_identity(path: &Path, kind: LowerTierKind) -> Result<()> {
+fn write_identity(path: &Path, kind: LowerTierKind, format: u32) -> Result<()> {
     let text = format!(
-        "{IDENTITY_FIRST_LINE}\nformat {FORMAT_VERSION}\nlower {}\n",
+        "{IDENTITY_FIRST_LINE}\nformat {format}\nlower {}\n",
         kind.name()
     );
     let tmp = path.join(format!("{IDENTITY_FILE}.tmp"));
@@ -220,7 +233,8 @@ fn write_identity(path: &Path, kind: LowerTierKind) -> Result<()> {
         .context(|| format!("syncing directory {}", path.display()))
 }
 
-fn read_identity(identity: &Path) -> Result<LowerTierKind> {
+/// (lower tier, format) of an identity file.
+fn read_identity(identity: &Path) -> Result<(LowerTierKind, u32)> {
     let dir = identity.parent().unwrap_or(identity).to_path_buf();
     let bad = |reason: String| Error::NotADataDirectory {
         path: dir.clone(),
@@ -239,16 +253,17 @@ fn read_identity(identity: &Path) -> Result<LowerTierKind> {
         .and_then(|l| l.strip_prefix("format "))
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| bad(format!("{IDENTITY_FILE} has no format line")))?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != format::DIR_FORMAT_READINGS {
         return Err(Error::FormatVersion {
             path: dir.clone(),
             found: version,
             expected: FORMAT_VERSION,
         });
     }
-    lines
+    let kind = lines
         .next()
         .and_then(|l| l.strip_prefix("lower "))
         .and_then(LowerTierKind::from_name)
-        .ok_or_else(|| bad(format!("{IDENTITY_FILE} names no known lower tier")))
+        .ok_or_else(|| bad(format!("{IDENTITY_FILE} names no known lower tier")))?;
+    Ok((kind, version))
 }

@@ -21,15 +21,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use roamkv_leveldb::{Db, Options, WriteBatch};
 
-use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
+use super::{CatalogOp, Layout, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
 use crate::model::error::{Error, IoContext, Result};
 use crate::model::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
 /// Tag bytes of the spaces in the readings database: settled below runs, so new windows (ever
-/// larger keys) always sort above everything in it.
-const SETTLED_TAG: u8 = 0x01;
-const RUNS_TAG: u8 = 0x02;
+/// larger keys) always sort above everything in it. Format 2's (a key per reading) and format
+/// 3's (blocks of readings: lower/blocks/).
+const READING_SETTLED_TAG: u8 = 0x01;
+const READING_RUNS_TAG: u8 = 0x02;
+const BLOCK_SETTLED_TAG: u8 = 0x03;
+const BLOCK_RUNS_TAG: u8 = 0x04;
 /// The two databases' directories under `DIR/lower`.
 const DATA_DB: &str = "leveldb";
 const CATALOG_DB: &str = "leveldb-catalog";
@@ -41,6 +44,7 @@ pub struct LevelLower {
     dir: PathBuf,
     data: Db,
     catalog: Db,
+    layout: Layout,
     /// Bytes of a write batch when a run is written.
     batch_bytes: usize,
     /// Bytes handed to LevelDB's logs (key + value + 8 bytes of framing per op; approximate:
@@ -53,7 +57,7 @@ fn lower_err(e: roamkv_leveldb::Error) -> Error {
 }
 
 impl LevelLower {
-    pub fn open(dir: &Path, memory_bytes: u64) -> Result<LevelLower> {
+    pub fn open(dir: &Path, memory_bytes: u64, layout: Layout) -> Result<LevelLower> {
         let write_buffer_bytes = (memory_bytes / 4).max(1 << 20) as usize;
         let options = Options {
             write_buffer_bytes,
@@ -71,6 +75,7 @@ impl LevelLower {
             dir: dir.to_path_buf(),
             data,
             catalog,
+            layout,
             batch_bytes: (write_buffer_bytes / 4).max(256 << 10),
             log_bytes: AtomicU64::new(0),
         })
@@ -81,16 +86,23 @@ impl LevelLower {
             .fetch_add((key.len() + value.len() + 8) as u64, Ordering::Relaxed);
     }
 
+    /// The tag byte of a space of the readings database.
+    fn tag(&self, space: Space) -> u8 {
+        match (space, self.layout) {
+            (Space::Windows, Layout::Readings) | (Space::LegacyWindows, _) => READING_RUNS_TAG,
+            (Space::Settled, Layout::Readings) | (Space::LegacySettled, _) => READING_SETTLED_TAG,
+            (Space::Windows, Layout::Blocks) => BLOCK_RUNS_TAG,
+            (Space::Settled, Layout::Blocks) => BLOCK_SETTLED_TAG,
+            (Space::Catalog, _) => unreachable!("the catalog is a database of its own"),
+        }
+    }
+
     /// The database and key of a key of `space`.
     fn locate(&self, space: Space, key: &[u8]) -> (&Db, Vec<u8>) {
         match space {
             Space::Catalog => (&self.catalog, key.to_vec()),
-            Space::Settled | Space::Windows => {
-                let tag = if space == Space::Windows {
-                    RUNS_TAG
-                } else {
-                    SETTLED_TAG
-                };
+            _ => {
+                let tag = self.tag(space);
                 let mut tagged = Vec::with_capacity(key.len() + 1);
                 tagged.push(tag);
                 tagged.extend_from_slice(key);
@@ -185,15 +197,15 @@ impl LowerTier for LevelLower {
         // applies again.
         for op in ops {
             match op {
-                CatalogOp::DeleteRange(space @ (Space::Settled | Space::Windows), start, end) => {
+                CatalogOp::DeleteRange(space, start, end) if *space != Space::Catalog => {
                     self.delete_range(*space, start, end, true)?
                 }
-                CatalogOp::Put(space @ (Space::Settled | Space::Windows), k, v) => {
+                CatalogOp::Put(space, k, v) if *space != Space::Catalog => {
                     let (db, k) = self.locate(*space, k);
                     self.count(&k, v);
                     db.put(&k, v, true).map_err(lower_err)?
                 }
-                CatalogOp::Delete(space @ (Space::Settled | Space::Windows), k) => {
+                CatalogOp::Delete(space, k) if *space != Space::Catalog => {
                     let (db, k) = self.locate(*space, k);
                     db.delete(&k, true).map_err(lower_err)?
                 }
@@ -254,9 +266,8 @@ impl LowerTier for LevelLower {
 
     fn settled_bytes(&self) -> (u64, u64) {
         // LevelDB estimates no live data; its table bytes of the settled range stand for both.
-        let bytes = self
-            .data
-            .approximate_size(&[SETTLED_TAG], &[SETTLED_TAG + 1]);
+        let tag = self.tag(Space::Settled);
+        let bytes = self.data.approximate_size(&[tag], &[tag + 1]);
         (bytes, bytes)
     }
 
@@ -264,8 +275,9 @@ impl LowerTier for LevelLower {
         // One seek per window: to the window's first key, then past the window.
         let mut files = Vec::new();
         let mut it = self.data.iter();
-        it.seek(&[RUNS_TAG]);
-        while it.valid() && it.key().first() == Some(&RUNS_TAG) {
+        let tag = self.tag(Space::Windows);
+        it.seek(&[tag]);
+        while it.valid() && it.key().first() == Some(&tag) {
             let Some(win) = super::keys::window_of(&it.key()[1..]) else {
                 return Err(Error::Lower(format!(
                     "leveldb: malformed run key {:?}",
@@ -445,7 +457,7 @@ mod tests {
     #[test]
     fn spaces_stay_apart_and_windows_list_by_seeks() -> Result<()> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let lower = LevelLower::open(dir.path(), 8 << 20)?;
+        let lower = LevelLower::open(dir.path(), 8 << 20, Layout::Blocks)?;
         for win in [3u64, 5, 9].map(WindowId) {
             let run: Vec<(Vec<u8>, Vec<u8>)> = (0..10)
                 .map(|i| {

@@ -23,6 +23,7 @@ use crate::model::error::{Error, Result};
 use crate::model::ids::{LowerId, WindowId};
 use crate::stats::LowerDiagnostics;
 
+pub mod blocks;
 pub mod keys;
 #[cfg(feature = "leveldb")]
 pub mod level;
@@ -43,6 +44,22 @@ pub enum Space {
     Windows,
     Settled,
     Catalog,
+    /// The runs and settled spaces of a format 2 directory (a key per reading), read only by
+    /// its upgrade to blocks (blocks/upgrade.rs) and emptied by it.
+    LegacyWindows,
+    LegacySettled,
+}
+
+/// How a tier lays out its runs and settled spaces: where `Space::Windows` and
+/// `Space::Settled` are (RocksDB: which column families; LevelDB: which tag bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Format 2: a key per reading (the column families `runs` and `settled`). Opened so only
+    /// read-only, to read a directory that has not been upgraded.
+    Readings,
+    /// Format 3: blocks of readings (`window_blocks` and `settled_blocks`); the format 2
+    /// families, where a directory still has them, are the legacy spaces.
+    Blocks,
 }
 
 /// One operation of a catalog batch (`LowerTier::write_catalog`).
@@ -139,6 +156,11 @@ pub trait LowerTier: Send + Sync {
     fn verify(&self) -> Result<u64>;
     /// What the tier did by itself (flushes, compactions, stalls, ingest levels).
     fn diagnostics(&self) -> LowerDiagnostics;
+    /// Whether the tier has the space at all (a RocksDB tier of format 3 made new has no legacy
+    /// families).
+    fn has_space(&self, _space: Space) -> bool {
+        true
+    }
     /// Writes a consistent copy of the tier into `to` (an existing, empty directory on the
     /// data directory's file system), laid out as under `DIR/lower/`: hard links where the
     /// files never change. Called under the maintenance lock (nothing of roamkv's writes to the

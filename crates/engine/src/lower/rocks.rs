@@ -17,19 +17,27 @@ use rocksdb::{
 };
 
 use super::keys;
-use super::{CatalogOp, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
+use super::{CatalogOp, Layout, LowerTier, PreparedBody, PreparedRun, Space, WindowFile};
 use crate::model::error::{Error, IoContext, Result};
 use crate::model::ids::WindowId;
 use crate::stats::LowerDiagnostics;
 
-const RUNS_CF: &str = "runs";
-const SETTLED_CF: &str = "settled";
+/// The format 2 families (a key per reading): `Layout::Readings`' spaces, the legacy spaces
+/// of `Layout::Blocks`.
+const READING_RUNS_CF: &str = "runs";
+const READING_SETTLED_CF: &str = "settled";
+/// The format 3 families (blocks of readings: lower/blocks/).
+const BLOCK_RUNS_CF: &str = "window_blocks";
+const BLOCK_SETTLED_CF: &str = "settled_blocks";
 const CATALOG_CF: &str = "catalog";
 /// RocksDB's levels (the default `num_levels`): ingested runs go to the last one.
 const LEVELS: usize = 7;
 
 pub struct RocksLower {
     db: DB,
+    /// The families of `Space::Windows` and `Space::Settled`.
+    runs_cf: &'static str,
+    settled_cf: &'static str,
     /// Kept for its statistics and for writing SST files with the runs family's settings.
     options: Options,
     runs_options: Options,
@@ -99,8 +107,14 @@ fn clear_ingest_dir(ingest_dir: &Path) -> Result<()> {
 impl RocksLower {
     /// `memory_bytes` is split: half block cache (shared), the rest write buffers. `read_only`:
     /// RocksDB's read-only open (it replays the WAL into memory and creates nothing, not even
-    /// its LOG; every write fails), and no `ingest` directory.
-    pub fn open(dir: &Path, memory_bytes: u64, read_only: bool) -> Result<RocksLower> {
+    /// its LOG; every write fails), and no `ingest` directory. With `Layout::Blocks` the format
+    /// 2 families are opened too where the database has them (RocksDB opens all or none).
+    pub fn open(
+        dir: &Path,
+        memory_bytes: u64,
+        read_only: bool,
+        layout: Layout,
+    ) -> Result<RocksLower> {
         let cache = Cache::new_lru_cache((memory_bytes / 2).max(1 << 20) as usize);
         // The memtables hold only catalog entries and range deletes: small buffers suffice.
         let buffer = (memory_bytes / 16).clamp(1 << 20, 16 << 20) as usize;
@@ -123,12 +137,31 @@ impl RocksLower {
         runs_options.set_disable_auto_compactions(true);
         runs_options.set_ttl(0);
         runs_options.set_periodic_compaction_seconds(0);
-        let families = vec![
-            ColumnFamilyDescriptor::new(RUNS_CF, runs_options.clone()),
-            ColumnFamilyDescriptor::new(SETTLED_CF, settled_options(&cache, buffer)),
+        let path = dir.join("rocksdb");
+        let (runs_cf, settled_cf) = match layout {
+            Layout::Readings => (READING_RUNS_CF, READING_SETTLED_CF),
+            Layout::Blocks => (BLOCK_RUNS_CF, BLOCK_SETTLED_CF),
+        };
+        let mut families = vec![
+            ColumnFamilyDescriptor::new(runs_cf, runs_options.clone()),
+            ColumnFamilyDescriptor::new(settled_cf, settled_options(&cache, buffer)),
             ColumnFamilyDescriptor::new(CATALOG_CF, family_options(&cache, buffer)),
         ];
-        let path = dir.join("rocksdb");
+        if layout == Layout::Blocks {
+            let existing = DB::list_cf(&options, &path).unwrap_or_default();
+            if existing.iter().any(|f| f == READING_RUNS_CF) {
+                families.push(ColumnFamilyDescriptor::new(
+                    READING_RUNS_CF,
+                    runs_options.clone(),
+                ));
+            }
+            if existing.iter().any(|f| f == READING_SETTLED_CF) {
+                families.push(ColumnFamilyDescriptor::new(
+                    READING_SETTLED_CF,
+                    settled_options(&cache, buffer),
+                ));
+            }
+        }
         let db = if read_only {
             DB::open_cf_descriptors_read_only(&options, path, families, false)
         } else {
@@ -141,6 +174,8 @@ impl RocksLower {
         }
         Ok(RocksLower {
             db,
+            runs_cf,
+            settled_cf,
             options,
             runs_options,
             ingest_dir,
@@ -153,9 +188,11 @@ impl RocksLower {
 
     fn family(&self, space: Space) -> Result<&ColumnFamily> {
         let name = match space {
-            Space::Windows => RUNS_CF,
-            Space::Settled => SETTLED_CF,
+            Space::Windows => self.runs_cf,
+            Space::Settled => self.settled_cf,
             Space::Catalog => CATALOG_CF,
+            Space::LegacyWindows => READING_RUNS_CF,
+            Space::LegacySettled => READING_SETTLED_CF,
         };
         self.db
             .cf_handle(name)
@@ -222,7 +259,9 @@ impl RocksLower {
         };
         let level = files
             .iter()
-            .find(|f| f.column_family_name == RUNS_CF && f.start_key.as_deref() == Some(first_key))
+            .find(|f| {
+                f.column_family_name == self.runs_cf && f.start_key.as_deref() == Some(first_key)
+            })
             .map(|f| f.level);
         if let Some(counter) = level.and_then(|l| self.ingested_by_level.get(l as usize)) {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -348,7 +387,7 @@ impl LowerTier for RocksLower {
             .live_files()
             .map_err(lower_err)?
             .into_iter()
-            .filter(|f| f.column_family_name == RUNS_CF)
+            .filter(|f| f.column_family_name == self.runs_cf)
             .filter_map(|f| {
                 Some(WindowFile {
                     win: keys::window_of(f.start_key.as_deref()?)?,
@@ -450,6 +489,10 @@ impl LowerTier for RocksLower {
             }
         }
         Ok(keys)
+    }
+
+    fn has_space(&self, space: Space) -> bool {
+        self.family(space).is_ok()
     }
 
     /// RocksDB's Checkpoint: memtables flushed, table files hard-linked, the MANIFEST and

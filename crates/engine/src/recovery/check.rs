@@ -8,7 +8,7 @@ use super::tail::{last_written, list_segments, missing_segment};
 use crate::commit_log::segment::{self, ScanEnd, Segment};
 use crate::commit_log::storage::PlainFiles;
 use crate::dir::{DataDir, LowerTierKind};
-use crate::lower::open::open_lower;
+use crate::lower::open::{Access, open_lower};
 use crate::model::error::{Error, Result};
 use crate::model::ids::SegmentSeq;
 
@@ -35,9 +35,13 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             reason: format!("it has no {} file", crate::dir::IDENTITY_FILE),
         });
     }
-    let dir = DataDir::open_read_only(path)?;
+    let mut dir = DataDir::open_read_only(path)?;
     let mut report = CheckReport::default();
-    let lower = open_lower(&dir, 16 << 20, dir.lower_tier == LowerTierKind::RocksDb);
+    let access = match dir.lower_tier {
+        LowerTierKind::RocksDb => Access::ReadOnly,
+        LowerTierKind::LevelDb => Access::NoUpgrade,
+    };
+    let lower = open_lower(&mut dir, 16 << 20, access);
     let catalog = match &lower {
         Ok(l) => load_catalog(l.as_ref()).map(|c| c.meta.last_aged_seq),
         Err(e) => Err(Error::Lower(e.to_string())),

@@ -50,7 +50,7 @@ use crate::commit_log::spares::{SegmentPlan, Spares};
 use crate::commit_log::storage::Storage;
 use crate::dir::DataDir;
 use crate::feed;
-use crate::lower::open::open_lower;
+use crate::lower::open::{Access, open_lower};
 use crate::model::error::{Error, IoContext, Result};
 use crate::model::ids::SegmentSeq;
 use crate::model::limits::SEGMENT_HEADER_BYTES;
@@ -64,7 +64,7 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     options.validate()?;
     let started = Instant::now();
     let read_only = options.read_only;
-    let dir = if read_only {
+    let mut dir = if read_only {
         DataDir::open_read_only(path)?
     } else {
         let dir = DataDir::open(path, Some(options.lower_tier))?;
@@ -72,7 +72,12 @@ pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
         crate::backup::remove_staging(&dir.path)?;
         dir
     };
-    let lower = open_lower(&dir, options.lower_memory_bytes, read_only)?;
+    let access = if read_only {
+        Access::ReadOnly
+    } else {
+        Access::Upgrade
+    };
+    let lower = open_lower(&mut dir, options.lower_memory_bytes, access)?;
     let counters = Counters::default();
     let log_dir = dir.log_dir();
 

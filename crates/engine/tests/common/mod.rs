@@ -63,7 +63,19 @@ pub fn settle(engine: &Engine, clock: &ManualClock) {
     engine.maintain().expect("maintain (leave the log)");
 }
 
+/// A reading's value: its name, then bytes that look random (the lower tier compresses its
+/// blocks; tests that size files by what they write need values that do not shrink).
 pub fn value(device: &str, sensor: &str, ts: i64, len: usize) -> Vec<u8> {
     let seed = format!("{device}/{sensor}/{ts}/");
-    seed.bytes().cycle().take(len).collect()
+    // FNV-1a of the name seeds an xorshift: the same reading always gets the same value.
+    let mut state = seed.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    }) | 1;
+    let noise = std::iter::repeat_with(move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state as u8
+    });
+    seed.bytes().chain(noise).take(len).collect()
 }

@@ -18,6 +18,7 @@
 //! segment is still in the log and the catalog does not name the new windows (recovery drops
 //! them as orphans); after it, the catalog names them and the segment is not replayed.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::commit::group_commit;
@@ -76,6 +77,14 @@ pub(crate) fn pass(inner: &Inner, seq: SegmentSeq, reason: Reason) -> Result<()>
     step = Counters::add_us_since(&c.pass_read_us, step);
 
     let file_bytes = write_runs(inner, &mut runs)?;
+    for (run, bytes) in runs.iter_mut().zip(&file_bytes) {
+        let mut members: BTreeMap<DeviceId, u64> =
+            run.members.iter().map(|(d, (_, b))| (*d, *b)).collect();
+        crate::maintenance::scale_to_file(&mut members, *bytes);
+        for (d, (_, b)) in run.members.iter_mut() {
+            *b = members[d];
+        }
+    }
     step = Counters::add_us_since(&c.pass_write_us, step);
 
     let settled_dead = settled_dead_ranges(&snapshot, &settled_deletes);
