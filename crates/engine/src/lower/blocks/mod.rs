@@ -453,3 +453,6 @@ impl LowerTier for BlockTier {
         self.inner.checkpoint(to)
     }
 }
+
+#[cfg(test)]
+mod tests;
