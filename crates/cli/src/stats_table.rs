@@ -31,7 +31,7 @@ fn tiers_table(s: &Stats) -> String {
         mib(s.upper.bytes)
     ));
     out.push_str(&format!(
-        "{:<8} {:>9} {:>12} {:>12.2}   (records and MiB: the LSM's estimates)\n",
+        "{:<8} {:>9} {:>12} {:>12.2}   (records: the LSM's entries, blocks of readings; both the LSM's estimates)\n",
         "lower",
         s.lower.devices,
         s.lower.records,

@@ -15,6 +15,8 @@ use crate::stats::timed_mutex::HoldTimes;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TierStats {
     pub devices: u64,
+    /// The upper tier: readings in the log's indexes. The lower tier: the entries the LSM
+    /// estimates it holds, each a block of up to 1,024 readings (lower/blocks/).
     pub records: u64,
     pub bytes: u64,
 }
