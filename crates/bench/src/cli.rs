@@ -30,8 +30,9 @@ pub enum BenchCommand {
     /// HTTP ingest of `roamkv serve` (EdgeX events of 1..100 readings) against InfluxDB 1.6 at
     /// equal durability and the in-process engine; peak rate, p50/p99, p99 at half the peak.
     Serve(crate::serve::ServeBenchArgs),
-    /// The cloud sink of `roamkv serve` into a private PostgreSQL: its capacity, its lag at
-    /// half of it, a database outage drained, resume times.
+    /// The cloud sink of `roamkv serve` into a private PostgreSQL (and with `--kafka` into a
+    /// three-node Kafka cluster, side by side): its capacity, its lag at half of it, an outage
+    /// drained, resume times.
     Sink(crate::sink::SinkBenchArgs),
     /// Devices handed between two `roamkv serve`s over shaped, lossy, delayed links in network
     /// namespaces, with the cloud's PostgreSQL: time per handoff, the bulk rate against the
