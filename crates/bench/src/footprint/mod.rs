@@ -218,13 +218,21 @@ fn footprint(args: &FootprintArgs) -> Result<bool> {
 
 /// The throttle asked for and what the probe measured on it.
 fn disk_line(profile: &disk::DiskProfile, probe: &disk::Probe) -> String {
+    // A limit of 0 is no limit (the flag not given).
+    let limit = |v: f64| {
+        if v > 0.0 {
+            v.to_string()
+        } else {
+            "unlimited".to_string()
+        }
+    };
     format!(
         "gateway-class disk: asked {} MB/s write, {} MB/s read, {} write requests/s ({}); \
          measured with dd on a throttled ext4: {:.1} MB/s O_DIRECT writes, {:.1} MB/s buffered \
          + fdatasync, {:.1} MB/s O_DIRECT reads, {:.2} ms per 4 KiB O_DSYNC overwrite",
-        profile.write_mbps,
-        profile.read_mbps,
-        profile.write_iops,
+        limit(profile.write_mbps),
+        limit(profile.read_mbps),
+        limit(profile.write_iops as f64),
         probe.mechanism,
         probe.direct_write_mbps,
         probe.buffered_fdatasync_write_mbps,
