@@ -118,7 +118,7 @@ pub(crate) fn pass(inner: &Inner, wanted: &BTreeMap<DeviceId, Scope>) -> Result<
     let (window_run_bytes, settled_run_bytes): (u64, u64) =
         (entry_bytes(&window), entry_bytes(&settled));
     let window_file_bytes = write(inner, &snapshot, window, settled)?;
-    super::scale_to_file(&mut window_bytes, window_file_bytes);
+    crate::state::scale_to_file(&mut window_bytes, window_file_bytes);
     let cataloged = inner
         .lower
         .write_catalog(&catalog_ops(&snapshot, &window_bytes));

@@ -50,6 +50,7 @@ use crate::commit_log::spares::{SegmentPlan, Spares};
 use crate::commit_log::storage::Storage;
 use crate::dir::DataDir;
 use crate::feed;
+use crate::lower::LowerTier;
 use crate::lower::open::{Access, open_lower};
 use crate::model::error::{Error, IoContext, Result};
 use crate::model::ids::SegmentSeq;
@@ -58,26 +59,28 @@ use crate::options::Options;
 use crate::state::{Inner, Recovery, State};
 use crate::stats::Counters;
 
+/// The data directory (created if new) and its lower tier, upgraded to the current format
+/// where the open may write.
+fn open_dir(path: &Path, options: &Options) -> Result<(DataDir, Box<dyn LowerTier>)> {
+    let (mut dir, access) = if options.read_only {
+        (DataDir::open_read_only(path)?, Access::ReadOnly)
+    } else {
+        let dir = DataDir::open(path, Some(options.lower_tier))?;
+        // Hard links a backup of an earlier process staged: nothing reads them any more.
+        crate::backup::remove_staging(&dir.path)?;
+        (dir, Access::Upgrade)
+    };
+    let lower = open_lower(&mut dir, options.lower_memory_bytes, access)?;
+    Ok((dir, lower))
+}
+
 /// `Engine::open`: opens or creates the data directory, replays its log and readies the
 /// shared state (the caller starts the background threads).
 pub(crate) fn open(path: &Path, options: Options) -> Result<Inner> {
     options.validate()?;
     let started = Instant::now();
     let read_only = options.read_only;
-    let mut dir = if read_only {
-        DataDir::open_read_only(path)?
-    } else {
-        let dir = DataDir::open(path, Some(options.lower_tier))?;
-        // Hard links a backup of an earlier process staged: nothing reads them any more.
-        crate::backup::remove_staging(&dir.path)?;
-        dir
-    };
-    let access = if read_only {
-        Access::ReadOnly
-    } else {
-        Access::Upgrade
-    };
-    let lower = open_lower(&mut dir, options.lower_memory_bytes, access)?;
+    let (dir, lower) = open_dir(path, &options)?;
     let counters = Counters::default();
     let log_dir = dir.log_dir();
 

@@ -411,3 +411,19 @@ impl State {
         );
     }
 }
+
+/// Each device's bytes in a window file: its readings' bytes (keys and values, as the pass
+/// counted them) scaled by what the file took of all of them. The lower tier compresses its
+/// blocks, so the readings' own bytes would overstate what the file holds live, and windows
+/// would be judged by two units (their file bytes against raw live bytes).
+pub(crate) fn scale_to_file<K>(raw: &mut std::collections::BTreeMap<K, u64>, file_bytes: u64) {
+    let raw_total: u64 = raw.values().sum();
+    if raw_total == 0 {
+        return;
+    }
+    for bytes in raw.values_mut() {
+        let share = (*bytes as u128 * file_bytes as u128 / raw_total as u128) as u64;
+        // A device with readings in the window keeps it alive: never scaled to 0.
+        *bytes = if *bytes > 0 { share.max(1) } else { 0 };
+    }
+}

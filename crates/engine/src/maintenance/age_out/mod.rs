@@ -80,7 +80,7 @@ pub(crate) fn pass(inner: &Inner, seq: SegmentSeq, reason: Reason) -> Result<()>
     for (run, bytes) in runs.iter_mut().zip(&file_bytes) {
         let mut members: BTreeMap<DeviceId, u64> =
             run.members.iter().map(|(d, (_, b))| (*d, *b)).collect();
-        crate::maintenance::scale_to_file(&mut members, *bytes);
+        crate::state::scale_to_file(&mut members, *bytes);
         for (d, (_, b)) in run.members.iter_mut() {
             *b = members[d];
         }
