@@ -33,6 +33,15 @@ pub fn decode_ts(bytes: [u8; 8]) -> i64 {
     (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
 }
 
+/// The smallest key above `key`: the key with a 0 byte appended (the end of a range that
+/// includes `key`).
+pub fn key_after(key: &[u8]) -> Vec<u8> {
+    let mut next = Vec::with_capacity(key.len() + 1);
+    next.extend_from_slice(key);
+    next.push(0);
+    next
+}
+
 /// `lower_id sensor 0x00 ts`: a reading's key within a device (the settled space's whole key,
 /// and the runs space's key after the window id).
 /// The bytes of a lower id in a key: the settled space's keys begin with it (its files are cut

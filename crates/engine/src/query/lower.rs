@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::lower::keys::{self, Place, WindowTrim, trimmed};
+use crate::lower::keys::{self, Place, WindowTrim, key_after, trimmed};
 use crate::lower::{malformed, space_of};
 use crate::model::error::Result;
 use crate::model::ids::LowerId;
@@ -81,7 +81,11 @@ pub(super) fn page_lower(
         .map(|&place| {
             let (mut start, end) = place.range(lower.lower_id, sensor.map(|s| (s, from_ns, to_ns)));
             if let Some((after_sensor, after_ts)) = after {
-                start = start.max(key_after(place.key(lower.lower_id, after_sensor, after_ts)));
+                start = start.max(key_after(&place.key(
+                    lower.lower_id,
+                    after_sensor,
+                    after_ts,
+                )));
             }
             PlaceRun {
                 place,
@@ -138,12 +142,6 @@ pub(super) fn page_lower(
 /// The least a place is read at a time by a page (a seek costs more than a few keys).
 const PLACE_CHUNK_MIN: usize = 64;
 
-/// The smallest key above `key`: the key with a 0 byte appended.
-fn key_after(mut key: Vec<u8>) -> Vec<u8> {
-    key.push(0);
-    key
-}
-
 /// One place's part of a page: what it has read and not yet merged, and where it goes on.
 struct PlaceRun {
     place: Place,
@@ -191,7 +189,7 @@ impl PlaceRun {
             return Err(malformed(&k));
         }
         match last_key {
-            Some(k) if stopped => self.next = key_after(k),
+            Some(k) if stopped => self.next = key_after(&k),
             _ => self.done = true,
         }
         Ok(())

@@ -25,7 +25,7 @@ pub(crate) mod upgrade;
 
 use std::path::Path;
 
-use super::keys::{decode_ts, encode_ts};
+use super::keys::{decode_ts, encode_ts, key_after};
 use super::{CatalogOp, LowerTier, PreparedRun, Space, WindowFile};
 use crate::model::error::{Error, Result};
 use crate::model::ids::WindowId;
@@ -72,13 +72,6 @@ fn in_blocks(space: Space) -> bool {
     matches!(space, Space::Windows | Space::Settled)
 }
 
-/// The smallest key above `key`.
-fn key_after(key: &[u8]) -> Vec<u8> {
-    let mut next = key.to_vec();
-    next.push(0);
-    next
-}
-
 /// The lower tier with its data spaces in blocks.
 pub struct BlockTier {
     inner: Box<dyn LowerTier>,
@@ -114,15 +107,9 @@ impl BlockTier {
     /// The block holding readings at or above `at` that begins below it: the last block below
     /// `at` if `at` lies in its series' key range.
     fn block_across(&self, space: Space, at: &[u8]) -> Result<Option<Block>> {
-        let Some((k, v)) = self.inner.last_in(space, b"", at)? else {
-            return Ok(None);
-        };
-        if !at.starts_with(series_of(&k)) {
-            return Ok(None);
-        }
-        let block = self.decode(space, &k, &v)?;
-        let last = block.readings.last().map(|(ts, _)| block.reading_key(*ts));
-        Ok(last.filter(|last| last.as_slice() >= at).map(|_| block))
+        Ok(self
+            .last_block_below(space, at)?
+            .filter(|block| reaches(block, at)))
     }
 
     /// The blocks of a settled run: merged with the settled blocks it overlaps and a small one
@@ -135,13 +122,14 @@ impl BlockTier {
             let mut merged = std::collections::BTreeMap::new();
             let mut cuts = std::collections::BTreeSet::new();
             let mut old = Vec::new();
-            if let Some(before) = self.block_across(Space::Settled, &first)? {
+            // The block before the run: merged if the run begins inside it, or if it is a
+            // small block of the same series (consolidation makes few large blocks).
+            if let Some(before) = self.last_block_below(Space::Settled, &first)?
+                && (reaches(&before, &first)
+                    || (before.series() == series_of(&first)
+                        && before.readings.len() < BLOCK_READINGS_MAX / 2))
+            {
                 old.push(before);
-            } else if let Some(before) = self.last_block_below(Space::Settled, &first)? {
-                let small = before.readings.len() < BLOCK_READINGS_MAX / 2;
-                if small && before.series() == series_of(&first) {
-                    old.push(before);
-                }
             }
             let mut bad = None;
             self.inner.scan(
@@ -207,6 +195,15 @@ impl BlockTier {
         }
         Ok(puts)
     }
+}
+
+/// Whether `block` holds readings at or above `at` (a key of its series at or after its first).
+fn reaches(block: &Block, at: &[u8]) -> bool {
+    at.starts_with(block.series())
+        && block
+            .readings
+            .last()
+            .is_some_and(|(ts, _)| block.reading_key(*ts).as_slice() >= at)
 }
 
 /// The run's readings grouped by series, in order.
@@ -349,37 +346,36 @@ impl LowerTier for BlockTier {
         if !in_blocks(space) {
             return self.inner.scan(space, start, end, visit);
         }
-        // Ok(false): the visitor stopped or the range ended.
-        let emit = |block: &Block, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool| -> bool {
+        // One iteration of the inner tier, from the block that holds `start` (if one begins
+        // below it): a settled merge between two reads could otherwise show a reading twice.
+        // Within one iteration the blocks of a series never overlap; `after` keeps the keys
+        // ascending all the same.
+        let from = match self.inner.last_in(space, b"", start)? {
+            Some((k, _)) if start.starts_with(series_of(&k)) => k,
+            _ => start.to_vec(),
+        };
+        let mut after: Option<Vec<u8>> = None;
+        let mut failed = None;
+        self.inner.scan(space, &from, end, &mut |k, v| {
+            let block = match self.decode(space, k, v) {
+                Ok(block) => block,
+                Err(e) => {
+                    failed = Some(e);
+                    return false;
+                }
+            };
             for (ts, v) in &block.readings {
                 let key = block.reading_key(*ts);
-                if key.as_slice() < start {
+                if key.as_slice() < start || after.as_ref().is_some_and(|a| key <= *a) {
                     continue;
                 }
                 if key.as_slice() >= end || !visit(&key, v) {
                     return false;
                 }
+                after = Some(key);
             }
             true
-        };
-        if let Some(block) = self.block_across(space, start)?
-            && !emit(&block, visit)
-        {
-            return Ok(());
-        }
-        let mut failed = None;
-        self.inner.scan(
-            space,
-            start,
-            end,
-            &mut |k, v| match self.decode(space, k, v) {
-                Ok(block) => emit(&block, visit),
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            },
-        )?;
+        })?;
         failed.map_or(Ok(()), Err)
     }
 
