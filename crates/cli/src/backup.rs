@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
-use roamkv_engine::backup::{self, BackupSet, Manifest};
+use roamkv_engine::backup::{self, BackupSet, Linked, Manifest};
 use serde_json::json;
 
 use crate::reads::{Access, open_existing};
@@ -81,8 +81,8 @@ pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
         Source::Server(remote) => from_server(&remote, &set),
         Source::Directory(engine) => from_directory(engine, &set),
     };
-    let manifest = match outcome {
-        Ok(manifest) => manifest,
+    let (manifest, linked) = match outcome {
+        Ok(stored) => stored,
         Err(e) => {
             if made_here {
                 // Nothing was backed up into a set made for it: it goes, as it was.
@@ -94,13 +94,20 @@ pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
             return Err(e);
         }
     };
-    report(&set, &manifest, started.elapsed().as_secs_f64(), args.json);
+    report(
+        &set,
+        &manifest,
+        linked,
+        started.elapsed().as_secs_f64(),
+        args.json,
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 /// A backup streamed from a running server. A refusal before the stream began leaves no
 /// trace of the backup; a stream cut short leaves it partial (removed by the next backup).
-fn from_server(remote: &Remote, set: &BackupSet) -> Result<Manifest, String> {
+/// Across the network every file sent is copied: nothing is linked.
+fn from_server(remote: &Remote, set: &BackupSet) -> Result<(Manifest, Linked), String> {
     let writer = set.begin().map_err(|e| e.to_string())?;
     let have = serde_json::to_value(writer.have()).map_err(|e| e.to_string())?;
     let mut answer = match remote.post_streaming("/backup", &have) {
@@ -111,19 +118,25 @@ fn from_server(remote: &Remote, set: &BackupSet) -> Result<Manifest, String> {
         }
     };
     backup::read_tar(&mut answer, writer)
+        .map(|manifest| (manifest, Linked::default()))
         .map_err(|e| format!("{} (from {}): {e}", set.path.display(), remote.base))
 }
 
-/// A backup of a directory no server runs on, through the engine opened on it.
-fn from_directory(engine: roamkv_engine::Engine, set: &BackupSet) -> Result<Manifest, String> {
+/// A backup of a directory no server runs on, through the engine opened on it: its table
+/// files hard-linked when the set is on the same file system.
+fn from_directory(
+    engine: roamkv_engine::Engine,
+    set: &BackupSet,
+) -> Result<(Manifest, Linked), String> {
     let snapshot = engine.snapshot(&["server"]).map_err(|e| e.to_string())?;
-    let manifest = backup::to_set(&snapshot, set).map_err(|e| e.to_string())?;
+    let stored = backup::to_set(&snapshot, set).map_err(|e| e.to_string())?;
     drop(snapshot);
     engine.close().map_err(|e| e.to_string())?;
-    Ok(manifest)
+    Ok((stored.manifest, stored.linked))
 }
 
-fn report(set: &BackupSet, manifest: &Manifest, seconds: f64, as_json: bool) {
+/// `bytes_copied` is what this backup stored (copied, or hard-linked: `linked`).
+fn report(set: &BackupSet, manifest: &Manifest, linked: Linked, seconds: f64, as_json: bool) {
     let mib = |b: u64| b as f64 / 1_048_576.0;
     if as_json {
         println!(
@@ -131,25 +144,29 @@ fn report(set: &BackupSet, manifest: &Manifest, seconds: f64, as_json: bool) {
             json!({
                 "set": set.path, "backup": manifest.backup, "position": manifest.position,
                 "files": manifest.files.len(), "bytes": manifest.bytes,
-                "bytes_copied": manifest.bytes_copied, "seconds": seconds,
+                "bytes_copied": manifest.bytes_copied, "bytes_linked": linked.bytes,
+                "files_linked": linked.files, "seconds": seconds,
             })
         );
         return;
     }
     println!(
-        "backup {} in {}: {} files, {:.1} MiB ({:.1} MiB copied, the rest already in the set)",
+        "backup {} in {}: {} files, {:.1} MiB ({:.1} MiB stored, of them {:.1} MiB in {} table \
+         files hard-linked; the rest already in the set)",
         manifest.backup,
         set.path.display(),
         manifest.files.len(),
         mib(manifest.bytes),
         mib(manifest.bytes_copied),
+        mib(linked.bytes),
+        linked.files,
     );
     println!(
         "position {} (every write acknowledged before the backup began is in it)",
         manifest.position
     );
     println!(
-        "{seconds:.2} s, {:.0} MiB/s copied",
+        "{seconds:.2} s, {:.0} MiB/s stored",
         mib(manifest.bytes_copied) / seconds.max(1e-9)
     );
 }

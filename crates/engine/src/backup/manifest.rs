@@ -32,7 +32,8 @@ pub struct Manifest {
     pub files: Vec<ManifestFile>,
     /// Bytes of all its files.
     pub bytes: u64,
-    /// Bytes this backup copied (the rest it takes from earlier backups of the set).
+    /// Bytes this backup stored in its `files/`: copied, or hard-linked to the data
+    /// directory's table files (the rest it takes from earlier backups of the set).
     pub bytes_copied: u64,
     /// crc32c (8 hex digits) of this manifest serialized with `checksum` empty.
     pub checksum: String,

@@ -22,9 +22,9 @@ mod stream;
 pub use manifest::{MANIFEST_FORMAT, Manifest, ManifestFile};
 pub use restore::{Restored, Verified, restore, verify};
 pub use set::{
-    BackupSet, BackupWriter, FILES_DIR, FileSink, Have, HaveFile, MANIFEST_FILE, PAUSE_ENV,
+    BackupSet, BackupWriter, FILES_DIR, FileSink, Have, HaveFile, Linked, MANIFEST_FILE, PAUSE_ENV,
     SET_IDENTITY_FILE, Summary, SummaryFile,
 };
 pub(crate) use snapshot::remove_staging;
 pub use snapshot::{FileKind, STAGING_DIR, Snapshot, SnapshotFile};
-pub use stream::{SUMMARY_ENTRY, read_tar, to_set, write_tar};
+pub use stream::{SUMMARY_ENTRY, Stored, read_tar, to_set, write_tar};

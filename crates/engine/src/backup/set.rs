@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -230,6 +230,7 @@ impl BackupSet {
             dir,
             earlier,
             received: HashMap::new(),
+            linked: Linked::default(),
         })
     }
 }
@@ -242,6 +243,15 @@ pub struct BackupWriter {
     earlier: Option<Manifest>,
     /// Files received: name -> (bytes, crc32c).
     received: HashMap<String, (u64, u32)>,
+    /// Of them, those stored as hard links to the data directory's files (`link`).
+    linked: Linked,
+}
+
+/// What a backup stored as hard links rather than copies (`BackupWriter::link`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Linked {
+    pub files: usize,
+    pub bytes: u64,
 }
 
 /// One file being received.
@@ -295,8 +305,8 @@ impl BackupWriter {
         }
     }
 
-    /// Starts receiving a file.
-    pub fn create(&mut self, name: &str) -> Result<FileSink> {
+    /// Where file `name` goes in this backup (checked, its folder made).
+    fn place(&self, name: &str) -> Result<PathBuf> {
         check_name(name)?;
         if self.received.contains_key(name) {
             return Err(Error::InvalidArgument(format!(
@@ -310,6 +320,12 @@ impl BackupWriter {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).context(|| format!("creating {}", parent.display()))?;
         }
+        Ok(path)
+    }
+
+    /// Starts receiving a file.
+    pub fn create(&mut self, name: &str) -> Result<FileSink> {
+        let path = self.place(name)?;
         let file = File::create(&path).context(|| format!("creating {}", path.display()))?;
         Ok(FileSink {
             name: name.to_string(),
@@ -322,6 +338,56 @@ impl BackupWriter {
 
     /// Finishes a file: synced, noted with its length and checksum.
     pub fn close(&mut self, sink: FileSink) -> Result<()> {
+        self.pause_if_asked();
+        sink.file
+            .sync_data()
+            .context(|| format!("fdatasync {}", sink.path.display()))?;
+        self.received.insert(sink.name, (sink.bytes, sink.crc));
+        Ok(())
+    }
+
+    /// Stores file `name` as a hard link to `source`, a file of the data directory that is
+    /// never rewritten once made (a table file of the lower tier; never a log segment, which
+    /// the log recycles in place), instead of copying it: RocksDB's checkpoint does the same.
+    /// `reader` (the same bytes) is read to its end for the checksum the manifest records.
+    /// False, with nothing stored, where the set cannot link it: another file system than the
+    /// data directory's (`EXDEV`), one without hard links, or a file at its link limit; the
+    /// caller copies it then. The link needs no fdatasync: the lower tier synced the file
+    /// before it named it, and `finish` syncs the directories.
+    pub fn link(&mut self, name: &str, source: &Path, reader: &mut dyn Read) -> Result<bool> {
+        let path = self.place(name)?;
+        if let Err(e) = fs::hard_link(source, &path) {
+            if cannot_link_here(&e) {
+                return Ok(false);
+            }
+            return Err(e)
+                .context(|| format!("linking {} to {}", path.display(), source.display()));
+        }
+        let mut buf = vec![0u8; LINK_READ_CHUNK_BYTES];
+        let (mut bytes, mut crc) = (0u64, 0u32);
+        loop {
+            let n = reader
+                .read(&mut buf)
+                .context(|| format!("reading {}", source.display()))?;
+            if n == 0 {
+                break;
+            }
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            bytes += n as u64;
+        }
+        self.pause_if_asked();
+        self.received.insert(name.to_string(), (bytes, crc));
+        self.linked.files += 1;
+        self.linked.bytes += bytes;
+        Ok(true)
+    }
+
+    /// What `link` stored so far.
+    pub fn linked(&self) -> Linked {
+        self.linked
+    }
+
+    fn pause_if_asked(&self) {
         if std::env::var(PAUSE_ENV).is_ok_and(|n| n.parse() == Ok(self.received.len() + 1)) {
             // A test's kill -9 lands here, a file into the backup (crates/cli/tests/backup.rs).
             eprintln!(
@@ -332,11 +398,6 @@ impl BackupWriter {
                 std::thread::park();
             }
         }
-        sink.file
-            .sync_data()
-            .context(|| format!("fdatasync {}", sink.path.display()))?;
-        self.received.insert(sink.name, (sink.bytes, sink.crc));
-        Ok(())
     }
 
     /// Writes the manifest from the source's summary, after checking it against what arrived:
@@ -416,6 +477,19 @@ impl BackupWriter {
                 ))
             })
     }
+}
+
+/// Bytes a linked file is read in for its checksum.
+const LINK_READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// Whether a failed `link(2)` means "copy instead": the set is on another file system, its
+/// file system has no hard links, or the file has as many links as it may. Any other error
+/// (no space, no permission on the set, an I/O error) is the backup's error.
+fn cannot_link_here(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EXDEV | libc::EPERM | libc::EMLINK | libc::EOPNOTSUPP)
+    )
 }
 
 /// The environment variable that stops a backup after that many files, for the kill -9 test.

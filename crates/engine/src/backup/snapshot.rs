@@ -16,6 +16,14 @@
 //! Then the lock is released: the copy itself runs beside ingest and maintenance. A segment is
 //! copied up to its data's end (P's offset in P's segment): a restore extends it with zeros, so
 //! the log read back ends exactly at P. What was written after P is not in the snapshot.
+//!
+//! What a backup set may hard-link instead of copying (`BackupWriter::link`): the lower tier's
+//! table files only. RocksDB and LevelDB never write into a table file once it is named in their
+//! manifest; they delete it, and a link keeps its bytes. A log segment is never linked, sealed or
+//! not: a retired segment is recycled *in place* (`Segment::recycle`: renamed, a new header
+//! written over the old, then the new segment's records over the old ones), so a link would see
+//! another segment's bytes change under it; and a backup stores a segment only up to its data's
+//! end, not the whole preallocated file.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -73,6 +81,18 @@ pub struct SnapshotFile {
     pub bytes: u64,
     pub kind: FileKind,
     source: Source,
+}
+
+impl SnapshotFile {
+    /// Where a staged file (the lower tier's checkpoint, the identity file, the extra
+    /// directories) is while the snapshot lives: a hard link to the data directory's file for
+    /// the lower tier's table files. None for a log segment (read through the engine's handle).
+    pub fn staged_path(&self) -> Option<&Path> {
+        match &self.source {
+            Source::Staged(path) => Some(path),
+            Source::Segment(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@
 use std::io::{Read, Write};
 
 use super::manifest::Manifest;
-use super::set::{BackupSet, BackupWriter, Have, Summary, SummaryFile};
-use super::snapshot::{Snapshot, SnapshotFile};
+use super::set::{BackupSet, BackupWriter, Have, Linked, Summary, SummaryFile};
+use super::snapshot::{FileKind, Snapshot, SnapshotFile};
 use crate::model::error::{Error, IoContext, Result};
 
 /// The stream's last entry.
@@ -97,11 +97,29 @@ fn copy_snapshot(
     })
 }
 
-/// Copies a snapshot into a backup set in this process: the next backup of the set.
-pub fn to_set(snapshot: &Snapshot, set: &BackupSet) -> Result<Manifest> {
+/// A backup `to_set` stored: its manifest, and which of the files it stored (`bytes_copied`)
+/// are hard links to the data directory's table files rather than copies.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub manifest: Manifest,
+    pub linked: Linked,
+}
+
+/// Copies a snapshot into a backup set in this process: the next backup of the set. The lower
+/// tier's table files are hard-linked where the set is on the data directory's file system
+/// (`BackupWriter::link`), copied elsewhere; every other file is copied.
+pub fn to_set(snapshot: &Snapshot, set: &BackupSet) -> Result<Stored> {
     let mut writer = set.begin()?;
     let have = writer.have();
+    let mut may_link = true;
     let summary = copy_snapshot(snapshot, &have, &mut |file, reader| {
+        if let (true, FileKind::Table, Some(source)) = (may_link, file.kind, file.staged_path()) {
+            if writer.link(&file.name, source, reader)? {
+                return Ok(());
+            }
+            // One refusal answers for the whole set: the rest are copied without asking.
+            may_link = false;
+        }
         let mut sink = writer.create(&file.name)?;
         let mut buf = vec![0u8; CHUNK_BYTES];
         loop {
@@ -115,7 +133,11 @@ pub fn to_set(snapshot: &Snapshot, set: &BackupSet) -> Result<Manifest> {
         }
         writer.close(sink)
     })?;
-    writer.finish(&summary)
+    let linked = writer.linked();
+    Ok(Stored {
+        manifest: writer.finish(&summary)?,
+        linked,
+    })
 }
 
 /// Writes a snapshot as a tar stream, leaving out the files `have` says the receiver holds.
