@@ -25,18 +25,21 @@ use rumqttc::{
     TlsConfiguration, Transport,
 };
 use serde::Deserialize;
-use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::http::error::ApiError;
+use crate::ingest::writers::{INGEST_GROUP_REQUESTS_MAX, INGEST_THREADS};
 use crate::settings::MqttConfig;
 use crate::state::Shared;
 
-/// Events being written at once from MQTT; messages beyond it wait, unacked, in the event loop
-/// (`Received`), which the broker's in-flight window bounds: it sends no more to a client that
-/// has not acked.
-const IN_FLIGHT_EVENTS_MAX: usize = 64;
+/// Events being written at once from MQTT: enough to fill both ingest threads' groups (one being
+/// written while the other waits for its fdatasync), since an event's write takes a group commit
+/// or two and events in flight / write time is the rate (64 held QoS 1 at ~9 K events a second
+/// with a 4 ms fdatasync: docs/BENCHMARKS.md, "The message bus"). Messages beyond it wait,
+/// unacked, in the event loop (`Received`). Memory: the events' readings, ~1,024 x 10 KB at 10
+/// readings an event.
+const IN_FLIGHT_EVENTS_MAX: usize = INGEST_THREADS * INGEST_GROUP_REQUESTS_MAX;
 /// How long a stopping server lets the events being written finish and their acks go out.
 const IN_FLIGHT_DRAIN_WAIT: Duration = Duration::from_secs(5);
 /// Reconnects wait this long after the first failure, twice as long after each further one, up
@@ -51,7 +54,35 @@ const EDGEX_EVENT_TOPIC_PREFIX: &str = "edgex/events/device/";
 struct MessageEnvelope {
     #[serde(default)]
     content_type: Option<String>,
-    payload: Value,
+    payload: Payload,
+}
+
+/// An envelope's payload, read in the envelope's one pass: v4's object straight into the
+/// request (not through a `serde_json::Value` first: that detour was ~7 % of the bus's CPU),
+/// v3's base64 text kept for decoding once `contentType` is known (it may come after it).
+enum Payload {
+    Base64(String),
+    Event(Box<AddEventRequest>),
+}
+
+impl<'de> Deserialize<'de> for Payload {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Payload, D::Error> {
+        struct PayloadVisitor;
+        impl<'de> serde::de::Visitor<'de> for PayloadVisitor {
+            type Value = Payload;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("base64 text (v3) or an AddEventRequest object (v4)")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Payload, E> {
+                Ok(Payload::Base64(text.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Payload, A::Error> {
+                let object = serde::de::value::MapAccessDeserializer::new(map);
+                AddEventRequest::deserialize(object).map(|r| Payload::Event(Box::new(r)))
+            }
+        }
+        deserializer.deserialize_any(PayloadVisitor)
+    }
 }
 
 /// Decodes an envelope into the event it carries.
@@ -64,7 +95,7 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<AddEventRequest, ApiError> {
         .as_deref()
         .is_some_and(|t| t.starts_with("application/cbor"));
     match envelope.payload {
-        Value::String(b64) => {
+        Payload::Base64(b64) => {
             let payload = base64::engine::general_purpose::STANDARD
                 .decode(b64.as_bytes())
                 .map_err(|e| {
@@ -72,12 +103,7 @@ pub fn parse_envelope(bytes: &[u8]) -> Result<AddEventRequest, ApiError> {
                 })?;
             Ok(edgex::parse_add_event(&payload, cbor)?)
         }
-        object @ Value::Object(_) => serde_json::from_value(object).map_err(|e| {
-            ApiError::bad_request(format!("envelope payload is not an AddEventRequest: {e}"))
-        }),
-        _ => Err(ApiError::bad_request(
-            "envelope payload is neither base64 text (v3) nor an object (v4)",
-        )),
+        Payload::Event(request) => Ok(*request),
     }
 }
 
@@ -402,6 +428,8 @@ async fn handle(state: &Shared, publish: &Publish) -> bool {
 mod tests {
     use super::*;
 
+    use serde_json::Value;
+
     fn event_json() -> Value {
         serde_json::json!({
             "apiVersion": "v3",
@@ -426,6 +454,18 @@ mod tests {
         assert!(parse_envelope(b"hello").is_err());
         assert!(parse_envelope(br#"{"payload": 5}"#).is_err());
         assert!(parse_envelope(br#"{"payload": "%%%"}"#).is_err());
+        assert!(parse_envelope(br#"{"payload": {"apiVersion": "v3"}}"#).is_err());
+        assert!(parse_envelope(br#"{"payload": null}"#).is_err());
+    }
+
+    #[test]
+    fn a_v3_payload_is_decoded_by_the_content_type_that_follows_it() {
+        let mut cbor = Vec::new();
+        ciborium::into_writer(&event_json(), &mut cbor).expect("CBOR");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(cbor);
+        let envelope = format!(r#"{{"payload":"{b64}","contentType":"application/cbor"}}"#);
+        let request = parse_envelope(envelope.as_bytes()).expect("event");
+        assert_eq!(request.event.device_name, "d");
     }
 
     #[test]
