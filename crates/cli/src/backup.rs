@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
+use roamkv_engine::background::Pace;
 use roamkv_engine::backup::{self, BackupSet, Linked, Manifest};
 use serde_json::json;
 
@@ -30,6 +31,10 @@ pub struct BackupArgs {
     /// or damaged).
     #[arg(long, value_name = "DIR")]
     pub verify: Option<PathBuf>,
+    /// With --data: read the directory at most this many MiB/s (0: no limit). With --server
+    /// the server's --backup-rate-mib applies.
+    #[arg(long, value_name = "MIB", default_value_t = 0, requires = "data")]
+    pub rate_mib: u64,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -66,6 +71,11 @@ pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
         .as_deref()
         .ok_or("give --to DIR (the backup set), or --verify DIR")?;
     let started = Instant::now();
+    // A backup is background work: this process (and the engine threads it starts) yields the
+    // CPU and the disk to a server's ingest on the same machine.
+    if let Err(e) = roamkv_engine::background::lower_this_thread() {
+        eprintln!("backup: at normal priority ({e})");
+    }
     // The source is checked before the set is touched: bad input changes nothing.
     let source = match (Remote::from_args(&args.remote)?, args.data.as_deref()) {
         (Some(remote), _) => Source::Server(remote),
@@ -79,7 +89,7 @@ pub fn run(args: &BackupArgs) -> Result<ExitCode, String> {
     let set = BackupSet::open_or_create(to).map_err(|e| e.to_string())?;
     let outcome = match source {
         Source::Server(remote) => from_server(&remote, &set),
-        Source::Directory(engine) => from_directory(engine, &set),
+        Source::Directory(engine) => from_directory(engine, &set, args.rate_mib),
     };
     let (manifest, linked) = match outcome {
         Ok(stored) => stored,
@@ -127,8 +137,13 @@ fn from_server(remote: &Remote, set: &BackupSet) -> Result<(Manifest, Linked), S
 fn from_directory(
     engine: roamkv_engine::Engine,
     set: &BackupSet,
+    rate_mib: u64,
 ) -> Result<(Manifest, Linked), String> {
-    let snapshot = engine.snapshot(&["server"]).map_err(|e| e.to_string())?;
+    let mut snapshot = engine.snapshot(&["server"]).map_err(|e| e.to_string())?;
+    let rate = rate_mib
+        .checked_mul(1 << 20)
+        .ok_or("--rate-mib is too large")?;
+    snapshot.set_pace(std::sync::Arc::new(Pace::new(rate)));
     let stored = backup::to_set(&snapshot, set).map_err(|e| e.to_string())?;
     drop(snapshot);
     engine.close().map_err(|e| e.to_string())?;

@@ -59,6 +59,7 @@ pub use model::ids::{LowerId, SegmentSeq, WindowId};
 pub use model::limits;
 pub use model::limits::SCAN_PAGE_READINGS_MAX;
 pub use model::reading::{NS_PER_MS, Reading, Record, ms_to_ns, validate_record};
+pub use options::background;
 pub use options::clock::{Clock, ManualClock, SystemClock};
 pub use options::failpoints::{CRASH_POINTS_ENV, FailPoints, PassStep, crash_point};
 pub use options::{Durability, IndexApply, MoveRule, Options};

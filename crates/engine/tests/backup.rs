@@ -510,3 +510,35 @@ fn a_set_on_another_file_system_gets_copies_of_the_table_files() {
     );
     assert_eq!(stored.manifest.bytes, stored.manifest.bytes_copied);
 }
+
+#[test]
+fn a_paced_backup_reads_at_its_rate_and_says_how_long_it_waited() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = open_with(&tmp.path().join("data"), &clock, LowerTierKind::RocksDb);
+    write(&engine, "a", 0, 30);
+    settle(&engine, &clock);
+    write(&engine, "a", 30, 40);
+    let set = BackupSet::open_or_create(&tmp.path().join("set")).expect("set");
+    let mut snapshot = engine.snapshot(&[]).expect("snapshot");
+    let bytes: u64 = snapshot.files().iter().map(|f| f.bytes).sum();
+    // Twice the snapshot's bytes a second: half a second at least.
+    let pace = std::sync::Arc::new(roamkv_engine::background::Pace::new(bytes * 2));
+    snapshot.set_pace(std::sync::Arc::clone(&pace));
+    let started = std::time::Instant::now();
+    let stored = backup::to_set(&snapshot, &set).expect("to_set");
+    let took = started.elapsed();
+    drop(snapshot);
+    assert_eq!(pace.bytes(), bytes, "every byte read went through the pace");
+    assert!(
+        took >= std::time::Duration::from_millis(400),
+        "{bytes} bytes at {} B/s took {took:?}",
+        bytes * 2
+    );
+    assert!(
+        pace.slept() >= std::time::Duration::from_millis(300),
+        "{:?}",
+        pace.slept()
+    );
+    assert_eq!(stored.manifest.bytes, bytes);
+}

@@ -40,6 +40,7 @@ use crate::dir::{IDENTITY_FILE, LOWER_DIR, LowerTierKind};
 use crate::model::error::{Error, IoContext, Result};
 use crate::model::ids::SegmentSeq;
 use crate::model::limits::{BACKUP_HOLD_RELEASE_PERCENT, SEGMENT_HEADER_BYTES};
+use crate::options::background::Pace;
 use crate::state::Inner;
 
 /// Where snapshots stage their hard links and copies, inside the data directory. Removed by
@@ -113,6 +114,8 @@ pub struct Snapshot {
     lower_tier: LowerTierKind,
     files: Vec<SnapshotFile>,
     segments: BTreeMap<SegmentSeq, Arc<Segment>>,
+    /// What every read of the copy goes through (unlimited unless `set_pace`).
+    pace: Arc<Pace>,
 }
 
 impl Snapshot {
@@ -140,6 +143,7 @@ impl Snapshot {
             lower_tier: inner.dir.lower_tier,
             files: Vec::new(),
             segments: BTreeMap::new(),
+            pace: Arc::new(Pace::unlimited()),
         };
         {
             let _no_maintenance = inner.maintenance.lock();
@@ -267,13 +271,24 @@ impl Snapshot {
         self.lower_tier
     }
 
-    /// The snapshot's bytes of `file`, in order. A segment read after the log's budget
-    /// released the hold fails at its end (its file may have been recycled meanwhile).
+    /// Reads of the copy go at most at `pace`'s rate from now on (issue 57: a backup within a
+    /// budget). A longer copy holds the log longer: at a rate under ingest's, a long copy of the
+    /// log can meet the hold's release near a full budget (`check_held`).
+    pub fn set_pace(&mut self, pace: Arc<Pace>) {
+        self.pace = pace;
+    }
+
+    /// The snapshot's bytes of `file`, in order, at the snapshot's pace. A segment read after
+    /// the log's budget released the hold fails at its end (its file may have been recycled
+    /// meanwhile).
     pub fn open(&self, file: &SnapshotFile) -> Result<Box<dyn Read + '_>> {
         match &file.source {
             Source::Staged(path) => {
                 let opened = File::open(path).context(|| format!("opening {}", path.display()))?;
-                Ok(Box::new(opened.take(file.bytes)))
+                Ok(Box::new(Paced {
+                    inner: opened.take(file.bytes),
+                    pace: &self.pace,
+                }))
             }
             Source::Segment(seq) => {
                 let segment = self.segments.get(seq).ok_or_else(|| {
@@ -374,6 +389,7 @@ impl Read for SegmentReader<'_> {
                 return Ok(0);
             }
             let len = (self.end - self.at).min(READ_CHUNK_BYTES) as usize;
+            self.snapshot.pace.take(len as u64);
             self.segment
                 .read_into(&mut self.buf, self.at, len)
                 .map_err(std::io::Error::other)?;
@@ -384,6 +400,20 @@ impl Read for SegmentReader<'_> {
         let n = out.len().min(self.buf.len() - self.buf_at);
         out[..n].copy_from_slice(&self.buf[self.buf_at..self.buf_at + n]);
         self.buf_at += n;
+        Ok(n)
+    }
+}
+
+/// A staged file's reader, at the snapshot's pace.
+struct Paced<'a, R> {
+    inner: R,
+    pace: &'a Pace,
+}
+
+impl<R: Read> Read for Paced<'_, R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(out)?;
+        self.pace.take(n as u64);
         Ok(n)
     }
 }

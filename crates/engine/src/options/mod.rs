@@ -1,9 +1,11 @@
 //! Engine options, with their defaults and what each costs.
 //!
-//! Also the other things a caller or a test plugs in: the clock (`clock`) and the fail points
-//! (`failpoints`). It holds values and acts on nothing: it may not touch the state, the log's
+//! Also the other things a caller or a test plugs in: the clock (`clock`), the fail points
+//! (`failpoints`), and how a background copy yields to ingest (`background`: its thread's
+//! priority, its rate). It holds values and acts on nothing: it may not touch the state, the log's
 //! contents or the lower tier.
 
+pub mod background;
 pub(crate) mod clock;
 pub(crate) mod failpoints;
 

@@ -8,8 +8,13 @@
 //! chunks of `STREAM_CHUNK_BYTES`): a slow client slows the copy, never grows the server's
 //! memory, and a client that goes away ends the copy at its next write, which releases the
 //! snapshot's hold on the log and its staged files at once.
+//!
+//! The copy is background work (issue 57): its thread runs at a lower CPU and I/O priority than
+//! ingest (`roamkv_engine::background`) and reads at most `--backup-rate-mib` MiB/s; /metrics
+//! reports the rate, the bytes read, the time waited for the rate, and the backups' outcomes.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -17,10 +22,12 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use roamkv_engine::backup::{Have, write_tar};
+use roamkv_engine::background::{self, Pace};
+use roamkv_engine::backup::{Have, Snapshot, write_tar};
 
 use crate::http::error::ApiError;
 use crate::http::query::NoQuery;
+use crate::observability::metrics::OutcomeLabels;
 use crate::routes::stream;
 use crate::state::Shared;
 
@@ -51,34 +58,25 @@ async fn backup(
             ))
         })?
     };
-    let engine = std::sync::Arc::clone(&state.engine);
+    let engine = Arc::clone(&state.engine);
     let snapshot = tokio::task::spawn_blocking(move || engine.snapshot(&[SERVER_DIR]))
         .await?
         .map_err(|e| ApiError::internal(format!("taking the backup's snapshot: {e}")))?;
     let position = snapshot.position().to_string();
     tracing::info!(%position, files = snapshot.files().len(), "backup started");
     let (writer, chunks) = stream::channel(STREAM_CHUNKS_MAX);
-    tokio::task::spawn_blocking(move || {
-        let mut out = std::io::BufWriter::with_capacity(STREAM_CHUNK_BYTES, writer.clone());
-        let sent = write_tar(&snapshot, &have, &mut out).and_then(|summary| {
-            out.flush()
-                .map_err(|e| roamkv_engine::Error::Backup(format!("sending the backup: {e}")))
-                .map(|()| summary)
-        });
-        match sent {
-            Ok(summary) => tracing::info!(
-                files = summary.files.len(),
-                sent = summary.files.iter().filter(|f| !f.taken).count(),
-                "backup sent"
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "backup stopped");
-                // The client sees the stream end before its summary (a partial backup).
-                writer.fail(e.to_string());
-            }
-        }
-        drop(snapshot);
-    });
+    let copy = Copy {
+        snapshot,
+        have,
+        writer,
+        state: Arc::clone(&state),
+    };
+    // Its own thread, at a lower priority than ingest's (a pool's thread could not be raised
+    // back: `roamkv_engine::background`).
+    std::thread::Builder::new()
+        .name("roamkv-backup".into())
+        .spawn(move || copy.run())
+        .map_err(|e| ApiError::internal(format!("starting the backup's thread: {e}")))?;
     let mut response = Body::from_stream(chunks).into_response();
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -90,4 +88,58 @@ async fn backup(
         headers.insert("x-roamkv-backup-position", value);
     }
     Ok(response)
+}
+
+/// A backup's copy, on its own thread.
+struct Copy {
+    snapshot: Snapshot,
+    have: Have,
+    writer: stream::ChannelWriter,
+    state: Shared,
+}
+
+impl Copy {
+    /// Sends the snapshot at the server's backup rate and priority, then drops it (which
+    /// releases its hold on the log and its staged files).
+    fn run(mut self) {
+        if let Err(e) = background::lower_this_thread() {
+            tracing::debug!(error = %e, "backup at normal priority");
+        }
+        let metrics = &self.state.metrics.backup;
+        let rate = self.state.config.backup_bytes_per_sec;
+        metrics
+            .rate_limit_bytes_per_second
+            .set(i64::try_from(rate).unwrap_or(i64::MAX));
+        let pace = Arc::new(Pace::new(rate));
+        self.snapshot.set_pace(Arc::clone(&pace));
+        let mut out = std::io::BufWriter::with_capacity(STREAM_CHUNK_BYTES, self.writer.clone());
+        let sent = write_tar(&self.snapshot, &self.have, &mut out).and_then(|summary| {
+            out.flush()
+                .map_err(|e| roamkv_engine::Error::Backup(format!("sending the backup: {e}")))
+                .map(|()| summary)
+        });
+        metrics.read_bytes.inc_by(pace.bytes());
+        metrics.paced_seconds.inc_by(pace.slept().as_secs_f64());
+        let outcome = match sent {
+            Ok(summary) => {
+                tracing::info!(
+                    files = summary.files.len(),
+                    sent = summary.files.iter().filter(|f| !f.taken).count(),
+                    paced_s = pace.slept().as_secs_f64(),
+                    "backup sent"
+                );
+                "sent"
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "backup stopped");
+                // The client sees the stream end before its summary (a partial backup).
+                self.writer.fail(e.to_string());
+                "failed"
+            }
+        };
+        metrics
+            .finished
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
 }

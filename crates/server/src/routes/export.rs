@@ -30,23 +30,15 @@ use crate::routes::native::parse_bound;
 use crate::routes::stream;
 use crate::state::Shared;
 
-/// The nice value an export's thread runs at: under full ingest it takes the CPU that ingest
-/// leaves (a share of about a tenth of a core's against a writer at 0), idle it takes all.
-/// Its own thread, not the runtime's blocking pool: a thread's nice value cannot be raised back
-/// without privilege, and the pool's threads serve ingest too.
-const EXPORT_THREAD_NICE: libc::c_int = 10;
-
-/// Lowers the calling thread's priority to `EXPORT_THREAD_NICE` (Linux: nice is per thread).
-/// A failure leaves it as it was: the export runs, only at the writers' priority.
+/// Lowers the calling thread (the export's own, not the runtime's blocking pool: a thread's
+/// priority cannot be raised back without privilege, and the pool's threads serve ingest too)
+/// to a background copy's CPU and I/O priority (`roamkv_engine::background`): under full
+/// ingest it takes the CPU that ingest leaves (a share of about a tenth of a core's against a
+/// writer at 0), idle it takes all. A failure leaves it as it was: the export runs, only at
+/// the writers' priority.
 fn lower_priority() {
-    // SAFETY: gettid and setpriority take no pointers; PRIO_PROCESS with a thread id changes
-    // only that thread's nice value.
-    let rc = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, EXPORT_THREAD_NICE)
-    };
-    if rc != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "export at normal priority");
+    if let Err(e) = roamkv_engine::background::lower_this_thread() {
+        tracing::debug!(error = %e, "export at normal priority");
     }
 }
 

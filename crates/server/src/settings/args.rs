@@ -115,6 +115,11 @@ pub struct ServeArgs {
     /// Seconds between applications of the per-device retention settings [default: 60].
     #[arg(long, env = "ROAMKV_RETENTION_INTERVAL_S")]
     pub retention_interval_s: Option<u64>,
+    /// The rate a backup (POST /api/roamkv/v1/backup) reads the data directory at, in MiB/s;
+    /// 0: no limit [default: 128]. The copy's thread also runs at a lower CPU and I/O priority
+    /// than ingest. A rate under ingest's makes a backup of a busy log hold it longer.
+    #[arg(long, env = "ROAMKV_BACKUP_RATE_MIB")]
+    pub backup_rate_mib: Option<u64>,
     /// Hours the readings of a device without a retention setting of its own are kept, applied
     /// every --retention-interval-s, as core-data's age-based retention; 0: kept until deleted
     /// [default: 168, core-data's week, for a data directory this server made; off for one
@@ -199,6 +204,7 @@ pub(super) struct FileConfig {
     pub(super) body_timeout_s: Option<u64>,
     pub(super) drain_timeout_s: Option<u64>,
     pub(super) retention_interval_s: Option<u64>,
+    pub(super) backup_rate_mib: Option<u64>,
     pub(super) retention_default_h: Option<u64>,
     pub(super) event_id_index: Option<bool>,
     pub(super) sink: Option<String>,

@@ -114,6 +114,22 @@ pub(super) fn retention_default_ms(
     }
 }
 
+/// A backup's read rate by default, MiB/s: a gateway's eMMC or SSD reads 100-500 MB/s, and a
+/// backup at full speed took 61 % of ingest on the 2-core benchmark machine
+/// (docs/BENCHMARKS.md, "Backup during ingest"); at this rate a nightly backup of 10 GiB takes
+/// 80 s.
+pub const BACKUP_RATE_MIB_DEFAULT: u64 = 128;
+
+/// `--backup-rate-mib` in bytes per second; 0: no limit.
+pub(super) fn backup_bytes_per_sec(args: &ServeArgs, file: &FileConfig) -> Result<u64, String> {
+    let mib = args
+        .backup_rate_mib
+        .or(file.backup_rate_mib)
+        .unwrap_or(BACKUP_RATE_MIB_DEFAULT);
+    mib.checked_mul(1 << 20)
+        .ok_or_else(|| format!("backup_rate_mib {mib} MiB/s is too large"))
+}
+
 /// The defaults are sized for a gateway with 2-4 GB of RAM and 8-32 GB of eMMC (a Raspberry
 /// Pi 4 or CM4 with 16 GB, EdgeX's usual class of box), not for the benchmark machine the
 /// engine's own defaults assume (a 45 GiB log): a log of 1 GiB holds one 60 s management time

@@ -33,10 +33,10 @@ pub use args::ServeArgs;
 pub use cloud::{OnDepart, SinkSettings};
 use cloud::{resolve_on_depart, resolve_sink};
 pub use limits::{
-    INDEX_MEMORY_MIB_DEFAULT, LOG_BUDGET_MIB_DEFAULT, LOWER_MEMORY_MIB_DEFAULT,
-    SEGMENT_MIB_DEFAULT, Sizes,
+    BACKUP_RATE_MIB_DEFAULT, INDEX_MEMORY_MIB_DEFAULT, LOG_BUDGET_MIB_DEFAULT,
+    LOWER_MEMORY_MIB_DEFAULT, SEGMENT_MIB_DEFAULT, Sizes,
 };
-use limits::{Limits, Timeouts, retention_default_ms};
+use limits::{Limits, Timeouts, backup_bytes_per_sec, retention_default_ms};
 use logs::resolve_logs;
 pub use logs::{LogFormat, LogSettings};
 use mqtt::resolve_mqtt;
@@ -70,6 +70,8 @@ pub struct Config {
     pub body_timeout: Duration,
     pub drain_timeout: Duration,
     pub retention_interval: Duration,
+    /// What a backup reads per second (`--backup-rate-mib`); 0: no limit.
+    pub backup_bytes_per_sec: u64,
     /// The maximum age of the readings of devices without a setting of their own
     /// (`--retention-default-h`); None: no default. Until `start` settles it, the value given
     /// (if `retention_default_given`); then the one in force (retention/store.rs).
@@ -134,6 +136,7 @@ impl Config {
             body_timeout: timeouts.body,
             drain_timeout: timeouts.drain,
             retention_interval: timeouts.retention_interval,
+            backup_bytes_per_sec: backup_bytes_per_sec(args, &file)?,
             retention_default_ms: retention_default_ms(args, &file)?,
             retention_default_given: args
                 .retention_default_h

@@ -78,6 +78,9 @@ pub struct Metrics {
     pub exported_readings: Counter,
     /// REST-posted events published to the bus, or dropped from it (ingest/republish.rs).
     pub republished: Family<OutcomeLabels, Counter>,
+    /// Backups (routes/backup.rs): their read budget, what they read, the time they slept to
+    /// keep to it, and how they ended.
+    pub backup: BackupMetrics,
     engine: EngineMetrics,
     cloud: CloudMetrics,
     process: ProcessMetrics,
@@ -109,6 +112,7 @@ impl Metrics {
             exports_in_flight: Gauge::default(),
             exported_readings: Counter::default(),
             republished: Family::default(),
+            backup: BackupMetrics::default(),
             engine: EngineMetrics::default(),
             cloud: CloudMetrics::default(),
             process: ProcessMetrics::default(),
@@ -118,6 +122,7 @@ impl Metrics {
         metrics.process.register(&mut root);
         let roamkv = root.sub_registry_with_prefix("roamkv");
         metrics.register_traffic(roamkv);
+        metrics.backup.register(roamkv);
         metrics.engine.register(roamkv);
         metrics.cloud.register(roamkv);
         let build: Family<BuildLabels, Gauge> = Family::default();
@@ -219,6 +224,40 @@ impl Metrics {
                     .get()
             })
             .sum()
+    }
+}
+
+/// What backups take (routes/backup.rs), against their budget (`--backup-rate-mib`).
+#[derive(Default)]
+pub struct BackupMetrics {
+    pub rate_limit_bytes_per_second: Gauge,
+    pub read_bytes: Counter,
+    pub paced_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    pub finished: Family<OutcomeLabels, Counter>,
+}
+
+impl BackupMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "backup_rate_limit_bytes_per_second",
+            "The rate a backup reads the data directory at, at most (--backup-rate-mib; 0: no limit)",
+            self.rate_limit_bytes_per_second.clone(),
+        );
+        r.register(
+            "backup_read_bytes",
+            "Bytes backups read of the data directory (sent, or read for a checksum)",
+            self.read_bytes.clone(),
+        );
+        r.register(
+            "backup_paced_seconds",
+            "Time backups waited to keep to their rate",
+            self.paced_seconds.clone(),
+        );
+        r.register(
+            "backups",
+            "Backups that ended: outcome=sent or outcome=failed",
+            self.finished.clone(),
+        );
     }
 }
 
