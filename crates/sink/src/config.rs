@@ -7,6 +7,24 @@ use serde::Serialize;
 /// The engine feed slot the sink holds the log with.
 pub const SLOT_NAME: &str = "cloud-sink";
 
+/// Readings per PostgreSQL transaction at most: one multi-row insert, its cost in the rows.
+pub const POSTGRES_BATCH_ROWS: usize = 5_000;
+/// Log bytes a PostgreSQL batch's read covers at most.
+pub const POSTGRES_BATCH_BYTES: usize = 4 << 20;
+/// Readings per Kafka transaction at most. A Kafka commit has a fixed cost whatever its size
+/// (the partitions added to the transaction, EndTxn written to the transaction log and a marker
+/// to each partition, all replicated: 60-80 ms on the 3-broker test cluster), so that with 5,000
+/// readings a transaction the drain spent about half its time committing (docs/BENCHMARKS.md).
+/// The transaction grows with the backlog: the read takes what the log holds up to this, so a
+/// sink that is caught up commits what came since its last commit, and a backlog drains in
+/// transactions of this size (about 16 MB of JSON records; with the read made ahead while one
+/// commits, about 80 MB of memory at most: two batches read, one as rows and records, and the
+/// producer's copies).
+pub const KAFKA_BATCH_ROWS: usize = 50_000;
+/// Log bytes a Kafka batch's read covers at most: room for `KAFKA_BATCH_ROWS` readings of EdgeX
+/// events (about 360 log bytes each).
+pub const KAFKA_BATCH_BYTES: usize = 32 << 20;
+
 /// How the sink runs.
 #[derive(Debug, Clone)]
 pub struct SinkConfig {
@@ -24,9 +42,10 @@ pub struct SinkConfig {
     /// This edge's identity (the server's `edge.json`): the cursor row's key; in Kafka the
     /// offsets record's key and the producer's transactional id.
     pub edge_id: String,
-    /// Readings per transaction at most.
+    /// Readings per transaction at most [default: `POSTGRES_BATCH_ROWS`, `KAFKA_BATCH_ROWS`].
     pub batch_rows: usize,
-    /// Log bytes read per batch at most.
+    /// Log bytes read per batch at most [default: `POSTGRES_BATCH_BYTES`,
+    /// `KAFKA_BATCH_BYTES`].
     pub batch_bytes: usize,
     /// How often a caught-up sink looks for new records.
     pub poll_interval: Duration,
@@ -34,13 +53,18 @@ pub struct SinkConfig {
 
 impl SinkConfig {
     pub fn new(url: &str, edge_id: &str) -> SinkConfig {
+        let (batch_rows, batch_bytes) = if crate::kafka::url::is_kafka(url) {
+            (KAFKA_BATCH_ROWS, KAFKA_BATCH_BYTES)
+        } else {
+            (POSTGRES_BATCH_ROWS, POSTGRES_BATCH_BYTES)
+        };
         SinkConfig {
             url: url.to_string(),
             password: None,
             ca_file: None,
             edge_id: edge_id.to_string(),
-            batch_rows: 5_000,
-            batch_bytes: 4 << 20,
+            batch_rows,
+            batch_bytes,
             poll_interval: Duration::from_millis(50),
         }
     }

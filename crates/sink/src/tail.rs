@@ -1,6 +1,8 @@
 //! The sink's loop: connect, find where this edge's cursor is (resume, gap, or new generation),
 //! export the devices present by scanning when a snapshot is pending, then tail the log, one
-//! transaction per batch. Every engine call runs on the blocking pool (they do file I/O).
+//! transaction per batch. Every engine call runs on the blocking pool (they do file I/O). While a
+//! batch commits, the next one is read from the log (`read_ahead`: a read changes nothing, and
+//! one made from a position the sink then does not reach is dropped).
 //!
 //! Order of effects per batch (each a crash point): rows and cursor committed together in the
 //! destination (`sink.before_commit` is inside the open transaction), then the engine's slot
@@ -329,14 +331,12 @@ impl Tail {
 
     async fn tail(&mut self) -> Result<(), DbError> {
         self.set_state("tailing", None);
+        let mut ahead: Option<ReadAhead> = None;
         loop {
             if self.stopped() {
                 return Ok(());
             }
-            let want = (self.config.batch_rows * self.bytes_per_record)
-                .clamp(64 << 10, self.config.batch_bytes.max(64 << 10));
-            let from = self.position;
-            let read = self.blocking(move |e| e.feed().read(&from, want)).await?;
+            let read = self.read(ahead.take()).await?;
             match read {
                 Ok(batch) if batch.records.is_empty() => {
                     if !batch.next.same_place(&self.position) {
@@ -353,7 +353,13 @@ impl Tail {
                         return Ok(());
                     }
                 }
-                Ok(batch) => self.commit(batch).await?,
+                Ok(batch) => {
+                    let (count, next) = cut(&batch, self.config.batch_rows);
+                    // The next batch is read from the log while this one commits: the commit
+                    // waits on the destination, the read on the disk and this process.
+                    ahead = Some(self.read_ahead(next));
+                    self.commit(batch, count, next).await?;
+                }
                 Err(EngineError::FeedGap { .. }) => {
                     self.after_gap().await?;
                     self.snapshot().await?;
@@ -373,14 +379,49 @@ impl Tail {
         }
     }
 
-    /// One transaction for the first batches of `batch` (at most `batch_rows` records, at
-    /// least one engine batch), then the engine's hold moves.
-    async fn commit(&mut self, batch: FeedBatch) -> Result<(), DbError> {
+    /// How many log bytes the next read asks for: `batch_rows` records at the recent bytes per
+    /// record, within [64 KiB, `batch_bytes`].
+    fn read_bytes(&self) -> usize {
+        (self.config.batch_rows * self.bytes_per_record)
+            .clamp(64 << 10, self.config.batch_bytes.max(64 << 10))
+    }
+
+    /// Starts reading the log from `from` on the blocking pool.
+    fn read_ahead(&self, from: LogPos) -> ReadAhead {
+        let (engine, want) = (Arc::clone(&self.engine), self.read_bytes());
+        let task = tokio::task::spawn_blocking(move || engine.feed().read(&from, want));
+        ReadAhead { from, task }
+    }
+
+    /// The log's records from the current position: the read made ahead when it started there
+    /// and found records (an empty one is stale: records may have come since), else a new read.
+    async fn read(
+        &self,
+        ahead: Option<ReadAhead>,
+    ) -> Result<Result<FeedBatch, EngineError>, DbError> {
+        if let Some(ahead) = ahead
+            && ahead.from.same_place(&self.position)
+            && let Ok(Ok(batch)) = ahead.task.await
+            && !batch.records.is_empty()
+        {
+            return Ok(Ok(batch));
+        }
+        let (from, want) = (self.position, self.read_bytes());
+        self.blocking(move |e| e.feed().read(&from, want)).await
+    }
+
+    /// One transaction for the first `count` records of `batch` (`cut`: at most `batch_rows`,
+    /// at least one engine batch), ending at `next`; then the engine's hold moves.
+    async fn commit(
+        &mut self,
+        batch: FeedBatch,
+        count: usize,
+        next: LogPos,
+    ) -> Result<(), DbError> {
         if !batch.records.is_empty() {
             let per = batch.log_bytes as usize / batch.records.len();
             self.bytes_per_record = (self.bytes_per_record * 3 + per.max(1)) / 4;
         }
-        let (count, next) = cut(&batch, self.config.batch_rows);
         let destination = self.db.as_ref().expect("a session runs connected");
         let rows = to_rows(&batch, count, |end, key| {
             destination.exported_by_scan([end.seq.0, end.offset], key)
@@ -406,6 +447,12 @@ impl Tail {
         self.publish();
         Ok(())
     }
+}
+
+/// A read of the log begun while the previous batch commits (`Tail::read_ahead`).
+struct ReadAhead {
+    from: LogPos,
+    task: tokio::task::JoinHandle<Result<FeedBatch, EngineError>>,
 }
 
 /// How many records of `batch` go into one transaction, and the position after them: the

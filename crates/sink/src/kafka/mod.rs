@@ -55,6 +55,8 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The broker aborts a transaction of this producer left open this long (a process that died
 /// mid-transaction); librdkafka caps each record's delivery time at it too.
 const TRANSACTION_TIMEOUT_MS: &str = "60000";
+/// The producer's compression of record batches (every Kafka client reads lz4).
+const COMPRESSION: &str = "lz4";
 /// A full producer queue waits this long before a record is offered again.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(10);
 
@@ -96,7 +98,11 @@ impl Kafka {
             // Java's default partitioner: a Java producer of the same key picks the same
             // partition.
             .set("partitioner", "murmur2_random")
-            .set("linger.ms", "5");
+            .set("linger.ms", "5")
+            // The records are JSON with the value in base64: lz4 shrinks what the brokers write,
+            // replicate and keep, for little CPU here (docs/BENCHMARKS.md: the drain about 1.2x
+            // faster with it on the test cluster, whose brokers share the machine's cores).
+            .set("compression.type", COMPRESSION);
         let producer: ThreadedProducer<DefaultProducerContext> = producer_settings
             .create()
             .map_err(|e| classify("making a Kafka producer", &e))?;
