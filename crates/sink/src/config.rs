@@ -7,6 +7,9 @@ use serde::Serialize;
 /// The engine feed slot the sink holds the log with.
 pub const SLOT_NAME: &str = "cloud-sink";
 
+/// The URL schemes of a Kafka sink (kafka/url.rs reads the rest of the URL).
+pub const KAFKA_SCHEMES: [&str; 2] = ["kafka://", "kafka+ssl://"];
+
 /// Readings per PostgreSQL transaction at most: one multi-row insert, its cost in the rows.
 pub const POSTGRES_BATCH_ROWS: usize = 5_000;
 /// Log bytes a PostgreSQL batch's read covers at most.
@@ -53,7 +56,8 @@ pub struct SinkConfig {
 
 impl SinkConfig {
     pub fn new(url: &str, edge_id: &str) -> SinkConfig {
-        let (batch_rows, batch_bytes) = if crate::kafka::url::is_kafka(url) {
+        let kafka = KAFKA_SCHEMES.iter().any(|s| url.starts_with(s));
+        let (batch_rows, batch_bytes) = if kafka {
             (KAFKA_BATCH_ROWS, KAFKA_BATCH_BYTES)
         } else {
             (POSTGRES_BATCH_ROWS, POSTGRES_BATCH_BYTES)

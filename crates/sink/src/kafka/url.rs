@@ -16,7 +16,7 @@ use crate::error::{DbError, redact};
 pub const OFFSETS_SUFFIX: &str = ".roamkv-offsets";
 
 /// The schemes a Kafka sink URL may have.
-pub const SCHEMES: [&str; 2] = ["kafka://", "kafka+ssl://"];
+pub const SCHEMES: [&str; 2] = crate::config::KAFKA_SCHEMES;
 
 /// A Kafka sink URL, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
