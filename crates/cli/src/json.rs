@@ -60,9 +60,8 @@ impl InputLine {
             (None, Some(b64), None) => BASE64
                 .decode(b64)
                 .map_err(|e| format!("value_b64 is not base64: {e}")),
-            (None, None, Some(reading)) => {
-                stored_bytes(reading.clone()).map_err(|e| format!("edgex: {}", e.message()))
-            }
+            (None, None, Some(reading)) => stored_bytes(reading.clone(), self.ts_ns()?)
+                .map_err(|e| format!("edgex: {}", e.message())),
             (None, None, None) => Err("missing \"value\" (or \"value_b64\" or \"edgex\")".into()),
             _ => Err("give one of \"value\", \"value_b64\" and \"edgex\"".into()),
         }
@@ -87,7 +86,7 @@ pub struct OutputLine<'a> {
 
 impl<'a> OutputLine<'a> {
     pub fn new(device: &'a str, sensor: &'a str, ts_ns: i64, value: &'a [u8]) -> OutputLine<'a> {
-        let edgex = readable(value);
+        let edgex = readable(value, ts_ns);
         let (value, value_b64) = match std::str::from_utf8(value) {
             _ if edgex.is_some() => (None, None),
             Ok(text) => (Some(text), None),

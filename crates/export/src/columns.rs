@@ -24,7 +24,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use roamkv_engine::Reading;
 use roamkv_wire::edgex::aggregate::{Number, numeric_value};
-use roamkv_wire::edgex::stored_of;
+use roamkv_wire::edgex::{stored_form, stored_of};
 
 use crate::error::Result;
 
@@ -62,15 +62,12 @@ pub struct Decoded<'a> {
     pub units: Option<String>,
 }
 
-/// Whether a value can be a CBOR map (major type 5), which every stored EdgeX reading is: the
-/// cheap test that spares native readings (text, mostly) the decoder.
-fn may_be_cbor_map(value: &[u8]) -> bool {
-    value.first().is_some_and(|b| b >> 5 == 5)
-}
-
-pub fn decode(value: &[u8]) -> Decoded<'_> {
-    if may_be_cbor_map(value)
-        && let Some(stored) = stored_of(value)
+/// The columns of a value keyed at `ts_ns`: a stored EdgeX reading's type, value and units, or
+/// a native value's text. `stored_form` is the cheap first-byte test that spares native
+/// readings (text, mostly) the decoder.
+pub fn decode(value: &[u8], ts_ns: i64) -> Decoded<'_> {
+    if stored_form(value).is_some()
+        && let Some(stored) = stored_of(value, ts_ns)
     {
         let number = stored
             .value
@@ -183,10 +180,11 @@ mod tests {
 
     #[test]
     fn native_text_is_text_and_binary_is_not() {
-        assert_eq!(decode(b"21.5").text.as_deref(), Some("21.5"));
-        assert_eq!(decode(b"21.5").value_type, None);
-        assert_eq!(decode(&[0xff, 0x00]), Decoded::default());
-        // A CBOR map that is no stored reading stays a native value.
-        assert_eq!(decode(&[0xA0]).value_type, None);
+        assert_eq!(decode(b"21.5", 1).text.as_deref(), Some("21.5"));
+        assert_eq!(decode(b"21.5", 1).value_type, None);
+        assert_eq!(decode(&[0xff, 0x00], 1), Decoded::default());
+        // A CBOR map or array that is no stored reading stays a native value.
+        assert_eq!(decode(&[0xA0], 1).value_type, None);
+        assert_eq!(decode(&[0x87, 0x00], 1).value_type, None);
     }
 }

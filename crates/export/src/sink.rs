@@ -78,13 +78,13 @@ impl<W: Write + Send> Sink<W> {
     pub fn push(&mut self, reading: Reading) -> Result<()> {
         match self {
             Sink::Parquet(writer, columns) => {
-                columns.push(&reading, &decode(&reading.value));
+                columns.push(&reading, &decode(&reading.value, reading.ts_ns));
                 if batch_full(columns) {
                     write_parquet_batch(writer, columns)?;
                 }
             }
             Sink::Arrow(writer, columns) => {
-                columns.push(&reading, &decode(&reading.value));
+                columns.push(&reading, &decode(&reading.value, reading.ts_ns));
                 if batch_full(columns) {
                     writer.write(&columns.finish()?)?;
                 }
@@ -145,7 +145,7 @@ fn write_parquet_batch<W: Write + Send>(
 }
 
 fn write_csv<W: Write>(writer: &mut csv::Writer<W>, reading: &Reading) -> Result<()> {
-    let decoded = decode(&reading.value);
+    let decoded = decode(&reading.value, reading.ts_ns);
     let b64 = match decoded.text {
         Some(_) => String::new(),
         None => STANDARD.encode(&reading.value),

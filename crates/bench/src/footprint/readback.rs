@@ -119,7 +119,7 @@ pub fn roamkv(spec: &StreamSpec, data: &Path, edgex: bool) -> Result<ReadBack> {
                     continue;
                 };
                 let equal = if edgex {
-                    roamkv_wire::edgex::stored_of(&r.value).is_some_and(|s| {
+                    roamkv_wire::edgex::stored_of(&r.value, r.ts_ns).is_some_and(|s| {
                         s.value.as_deref() == Some(&sent.value)
                             && s.id == sent.id
                             && s.event_id == sent.event_id

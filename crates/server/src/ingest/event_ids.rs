@@ -79,7 +79,7 @@ pub fn index_entries_for(
         .iter()
         .filter(|r| !event_index::is_deleted(&r.value))
     {
-        let Some(stored) = edgex::stored_of(&r.value) else {
+        let Some(stored) = edgex::stored_of(&r.value, r.ts_ns) else {
             continue; // a native reading: no event
         };
         events

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Number as JsonNumber, Value};
 
+use super::compact;
 use super::stored::Decoded;
 use crate::error::WireError;
 
@@ -228,8 +229,8 @@ fn as_f64(n: Number) -> f64 {
     }
 }
 
-/// What a fold reads of a stored reading: the grouping fields and the value, nothing else
-/// decoded (ids, tags and the rest of the CBOR map are skipped).
+/// What a fold reads of a stored reading of the first form (a map): the grouping fields and
+/// the value, nothing else decoded (ids, tags and the rest of the map are skipped).
 #[derive(serde::Deserialize)]
 struct FoldedPart {
     #[serde(rename = "p")]
@@ -280,6 +281,19 @@ impl Aggregation {
     /// groups and sums is decoded). A value that is no stored EdgeX reading (a native one) is
     /// grouped as a String reading, as `decode` shows it.
     pub fn add_stored(&mut self, device: &str, resource: &str, ts_ns: i64, value: &[u8]) {
+        if compact::is_compact(value)
+            && let Some(head) = compact::head_of(value, ts_ns)
+            && let Some(origin) = head.origin()
+        {
+            return self.add_parts(
+                device,
+                resource,
+                head.profile_name,
+                head.value_type,
+                origin,
+                head.value,
+            );
+        }
         match ciborium::from_reader::<FoldedPart, _>(value) {
             Ok(part) => self.add_parts(
                 device,
@@ -476,11 +490,18 @@ mod tests {
         .expect("request");
         let keyed = crate::edgex::event_to_readings(request, None, 10).expect("readings");
         for func in [AggregateFunc::Sum, AggregateFunc::Count, AggregateFunc::Min] {
-            let (mut stored, mut decoded) =
-                (Aggregation::new(func, None), Aggregation::new(func, None));
+            let (mut stored, mut decoded, mut first_form) = (
+                Aggregation::new(func, None),
+                Aggregation::new(func, None),
+                Aggregation::new(func, None),
+            );
             // Twice, the second time after the others: groups met again merge.
             for r in keyed.iter().chain(keyed.iter()) {
                 stored.add_stored(&r.device, &r.sensor, r.ts_ns, &r.value);
+                let s = crate::edgex::stored_of(&r.value, r.ts_ns).expect("stored");
+                let map = crate::edgex::stored_encoding(&s, r.ts_ns, crate::edgex::StoredForm::Map)
+                    .expect("map");
+                first_form.add_stored(&r.device, &r.sensor, r.ts_ns, &map);
                 decoded.add(&crate::edgex::decode(roamkv_engine::Reading {
                     device: r.device.clone(),
                     sensor: r.sensor.clone(),
@@ -488,7 +509,9 @@ mod tests {
                     value: r.value.clone(),
                 }));
             }
-            assert_eq!(stored.into_readings(), decoded.into_readings());
+            let stored = stored.into_readings();
+            assert_eq!(stored, decoded.into_readings());
+            assert_eq!(stored, first_form.into_readings());
         }
         let mut native = Aggregation::new(AggregateFunc::Count, None);
         native.add_stored("d", "n", 1, b"plain text");

@@ -6,7 +6,8 @@
 pub const API_VERSION: &str = "v3";
 
 /// valueType values EdgeX v3 defines, and `ObjectArray`, which go-mod-core-contracts v4 added
-/// (`common.ValueTypeObjectArray`).
+/// (`common.ValueTypeObjectArray`). The order is on disk (a compact stored reading keeps a
+/// type as its place here: compact.rs, docs/FORMAT.md): append only.
 pub const VALUE_TYPES: [&str; 27] = [
     "Bool",
     "String",

@@ -1,6 +1,7 @@
 //! EdgeX core-data v3 DTOs, field for field as EdgeX's v3 OpenAPI names them (AddEventRequest,
 //! Event, BaseReading): what arrives in a POST or on the MQTT bus, and what the query routes
-//! answer. Shapes only; the checks are in `edgex` and the stored form in `edgex::stored`.
+//! answer, and the stored reading's fields (`StoredReading`). Shapes only; the checks are in
+//! `edgex` and the stored forms in `edgex::stored` and `edgex::compact`.
 
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -94,4 +95,39 @@ impl<'de> Deserialize<'de> for BinaryValue {
         }
         d.deserialize_any(Visitor)
     }
+}
+
+/// A stored EdgeX reading, owned: what a value decodes to in either form (`edgex::StoredForm`).
+/// Its serde derive is the first form's map (short field names: it is per reading).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct StoredReading {
+    #[serde(rename = "e")]
+    pub event_id: String,
+    #[serde(rename = "eo")]
+    pub event_origin: i64,
+    #[serde(rename = "p")]
+    pub profile_name: String,
+    #[serde(rename = "s")]
+    pub source_name: String,
+    #[serde(rename = "i")]
+    pub id: String,
+    #[serde(rename = "o")]
+    pub origin: i64,
+    #[serde(rename = "t")]
+    pub value_type: String,
+    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<String>,
+    #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none")]
+    pub binary_value: Option<serde_bytes::ByteBuf>,
+    #[serde(rename = "m", default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    #[serde(rename = "ov", default, skip_serializing_if = "Option::is_none")]
+    pub object_value: Option<Value>,
+    #[serde(rename = "rt", default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Map<String, Value>>,
+    /// The event's tags, stored with the event's first reading only.
+    #[serde(rename = "et", default, skip_serializing_if = "Option::is_none")]
+    pub event_tags: Option<Map<String, Value>>,
 }

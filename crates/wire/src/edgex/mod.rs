@@ -7,10 +7,10 @@
 //! - engine device  = the reading's `deviceName` (equal to the event's),
 //! - engine sensor  = the reading's `resourceName`,
 //! - engine ts_ns   = the reading's `origin` (ns), exactly,
-//! - engine value   = a CBOR map ([`StoredReading`]) with everything else of the reading and
-//!   of its event: reading id, exact origin in ns, valueType, units, the value itself, tags,
-//!   and the event's id, origin, profileName and sourceName (the event's tags ride on its first
-//!   reading). Events are rebuilt from their readings when queried.
+//! - engine value   = a compact CBOR array (compact.rs; [`StoredReading`] when decoded) with
+//!   everything else of the reading and of its event: reading id, valueType, units, the value
+//!   itself, tags, and the event's id, origin, profileName and sourceName (the event's tags
+//!   ride on its first reading). Events are rebuilt from their readings when queried.
 
 use roamkv_engine::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX};
 
@@ -19,6 +19,7 @@ use crate::keyed::KeyedReading;
 use crate::names::check_name;
 
 pub mod aggregate;
+mod compact;
 pub mod contract;
 mod dto;
 pub mod event_index;
@@ -29,7 +30,10 @@ mod value;
 use contract::{API_VERSION, VALUE_TYPES};
 pub use dto::{AddEventRequest, BinaryValue, Event, Reading};
 use stored::keyed_reading;
-pub use stored::{Decoded, StoredReading, decode, group_events, stored_of};
+pub use stored::{
+    Decoded, StoredForm, StoredReading, decode, group_events, stored_encoding, stored_form,
+    stored_of,
+};
 
 /// Where an event arrived from, to check its fields against (the POST route's path).
 #[derive(Clone, Copy)]
@@ -286,12 +290,16 @@ mod tests {
         let keyed = event_to_readings(req.clone(), None, 10).expect("valid");
         assert_eq!(keyed.len(), 3);
         assert_eq!(keyed[0].ts_ns, 1602168089665565300);
-        // The borrowed form writes exactly what the owned StoredReading writes.
+        // What a reading is stored as reads back, and the owned form writes the same bytes.
         for k in &keyed {
-            let owned: StoredReading =
-                ciborium::from_reader(k.value.as_slice()).expect("a stored reading");
-            let mut again = Vec::new();
-            ciborium::into_writer(&owned, &mut again).expect("encode");
+            assert_eq!(
+                stored_form(&k.value),
+                Some(StoredForm::Compact),
+                "{}",
+                k.sensor
+            );
+            let owned = stored_of(&k.value, k.ts_ns).expect("a stored reading");
+            let again = stored_encoding(&owned, k.ts_ns, StoredForm::Compact).expect("encode");
             assert_eq!(again, k.value, "{}", k.sensor);
         }
         let decoded: Vec<Decoded> = keyed

@@ -1,5 +1,5 @@
-//! An EdgeX reading as the native API and the CLI show it: the stored CBOR map
-//! ([`StoredReading`]) as the reading EdgeX would show it (its value decoded: text, binary in
+//! An EdgeX reading as the native API and the CLI show it: the stored reading
+//! ([`StoredReading`], compact or the first form's map) as the reading EdgeX would show it (its value decoded: text, binary in
 //! base64 with its media type, an object as JSON), with its event's fields beside; and read back
 //! into exactly the bytes it came from, so that `roamkv scan` output loads back unchanged.
 //!
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::dto::BinaryValue;
-use super::stored::StoredReading;
+use super::stored::{StoredForm, StoredReading, stored_encoding, stored_form, stored_of};
 use crate::error::WireError;
 
 /// A stored EdgeX reading in JSON (EdgeX's camelCase names).
@@ -41,20 +41,18 @@ pub struct ReadableReading {
     pub source_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_tags: Option<Map<String, Value>>,
+    /// Stored in the first form (a CBOR map, before format 3): said so that loading the line
+    /// back writes the very bytes it came from.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub map_form: bool,
 }
 
-fn encode(stored: &StoredReading) -> Result<Vec<u8>, WireError> {
-    let mut bytes = Vec::new();
-    ciborium::into_writer(stored, &mut bytes).map_err(|e| WireError::Encoding {
-        message: format!("encoding a reading: {e}"),
-    })?;
-    Ok(bytes)
-}
-
-/// The readable form of a stored value, if the value is exactly a stored reading's encoding.
-pub fn readable(value: &[u8]) -> Option<ReadableReading> {
-    let stored = super::stored::stored_of(value)?;
-    if encode(&stored).ok()?.as_slice() != value {
+/// The readable form of a stored value keyed at `key_ts_ns`, if the value is exactly a stored
+/// reading's encoding (in either form: stored.rs).
+pub fn readable(value: &[u8], key_ts_ns: i64) -> Option<ReadableReading> {
+    let form = stored_form(value)?;
+    let stored = stored_of(value, key_ts_ns)?;
+    if stored_encoding(&stored, key_ts_ns, form).ok()?.as_slice() != value {
         return None;
     }
     Some(ReadableReading {
@@ -72,12 +70,19 @@ pub fn readable(value: &[u8]) -> Option<ReadableReading> {
         event_origin: stored.event_origin,
         source_name: stored.source_name,
         event_tags: stored.event_tags,
+        map_form: form == StoredForm::Map,
     })
 }
 
-/// The stored bytes of a readable reading: the inverse of [`readable`].
-pub fn stored_bytes(r: ReadableReading) -> Result<Vec<u8>, WireError> {
-    encode(&StoredReading {
+/// The stored bytes of a readable reading keyed at `key_ts_ns`, in the form it was read from:
+/// the inverse of [`readable`].
+pub fn stored_bytes(r: ReadableReading, key_ts_ns: i64) -> Result<Vec<u8>, WireError> {
+    let form = if r.map_form {
+        StoredForm::Map
+    } else {
+        StoredForm::Compact
+    };
+    let stored = StoredReading {
         event_id: r.event_id,
         event_origin: r.event_origin,
         profile_name: r.profile_name,
@@ -92,7 +97,8 @@ pub fn stored_bytes(r: ReadableReading) -> Result<Vec<u8>, WireError> {
         object_value: r.object_value,
         tags: r.tags,
         event_tags: r.event_tags,
-    })
+    };
+    stored_encoding(&stored, key_ts_ns, form)
 }
 
 /// A reading as the CLI prints it (crates/cli/src/json.rs), the native API answers it and an
@@ -104,7 +110,7 @@ pub fn reading_json(r: roamkv_engine::Reading) -> Value {
         "device": r.device, "sensor": r.sensor, "ts_ns": r.ts_ns,
         "ts": crate::time_arg::format_time(r.ts_ns),
     });
-    if let Some(edgex) = readable(&r.value) {
+    if let Some(edgex) = readable(&r.value, r.ts_ns) {
         out["edgex"] = serde_json::to_value(edgex).unwrap_or(Value::Null);
         return out;
     }
@@ -143,15 +149,24 @@ mod tests {
         }))
         .expect("request");
         for keyed in event_to_readings(request, None, 10).expect("readings") {
-            let shown = readable(&keyed.value).expect("a stored reading");
+            let shown = readable(&keyed.value, keyed.ts_ns).expect("a stored reading");
             let json = serde_json::to_value(&shown).expect("json");
             let back: ReadableReading = serde_json::from_value(json).expect("parses back");
-            assert_eq!(stored_bytes(back).expect("encodes"), keyed.value);
+            assert_eq!(
+                stored_bytes(back, keyed.ts_ns).expect("encodes"),
+                keyed.value
+            );
+            // The first form (a map) still shows, as the same reading.
+            let stored = stored_of(&keyed.value, keyed.ts_ns).expect("stored");
+            let map = stored_encoding(&stored, keyed.ts_ns, StoredForm::Map).expect("map");
+            let shown_map = readable(&map, keyed.ts_ns).expect("the first form shows");
+            assert!(shown_map.map_form && !shown.map_form);
+            assert_eq!(stored_bytes(shown_map, keyed.ts_ns).expect("encodes"), map);
         }
-        assert!(readable(b"21.5").is_none());
+        assert!(readable(b"21.5", 7).is_none());
         let mut extra = Vec::new();
         ciborium::into_writer(&serde_json::json!({"e": "x", "unknown": 1}), &mut extra)
             .expect("cbor");
-        assert!(readable(&extra).is_none());
+        assert!(readable(&extra, 7).is_none());
     }
 }

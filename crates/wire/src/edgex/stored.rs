@@ -4,93 +4,26 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::compact::{self, Fields, Rest};
 use super::contract::API_VERSION;
+pub use super::dto::StoredReading;
 use super::dto::{BinaryValue, Event, Reading};
 use crate::error::WireError;
 use crate::keyed::KeyedReading;
 
-/// What the engine stores as a reading's value (CBOR; short field names: it is per reading).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-pub struct StoredReading {
-    #[serde(rename = "e")]
-    pub event_id: String,
-    #[serde(rename = "eo")]
-    pub event_origin: i64,
-    #[serde(rename = "p")]
-    pub profile_name: String,
-    #[serde(rename = "s")]
-    pub source_name: String,
-    #[serde(rename = "i")]
-    pub id: String,
-    #[serde(rename = "o")]
-    pub origin: i64,
-    #[serde(rename = "t")]
-    pub value_type: String,
-    #[serde(rename = "u", default, skip_serializing_if = "Option::is_none")]
-    pub units: Option<String>,
-    #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none")]
-    pub binary_value: Option<serde_bytes::ByteBuf>,
-    #[serde(rename = "m", default, skip_serializing_if = "Option::is_none")]
-    pub media_type: Option<String>,
-    #[serde(rename = "ov", default, skip_serializing_if = "Option::is_none")]
-    pub object_value: Option<Value>,
-    #[serde(rename = "rt", default, skip_serializing_if = "Option::is_none")]
-    pub tags: Option<Map<String, Value>>,
-    /// The event's tags, stored with the event's first reading only.
-    #[serde(rename = "et", default, skip_serializing_if = "Option::is_none")]
-    pub event_tags: Option<Map<String, Value>>,
-}
-
-/// `StoredReading` as it is written: the same fields, names and order, borrowed from the
-/// request, so that encoding a reading copies no string twice.
-#[derive(Serialize)]
-struct StoredReadingRef<'a> {
-    #[serde(rename = "e")]
-    event_id: &'a str,
-    #[serde(rename = "eo")]
-    event_origin: i64,
-    #[serde(rename = "p")]
-    profile_name: &'a str,
-    #[serde(rename = "s")]
-    source_name: &'a str,
-    #[serde(rename = "i")]
-    id: &'a str,
-    #[serde(rename = "o")]
-    origin: i64,
-    #[serde(rename = "t")]
-    value_type: &'a str,
-    #[serde(rename = "u", skip_serializing_if = "Option::is_none")]
-    units: Option<&'a str>,
-    #[serde(rename = "v", skip_serializing_if = "Option::is_none")]
-    value: Option<&'a str>,
-    #[serde(rename = "b", skip_serializing_if = "Option::is_none")]
-    binary_value: Option<&'a serde_bytes::Bytes>,
-    #[serde(rename = "m", skip_serializing_if = "Option::is_none")]
-    media_type: Option<&'a str>,
-    #[serde(rename = "ov", skip_serializing_if = "Option::is_none")]
-    object_value: Option<&'a Value>,
-    #[serde(rename = "rt", skip_serializing_if = "Option::is_none")]
-    tags: Option<&'a Map<String, Value>>,
-    #[serde(rename = "et", skip_serializing_if = "Option::is_none")]
-    event_tags: Option<&'a Map<String, Value>>,
-}
-
 /// Bytes a stored reading usually takes (two UUIDs, names, a value): the buffer's first size.
-const STORED_READING_BYTES_TYPICAL: usize = 256;
+const STORED_READING_BYTES_TYPICAL: usize = 96;
 
-/// The engine reading of a checked EdgeX reading: its key, and its value as a CBOR
-/// `StoredReading` carrying everything else.
+/// The engine reading of a checked EdgeX reading: its key, and its value, a compact stored
+/// reading (compact.rs) carrying everything else.
 pub(super) fn keyed_reading(
     event: &Event,
     mut r: Reading,
     event_tags: Option<&Map<String, Value>>,
 ) -> Result<KeyedReading, WireError> {
-    let stored = StoredReadingRef {
+    let fields = Fields {
         event_id: &event.id,
         event_origin: event.origin,
         profile_name: &r.profile_name,
@@ -98,27 +31,75 @@ pub(super) fn keyed_reading(
         id: &r.id,
         origin: r.origin,
         value_type: &r.value_type,
-        units: r.units.as_deref(),
         value: r.value.as_deref(),
-        binary_value: r
-            .binary_value
-            .as_ref()
-            .map(|b| serde_bytes::Bytes::new(&b.0)),
-        media_type: r.media_type.as_deref(),
-        object_value: r.object_value.as_ref(),
-        tags: r.tags.as_ref(),
-        event_tags,
+        rest: Rest {
+            origin: None,
+            units: r.units.as_deref(),
+            binary_value: r
+                .binary_value
+                .as_ref()
+                .map(|b| serde_bytes::Bytes::new(&b.0)),
+            media_type: r.media_type.as_deref(),
+            object_value: r.object_value.as_ref(),
+            tags: r.tags.as_ref(),
+            event_tags,
+        },
     };
     let mut value = Vec::with_capacity(STORED_READING_BYTES_TYPICAL);
-    ciborium::into_writer(&stored, &mut value).map_err(|e| WireError::Encoding {
-        message: format!("encoding a reading: {e}"),
-    })?;
+    compact::encode(fields, r.origin, &mut value)?;
     Ok(KeyedReading {
         device: event.device_name.clone(),
         sensor: std::mem::take(&mut r.resource_name),
         ts_ns: r.origin,
         value,
     })
+}
+
+/// How a stored value is written: compact (compact.rs, since format 3), or the first form, a
+/// CBOR map with field names (the `StoredReading` derive), which still reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredForm {
+    Compact,
+    Map,
+}
+
+/// The form a value is in, if it can be a stored reading at all (a cheap test of its first
+/// byte that spares native readings, text mostly, the decoder).
+pub fn stored_form(value: &[u8]) -> Option<StoredForm> {
+    if compact::is_compact(value) {
+        Some(StoredForm::Compact)
+    } else if value.first().is_some_and(|b| b >> 5 == 5) {
+        Some(StoredForm::Map)
+    } else {
+        None
+    }
+}
+
+/// The stored reading a value holds, if it holds one (a reading written from an EdgeX event),
+/// for a reading keyed at `key_ts_ns` (the compact form takes the reading's origin from it).
+pub fn stored_of(value: &[u8], key_ts_ns: i64) -> Option<StoredReading> {
+    match stored_form(value)? {
+        StoredForm::Compact => compact::decode(value, key_ts_ns),
+        StoredForm::Map => ciborium::from_reader(value).ok(),
+    }
+}
+
+/// A stored reading's bytes in `form`, for a reading keyed at `key_ts_ns`.
+pub fn stored_encoding(
+    stored: &StoredReading,
+    key_ts_ns: i64,
+    form: StoredForm,
+) -> Result<Vec<u8>, WireError> {
+    let mut bytes = Vec::with_capacity(STORED_READING_BYTES_TYPICAL);
+    match form {
+        StoredForm::Compact => compact::encode(Fields::of(stored), key_ts_ns, &mut bytes)?,
+        StoredForm::Map => {
+            ciborium::into_writer(stored, &mut bytes).map_err(|e| WireError::Encoding {
+                message: format!("encoding a reading: {e}"),
+            })?
+        }
+    }
+    Ok(bytes)
 }
 
 /// A stored reading with its key, decoded.
@@ -129,15 +110,10 @@ pub struct Decoded {
     pub stored: StoredReading,
 }
 
-/// The stored reading a value holds, if it holds one (a reading written from an EdgeX event).
-pub fn stored_of(value: &[u8]) -> Option<StoredReading> {
-    ciborium::from_reader(value).ok()
-}
-
 /// Decodes an engine reading written by this server. Readings written through the native API
 /// (not EdgeX events) have no event: they are shown as String readings of their raw value.
 pub fn decode(reading: roamkv_engine::Reading) -> Decoded {
-    let stored = stored_of(&reading.value).unwrap_or_else(|| StoredReading {
+    let stored = stored_of(&reading.value, reading.ts_ns).unwrap_or_else(|| StoredReading {
         event_id: String::new(),
         event_origin: reading.ts_ns,
         profile_name: String::new(),
