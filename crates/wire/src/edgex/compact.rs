@@ -163,7 +163,10 @@ pub(super) fn encode(
 
 /// Whether `value` begins as a compact reading does (an array of 7 or 8 items).
 pub(super) fn is_compact(value: &[u8]) -> bool {
-    matches!(value.first(), Some(&b) if b == 0x80 | ITEMS as u8 || b == 0x80 | ITEMS_WITH_REST as u8)
+    let array_of = |items: u64| (ARRAY << 5) | items as u8;
+    value
+        .first()
+        .is_some_and(|&b| b == array_of(ITEMS) || b == array_of(ITEMS_WITH_REST))
 }
 
 /// The leading items of a compact reading, borrowed: what an aggregate reads.

@@ -1,7 +1,8 @@
 //! An EdgeX reading as the native API and the CLI show it: the stored reading
-//! ([`StoredReading`], compact or the first form's map) as the reading EdgeX would show it (its value decoded: text, binary in
-//! base64 with its media type, an object as JSON), with its event's fields beside; and read back
-//! into exactly the bytes it came from, so that `roamkv scan` output loads back unchanged.
+//! ([`StoredReading`], compact or the first form's map) as the reading EdgeX would show it (its
+//! value decoded: text, binary in base64 with its media type, an object as JSON), with its
+//! event's fields beside; and read back into exactly the bytes it came from, so that
+//! `roamkv scan` output loads back unchanged.
 //!
 //! Only a value that *is* a stored reading is shown so: one that decodes as a `StoredReading`
 //! and encodes back to the same bytes. Any other value (a native reading that happens to be
