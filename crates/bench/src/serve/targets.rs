@@ -537,10 +537,14 @@ mod tests {
 
     #[test]
     fn stored_values_are_the_servers_cbor_readings() {
+        use roamkv_wire::edgex::{StoredForm, stored_form};
         let values = stored_values(3).expect("values");
         assert_eq!(values.len(), 3);
+        // Compact stored readings (two UUIDs as 16 bytes, names, a value): 60-120 bytes each.
         assert!(
-            values.iter().all(|v| (100..400).contains(&v.len())),
+            values.iter().all(
+                |v| stored_form(v) == Some(StoredForm::Compact) && (60..120).contains(&v.len())
+            ),
             "{:?}",
             values.iter().map(Vec::len).collect::<Vec<_>>()
         );
