@@ -83,8 +83,8 @@ impl Rest<'_> {
     }
 }
 
-/// Item [7] as read back.
-#[derive(Deserialize)]
+/// Item [7] as read back (empty when the reading has none).
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RestOwned {
     #[serde(rename = "o", default)]
@@ -268,11 +268,11 @@ fn rest_of(bytes: &[u8]) -> Option<RestOwned> {
 pub(super) fn decode(value: &[u8], key_ts_ns: i64) -> Option<StoredReading> {
     let h = head_of(value, key_ts_ns)?;
     let rest = match h.rest {
-        Some(bytes) => Some(rest_of(bytes)?),
-        None => None,
+        Some(bytes) => rest_of(bytes)?,
+        None => RestOwned::default(),
     };
-    let origin = rest.as_ref().and_then(|r| r.origin).unwrap_or(key_ts_ns);
-    let mut stored = StoredReading {
+    let origin = rest.origin.unwrap_or(key_ts_ns);
+    Some(StoredReading {
         event_id: h.event_id.to_text(),
         event_origin: h.event_origin(origin),
         profile_name: h.profile_name.to_string(),
@@ -280,23 +280,14 @@ pub(super) fn decode(value: &[u8], key_ts_ns: i64) -> Option<StoredReading> {
         id: h.id.to_text(),
         origin,
         value_type: h.value_type.to_string(),
-        units: None,
+        units: rest.units,
         value: h.value.map(str::to_string),
-        binary_value: None,
-        media_type: None,
-        object_value: None,
-        tags: None,
-        event_tags: None,
-    };
-    if let Some(r) = rest {
-        stored.units = r.units;
-        stored.binary_value = r.binary_value;
-        stored.media_type = r.media_type;
-        stored.object_value = r.object_value;
-        stored.tags = r.tags;
-        stored.event_tags = r.event_tags;
-    }
-    Some(stored)
+        binary_value: rest.binary_value,
+        media_type: rest.media_type,
+        object_value: rest.object_value,
+        tags: rest.tags,
+        event_tags: rest.event_tags,
+    })
 }
 
 fn head(out: &mut Vec<u8>, major: u8, n: u64) {
