@@ -8,7 +8,7 @@
 //! consumer's count is the one held against the clients' acknowledgements.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -40,6 +40,16 @@ pub struct TopicCount {
     /// End offsets minus the records the consumer was given: transaction markers and records of
     /// aborted transactions.
     pub markers_and_aborted: u64,
+    /// The same counts for each edge that wrote the topic, by its edge id (a fleet's edges use
+    /// the same device names: a reading is (edge, device, sensor, ts_ns)).
+    pub by_edge: BTreeMap<String, EdgeCount>,
+}
+
+/// One edge's readings in the topic.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct EdgeCount {
+    pub distinct_readings: u64,
+    pub duplicated: u64,
 }
 
 /// One record as the sink writes it (docs/SERVER.md, "The record format"); only what counting
@@ -49,6 +59,8 @@ struct Record<'a> {
     #[serde(borrow)]
     kind: Cow<'a, str>,
     #[serde(borrow, default)]
+    edge_id: Cow<'a, str>,
+    #[serde(borrow, default)]
     device: Cow<'a, str>,
     #[serde(borrow, default)]
     sensor: Cow<'a, str>,
@@ -56,11 +68,11 @@ struct Record<'a> {
     ts_ns: i64,
 }
 
-/// Readings as small keys: device and sensor names numbered as they are first seen.
+/// Readings as small keys: edge ids, device and sensor names numbered as they are first seen.
 #[derive(Default)]
 struct Seen {
     names: HashMap<String, u32>,
-    readings: HashSet<(u32, u32, i64)>,
+    readings: HashSet<(u32, u32, u32, i64)>,
 }
 
 impl Seen {
@@ -74,8 +86,8 @@ impl Seen {
     }
 
     /// Notes a reading; false if it was seen before.
-    fn first(&mut self, device: &str, sensor: &str, ts_ns: i64) -> bool {
-        let key = (self.id(device), self.id(sensor), ts_ns);
+    fn first(&mut self, edge_id: &str, device: &str, sensor: &str, ts_ns: i64) -> bool {
+        let key = (self.id(edge_id), self.id(device), self.id(sensor), ts_ns);
         self.readings.insert(key)
     }
 }
@@ -151,10 +163,18 @@ fn read_all(
             continue;
         }
         count.reading_records += 1;
-        if seen.first(&record.device, &record.sensor, record.ts_ns) {
+        let edge = count.by_edge.entry(record.edge_id.to_string()).or_default();
+        if seen.first(
+            &record.edge_id,
+            &record.device,
+            &record.sensor,
+            record.ts_ns,
+        ) {
             count.distinct_readings += 1;
+            edge.distinct_readings += 1;
         } else {
             count.duplicated += 1;
+            edge.duplicated += 1;
         }
     }
     Ok(records)

@@ -15,7 +15,7 @@
 //! read_committed consumer, and the brokers' offsets accounted for.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use roamkv_testbed::kafka::KafkaCluster;
@@ -102,22 +102,8 @@ impl Rig {
             .prefix("bench-sink-kafka-")
             .tempdir_in(&setup.work_dir)
             .map_err(|e| BenchError::io("making a directory under", &setup.work_dir, e))?;
-        let exe =
-            std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
         let url = format!("kafka://{}/{TOPIC}", cluster.bootstrap());
-        let requests_max = (setup.clients * 2 + 8).to_string();
-        // As the PostgreSQL run's server (serve/targets.rs): sync durability, the load's 2023
-        // origins kept (ServeProcess turns the default retention off).
-        let server = ServeProcess::start(&exe, &dir.path().join("data"), |command| {
-            command.args(["--sink", &url, "--durability", "sync"]);
-            command.args(["--concurrent-requests-max", &requests_max]);
-            command.env("RUST_LOG", "warn");
-        });
-        server.wait_ready(Duration::from_secs(60));
-        let addr = server
-            .addr
-            .parse()
-            .map_err(|e| BenchError::Run(format!("serve's address {}: {e}", server.addr)))?;
+        let (server, addr) = start_edge(&dir.path().join("data"), &url, setup.clients)?;
         Ok(Rig {
             server,
             cluster,
@@ -126,20 +112,8 @@ impl Rig {
         })
     }
 
-    /// The clients: EdgeX JSON events on core-data's route, as the PostgreSQL run's.
     fn senders(&self, clients: usize) -> Vec<Box<dyn Sender>> {
-        (0..clients)
-            .map(|_| {
-                Box::new(HttpSender {
-                    client: HttpClient::new(self.addr),
-                    content_type: "application/json",
-                    path: std::sync::Arc::new(|e| {
-                        format!("/api/v3/event/bench/{PROFILE}/{}/{SOURCE}", e.device())
-                    }),
-                    body: std::sync::Arc::new(|e| edgex_json(e).into_bytes()),
-                }) as Box<dyn Sender>
-            })
-            .collect()
+        edgex_senders(self.addr, clients)
     }
 
     /// SIGSTOP (`true`) or SIGCONT to every broker: the link cut and restored.
@@ -148,6 +122,47 @@ impl Rig {
             self.cluster.pause(id, stop);
         }
     }
+}
+
+/// `roamkv serve --sink URL` on `data`, as the PostgreSQL run's server (serve/targets.rs): sync
+/// durability, the load's 2023 origins kept (ServeProcess turns the default retention off),
+/// room for `clients` concurrent requests; ready, with its address.
+pub(super) fn start_edge(
+    data: &Path,
+    url: &str,
+    clients: usize,
+) -> Result<(ServeProcess, SocketAddr)> {
+    let exe =
+        std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
+    let requests_max = (clients * 2 + 8).to_string();
+    let server = ServeProcess::start(&exe, data, |command| {
+        command.args(["--sink", url, "--durability", "sync"]);
+        command.args(["--concurrent-requests-max", &requests_max]);
+        command.env("RUST_LOG", "warn");
+    });
+    server.wait_ready(Duration::from_secs(60));
+    let addr = server
+        .addr
+        .parse()
+        .map_err(|e| BenchError::Run(format!("serve's address {}: {e}", server.addr)))?;
+    Ok((server, addr))
+}
+
+/// `clients` clients of the server at `addr`: EdgeX JSON events on core-data's route, as the
+/// PostgreSQL run's.
+pub(super) fn edgex_senders(addr: SocketAddr, clients: usize) -> Vec<Box<dyn Sender>> {
+    (0..clients)
+        .map(|_| {
+            Box::new(HttpSender {
+                client: HttpClient::new(addr),
+                content_type: "application/json",
+                path: std::sync::Arc::new(|e| {
+                    format!("/api/v3/event/bench/{PROFILE}/{}/{SOURCE}", e.device())
+                }),
+                body: std::sync::Arc::new(|e| edgex_json(e).into_bytes()),
+            }) as Box<dyn Sender>
+        })
+        .collect()
 }
 
 /// Runs the Kafka phases; the cluster and server are stopped whatever happens.

@@ -18,6 +18,7 @@
 //! roamkv,roamkv-sink` (same clients, the sink on or off).
 
 mod count;
+mod fleet;
 mod kafka;
 mod watch;
 
@@ -74,6 +75,13 @@ pub struct SinkBenchArgs {
     /// by side, in one run (`scripts/install-deps test` fetches Kafka).
     #[arg(long)]
     pub kafka: bool,
+    /// With `--kafka`: the fleet form instead, for each size in the list (default 1,2,4) that
+    /// many `roamkv serve` edges draining into one three-node cluster (sink/fleet: the drain
+    /// rate against N, lag at half of it, every edge's readings once). `--clients` and
+    /// `--rate` are then each edge's; no PostgreSQL run.
+    #[arg(long, requires = "kafka", num_args = 0..=1, value_delimiter = ',',
+          default_missing_value = "1,2,4")]
+    pub edges: Option<Vec<usize>>,
 }
 
 /// The figures of one run, as results.json has them.
@@ -124,6 +132,9 @@ impl Plan {
 }
 
 pub fn run(args: &SinkBenchArgs) -> ExitCode {
+    if let Some(edges) = &args.edges {
+        return fleet_run(args, edges);
+    }
     match bench(args) {
         Ok(results) if results.cloud_readings != results.acked_readings => {
             eprintln!(
@@ -143,6 +154,55 @@ pub fn run(args: &SinkBenchArgs) -> ExitCode {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("roamkv bench sink: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--kafka --edges`: the fleet run; fails unless every size's ledger holds.
+fn fleet_run(args: &SinkBenchArgs, edges: &[usize]) -> ExitCode {
+    let outcome = (|| -> Result<Vec<bool>> {
+        roamkv_testbed::prerequisite::require_root()?;
+        if edges.is_empty() || edges.contains(&0) {
+            return Err(BenchError::Run("--edges: fleet sizes of 1 or more".into()));
+        }
+        let plan = Plan::from_args(args);
+        std::fs::create_dir_all(&args.out).map_err(|e| BenchError::io("creating", &args.out, e))?;
+        let header = MachineHeader::collect();
+        let setup = fleet::FleetSetup {
+            edges: edges.to_vec(),
+            clients: args.clients,
+            readings_per_event: args.readings_per_event,
+            rate_per_edge: args.rate,
+            work_dir: args.work_dir.clone(),
+            backlog: plan.backlog,
+            steady: plan.steady,
+        };
+        let results = fleet::run(&setup)?;
+        let described = serde_json::json!({
+            "edges": edges,
+            "clients_per_edge": args.clients,
+            "readings_per_event": args.readings_per_event,
+            "backlog_s": plan.backlog.as_secs_f64(),
+            "lag_phase_s": plan.steady.as_secs_f64(),
+        });
+        fleet::report::write(&args.out, &header, described, &results)?;
+        Ok(results
+            .sizes
+            .iter()
+            .map(fleet::FleetSize::each_once)
+            .collect())
+    })();
+    match outcome {
+        Ok(held) if held.iter().all(|h| *h) => ExitCode::SUCCESS,
+        Ok(_) => {
+            eprintln!(
+                "roamkv bench sink --edges: an edge's acknowledged readings are not in the topic                  once each (the table's FAILED rows)"
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("roamkv bench sink --edges: {e}");
             ExitCode::FAILURE
         }
     }

@@ -132,6 +132,14 @@ impl KafkaCluster {
         self.node(id).port
     }
 
+    /// The process ids of the running nodes (a bench reads their CPU time in /proc).
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.child.as_ref().map(Child::id))
+            .collect()
+    }
+
     /// Node ids, 1-based.
     pub fn ids(&self) -> Vec<u32> {
         self.nodes.iter().map(|n| n.id).collect()
