@@ -92,3 +92,24 @@ for name, line in [
 ]:
     write("cli", "json_line", name, json.dumps(line).encode())
 write("cli", "json_line", "unknown-field", b'{"device":"d","sensor":"s","ts":1,"value":"v","extra":1}')
+
+def cbor_text(t):
+    b = t.encode()
+    assert len(b) < 24
+    return bytes([0x60 + len(b)]) + b
+
+def cbor_uint(n):
+    return bytes([0x1b]) + struct.pack(">Q", n)
+
+# The server's stored EdgeX bytes (crates/wire/fuzz): the key's timestamp (8 bytes LE), a value.
+origin = 1700000000000000000
+ts = struct.pack("<q", origin)
+event_id, reading_id = bytes(range(16)), bytes(range(16, 32))
+compact_reading = (b"\x87\x50" + event_id + b"\x00" + cbor_text("footprint-profile") + cbor_text("footprint-source")
+                   + b"\x50" + reading_id + b"\x0b" + cbor_text("2.153000e+01"))
+write("wire", "edgex_stored", "compact-reading", ts + compact_reading)
+names = [f"float-{i}" for i in range(3)]
+write("wire", "edgex_stored", "index-entry", ts + b"\x82" + cbor_text("gw-device-0042") + bytes([0x80 + len(names)]) + b"".join(map(cbor_text, names)))
+write("wire", "edgex_stored", "index-entry-offsets", ts + b"\x83" + cbor_text("car-1") + b"\x82" + cbor_text("a") + cbor_text("b") + b"\x82\x00\x20")
+write("wire", "edgex_stored", "index-entry-map", ts + b"\xa2" + cbor_text("d") + cbor_text("car-1") + cbor_text("r")
+      + b"\x81\x82" + cbor_text("speed") + cbor_uint(origin))

@@ -1,6 +1,6 @@
 //! Events found and deleted by id through the index of event ids (docs/SERVER.md, "Events by
 //! id"): as posted, across a restart and after the move to the lower tier; a deletion gone from
-//! every answer and durable; the index off (501); the server's own device neither listed nor
+//! every answer and durable; an entry of the first form read; the index off (501); the server's own device neither listed nor
 //! writable by clients.
 
 mod common;
@@ -124,6 +124,27 @@ async fn events_are_found_and_deleted_by_id_across_a_restart_and_the_move_to_the
         .await;
     assert_eq!(status, 400, "{body}");
     server.stop().await;
+
+    // An entry of the first form (a map with every origin whole, written before the compact
+    // entry): event 2's, put back as an older server wrote it, is read as before.
+    {
+        let engine = roamkv_engine::Engine::open(&data, Default::default()).expect("open");
+        let origin = t0 + 2_000_000_000;
+        let mut first_form = Vec::new();
+        ciborium::into_writer(
+            &json!({"d": "car-2", "r": [["fuel", origin], ["speed", origin]]}),
+            &mut first_form,
+        )
+        .expect("encode");
+        assert_eq!(first_form[0], 0xa2, "a map of two");
+        let index = roamkv_wire::edgex::event_index::INDEX_DEVICE;
+        let compact = engine
+            .get(index, &id(2), origin)
+            .expect("get")
+            .expect("entry");
+        assert_eq!(compact[0], 0x82, "what the server writes: {compact:02x?}");
+        engine.put(index, &id(2), origin, &first_form).expect("put");
+    }
 
     // After a restart and the move of every device (the index's too) to the lower tier.
     let server = start().await;

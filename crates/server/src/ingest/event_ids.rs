@@ -36,7 +36,8 @@ pub fn find_event(engine: &Engine, id: &str) -> Result<Option<Found>, ApiError> 
         .map_err(ApiError::from_engine)?;
     // Newest first: an id posted again at another origin is found where it was last put.
     for entry_reading in entries.into_iter().rev() {
-        let entry = IndexEntry::decode(id, &entry_reading.value).map_err(ApiError::from)?;
+        let entry = IndexEntry::decode(id, entry_reading.ts_ns, &entry_reading.value)
+            .map_err(ApiError::from)?;
         let mut readings = Vec::with_capacity(entry.readings.len());
         for (resource, origin) in &entry.readings {
             let value = engine
@@ -96,7 +97,7 @@ pub fn index_entries_for(
         let known = engine
             .get(INDEX_DEVICE, &id, origin)
             .map_err(ApiError::from_engine)?;
-        if let Some(known) = known.and_then(|v| IndexEntry::decode(&id, &v).ok()) {
+        if let Some(known) = known.and_then(|v| IndexEntry::decode(&id, origin, &v).ok()) {
             for key in known.readings {
                 if !entry.readings.contains(&key) {
                     entry.readings.push(key);
@@ -107,7 +108,7 @@ pub fn index_entries_for(
             device: INDEX_DEVICE.to_string(),
             sensor: id,
             ts_ns: origin,
-            value: entry.encode().map_err(ApiError::from)?,
+            value: entry.encode(origin).map_err(ApiError::from)?,
         });
     }
     Ok(entries)
@@ -134,7 +135,7 @@ pub fn deletion_of(id: &str, found: &Found) -> Result<Vec<KeyedReading>, ApiErro
         device: INDEX_DEVICE.to_string(),
         sensor: id.to_string(),
         ts_ns: found.entry_ts_ns,
-        value: emptied.encode().map_err(ApiError::from)?,
+        value: emptied.encode(found.entry_ts_ns).map_err(ApiError::from)?,
     });
     Ok(batch)
 }

@@ -8,7 +8,11 @@
 //! - device `INDEX_DEVICE` (U+0001 first: no client name can be it, `names::check_not_internal`),
 //! - sensor = the event id (a UUID, 36 bytes),
 //! - ts_ns = the event's origin (so that retention trims the index with the readings' ages),
-//! - value = a CBOR [`IndexEntry`]: the event's device and its readings' (resource, origin).
+//! - value = a CBOR [`IndexEntry`]: the event's device and its readings' (resource, origin), as
+//!   an array without field names, each origin as its offset from the event's (written since
+//!   format 3: `[device, [resource…]]`, or `[device, [resource…], [offset…]]` when a reading's
+//!   origin is not the event's); entries of the first form (a map `{d, r}` with every origin
+//!   whole: 201 bytes for a 10-reading event where the compact form takes 97) still read.
 //!
 //! A lookup reads the entry, then each reading by its key, and keeps those whose stored event
 //! id is the one asked for (a reading replaced since, or a departed device, is not the event's
@@ -45,20 +49,69 @@ pub struct IndexEntry {
     pub readings: Vec<(String, i64)>,
 }
 
+/// The first byte of an entry of each form: an array of 2 or 3, or a map (the first form).
+const COMPACT_NAMES: u8 = 0x82;
+const COMPACT_OFFSETS: u8 = 0x83;
+
 impl IndexEntry {
-    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        let mut value = Vec::with_capacity(32 + 24 * self.readings.len());
-        ciborium::into_writer(self, &mut value).map_err(|e| WireError::Encoding {
+    /// The compact form: the readings' origins as offsets from the event's (`event_origin`, the
+    /// entry's key time), left out when all are 0 (a device service's usual event).
+    pub fn encode(&self, event_origin: i64) -> Result<Vec<u8>, WireError> {
+        let names: Vec<&str> = self.readings.iter().map(|(r, _)| r.as_str()).collect();
+        let offsets: Vec<i64> = self
+            .readings
+            .iter()
+            .map(|(_, origin)| origin.wrapping_sub(event_origin))
+            .collect();
+        let mut value = Vec::with_capacity(16 + 12 * self.readings.len());
+        let written = if offsets.iter().all(|o| *o == 0) {
+            ciborium::into_writer(&(&self.device, names), &mut value)
+        } else {
+            ciborium::into_writer(&(&self.device, names, offsets), &mut value)
+        };
+        written.map_err(|e| WireError::Encoding {
             message: format!("encoding an event index entry: {e}"),
         })?;
         Ok(value)
     }
 
-    /// Decodes an entry; a value that is not one is named by the event id it was found under.
-    pub fn decode(event_id: &str, value: &[u8]) -> Result<IndexEntry, WireError> {
-        ciborium::from_reader(value).map_err(|e| WireError::Encoding {
+    /// Decodes an entry of either form found under `event_id` at `event_origin`; a value that is
+    /// not one is named by the event id.
+    pub fn decode(
+        event_id: &str,
+        event_origin: i64,
+        value: &[u8],
+    ) -> Result<IndexEntry, WireError> {
+        let fail = |e: String| WireError::Encoding {
             message: format!("the index entry of event {event_id} does not decode: {e}"),
-        })
+        };
+        let entry = match value.first() {
+            Some(&COMPACT_NAMES) => {
+                let (device, names): (String, Vec<String>) =
+                    ciborium::from_reader(value).map_err(|e| fail(e.to_string()))?;
+                let readings = names.into_iter().map(|r| (r, event_origin)).collect();
+                IndexEntry { device, readings }
+            }
+            Some(&COMPACT_OFFSETS) => {
+                let (device, names, offsets): (String, Vec<String>, Vec<i64>) =
+                    ciborium::from_reader(value).map_err(|e| fail(e.to_string()))?;
+                if names.len() != offsets.len() {
+                    return Err(fail(format!(
+                        "{} resources and {} origin offsets",
+                        names.len(),
+                        offsets.len()
+                    )));
+                }
+                let readings = names
+                    .into_iter()
+                    .zip(offsets)
+                    .map(|(r, offset)| (r, event_origin.wrapping_add(offset)))
+                    .collect();
+                IndexEntry { device, readings }
+            }
+            _ => ciborium::from_reader(value).map_err(|e| fail(e.to_string()))?,
+        };
+        Ok(entry)
     }
 }
 
@@ -80,7 +133,7 @@ pub fn index_reading(
         device: INDEX_DEVICE.to_string(),
         sensor: event_id.to_string(),
         ts_ns: event_origin,
-        value: entry.encode()?,
+        value: entry.encode(event_origin)?,
     })
 }
 
@@ -111,12 +164,76 @@ mod tests {
             (r.device.as_str(), r.sensor.as_str(), r.ts_ns),
             (INDEX_DEVICE, "e1", 7)
         );
-        let entry = IndexEntry::decode("e1", &r.value).expect("decodes");
+        let entry = IndexEntry::decode("e1", 7, &r.value).expect("decodes");
         assert_eq!(entry.device, "car-1");
         assert_eq!(
             entry.readings,
             [("speed".to_string(), 7), ("fuel".to_string(), 8)]
         );
-        assert!(IndexEntry::decode("e1", b"\xff").is_err());
+        assert_eq!(r.value[0], COMPACT_OFFSETS, "one origin is not the event's");
+        assert!(IndexEntry::decode("e1", 7, b"\xff").is_err());
+    }
+
+    /// A 10-reading event as a device service sends it (every origin the event's): the entry
+    /// is an array of the device and the names, less than half the first form's bytes.
+    #[test]
+    fn a_device_services_event_takes_its_names_and_little_else() {
+        let origin = 1_700_000_000_000_000_000;
+        let entry = IndexEntry {
+            device: "gw-device-0042".into(),
+            readings: (0..10).map(|i| (format!("float-{i}"), origin)).collect(),
+        };
+        let compact = entry.encode(origin).expect("encodes");
+        assert_eq!(compact[0], COMPACT_NAMES);
+        assert_eq!(compact.len(), 1 + 15 + 1 + 10 * 8);
+        assert_eq!(
+            IndexEntry::decode("e", origin, &compact).expect("decodes"),
+            entry
+        );
+        let mut first_form = Vec::new();
+        ciborium::into_writer(&entry, &mut first_form).expect("encodes");
+        assert_eq!(first_form.len(), 201);
+        assert_eq!(
+            IndexEntry::decode("e", origin, &first_form).expect("decodes"),
+            entry
+        );
+        // Origins before, after and far from the event's come back whole.
+        let spread = IndexEntry {
+            device: "d".into(),
+            readings: vec![
+                ("a".into(), i64::MIN),
+                ("b".into(), origin - 1),
+                ("c".into(), i64::MAX),
+            ],
+        };
+        let bytes = spread.encode(origin).expect("encodes");
+        assert_eq!(
+            IndexEntry::decode("e", origin, &bytes).expect("decodes"),
+            spread
+        );
+        // A deleted event's entry: no readings.
+        let emptied = IndexEntry {
+            device: "d".into(),
+            readings: Vec::new(),
+        };
+        let bytes = emptied.encode(origin).expect("encodes");
+        assert_eq!(bytes, [0x82, 0x61, b'd', 0x80]);
+        assert_eq!(
+            IndexEntry::decode("e", origin, &bytes).expect("decodes"),
+            emptied
+        );
+        // Offsets that do not match the names, and every truncation, are errors.
+        let mismatched = {
+            let mut v = Vec::new();
+            ciborium::into_writer(&("d", vec!["a", "b"], vec![1i64]), &mut v).expect("encodes");
+            v
+        };
+        assert!(IndexEntry::decode("e", origin, &mismatched).is_err());
+        for cut in 0..compact.len() {
+            assert!(
+                IndexEntry::decode("e", origin, &compact[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
     }
 }
