@@ -165,7 +165,10 @@ impl KafkaCluster {
             let props = node.dir.join("server.properties");
             std::fs::write(&props, settings(node, &voters, self.nodes.len()))
                 .map_err(|e| Error::io(&props, e))?;
-            let mut args = vec!["kafka.tools.StorageTool", "format", "-t", &cluster_id, "-c"];
+            // `--cluster-id=ID` in one argument: an id may begin with '-' (one in 64 of the
+            // alphabet's first letters), which `-t ID` hands to the parser as an option.
+            let id_arg = format!("--cluster-id={cluster_id}");
+            let mut args = vec!["kafka.tools.StorageTool", "format", &id_arg, "-c"];
             let props = props.to_string_lossy().into_owned();
             args.push(&props);
             formats.push(java(&["-Xmx128m", "-XX:TieredStopAtLevel=1"], &args)?);
