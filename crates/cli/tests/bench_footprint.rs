@@ -3,7 +3,8 @@
 //! reading read back, the bytes on disk and written to the device positive and plausible, the
 //! outputs written. InfluxDB is left out: it is installed only by `scripts/install-deps bench`.
 //! And the gateway-class disk (about 15 s, beside the first): the native route alone on a device
-//! throttled to 30 MB/s of writes, the probe's dd measuring that bound, and no rule left behind.
+//! throttled to 30 MB/s of writes, the probe's dd measuring that bound, and no rule left behind;
+//! and a run with `--warm-up` (about 15 s) that counts its second half only.
 
 use std::process::Command;
 
@@ -126,4 +127,57 @@ fn a_throttled_disk_is_measured_at_its_bound_and_released() {
             );
         }
     }
+}
+
+const WARMED: &str = "a_warmed_up_run_counts_its_second_half_only";
+
+/// `--warm-up` (about 15 s): the native route alone; the stream's first half goes in and
+/// settles before the counters begin, so the run's readings, and roamkv's caller bytes, are the
+/// second half's, and the read-back finds both halves.
+#[test]
+fn a_warmed_up_run_counts_its_second_half_only() {
+    if !prerequisite::met(WARMED, prerequisite::require_root()) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let output = Command::new(ROAMKV)
+        .args([
+            "bench",
+            "footprint",
+            "--quick",
+            "--warm-up",
+            "--fs-gib",
+            "1",
+        ])
+        .args(["--systems", "roamkv-native"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run roamkv bench footprint");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+            .expect("JSON");
+    let run = &json["runs"][0];
+    assert_eq!(run["readings"].as_u64(), Some(12_000), "{run}");
+    assert_eq!(run["warm_up_readings"].as_u64(), Some(12_000), "{run}");
+    let back = &run["read_back"];
+    assert_eq!(back["expected"].as_u64(), Some(24_000), "{run}");
+    assert_eq!(back["matched"].as_u64(), Some(24_000), "{run}");
+    // A native reading hands the engine about 42 bytes ("gw-device-0007", its sensor, 8 bytes of
+    // time, the value): counted over both halves it would be twice that per measured reading.
+    let user = run["breakdown_settled"]["user_bytes"]
+        .as_u64()
+        .expect("caller's bytes") as f64
+        / 12_000.0;
+    assert!((30.0..60.0).contains(&user), "{user} B/reading: {run}");
+    assert!(
+        json["notes"].as_array().is_some_and(|n| n
+            .iter()
+            .any(|n| n.as_str().is_some_and(|n| n.contains("warm-up")))),
+        "{json}"
+    );
 }

@@ -149,6 +149,7 @@ mod tests {
             seconds: 3,
             seed: 1,
             mix: MIX_DEFAULT.to_vec(),
+            send_from_second: 0,
         };
         let all: Vec<Vec<Flat>> = batches(&spec, 7).collect();
         assert_eq!(all.iter().map(Vec::len).sum::<usize>(), 60);

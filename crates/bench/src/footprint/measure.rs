@@ -1,7 +1,9 @@
 //! One system's footprint: a fresh ext4 on its own loop device, the system on it, the stream
 //! sent, and three counter reads — before ingest, right after it, and once settled — each after a
 //! `sync` of the file system (so the bytes the page cache still held are counted where they were
-//! written). Beside the device's counter: the bytes the files take (allocated blocks, `du`), and
+//! written). With a warm-up, the stream's first half goes in and settles before the first read,
+//! and every figure is of the second half: device bytes and roamkv's counters over it, on-disk
+//! bytes as what the files grew by. Beside the device's counter: the bytes the files take (allocated blocks, `du`), and
 //! for roamkv its own counters (`Stats`), which say where each byte went.
 
 use std::os::unix::fs::MetadataExt;
@@ -47,6 +49,34 @@ pub struct Breakdown {
 }
 
 impl Breakdown {
+    /// What changed since `earlier`: the counters' bytes over the interval, and what the files
+    /// grew by.
+    fn since(self, earlier: &Breakdown) -> Breakdown {
+        Breakdown {
+            log_record_bytes: self
+                .log_record_bytes
+                .saturating_sub(earlier.log_record_bytes),
+            segment_preparation_bytes: self
+                .segment_preparation_bytes
+                .saturating_sub(earlier.segment_preparation_bytes),
+            lower_tier_bytes: self
+                .lower_tier_bytes
+                .saturating_sub(earlier.lower_tier_bytes),
+            moved_bytes: self.moved_bytes.saturating_sub(earlier.moved_bytes),
+            consolidated_bytes: self
+                .consolidated_bytes
+                .saturating_sub(earlier.consolidated_bytes),
+            user_bytes: self.user_bytes.saturating_sub(earlier.user_bytes),
+            log_file_bytes: self.log_file_bytes.saturating_sub(earlier.log_file_bytes),
+            spare_segments_bytes: self
+                .spare_segments_bytes
+                .saturating_sub(earlier.spare_segments_bytes),
+            lower_file_bytes: self
+                .lower_file_bytes
+                .saturating_sub(earlier.lower_file_bytes),
+        }
+    }
+
     fn of(stats: &Stats) -> Breakdown {
         Breakdown {
             log_record_bytes: stats.log_bytes_written,
@@ -66,7 +96,10 @@ impl Breakdown {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Footprint {
     pub system: System,
+    /// The readings measured (with a warm-up, the second half's).
     pub readings: u64,
+    /// The readings sent and settled before the counters began (`--warm-up`), else 0.
+    pub warm_up_readings: u64,
     pub ingest_seconds: f64,
     pub readings_per_sec: f64,
     pub ingest: Phase,
@@ -103,19 +136,42 @@ pub fn measure(
     }
     let mkfs = fixture.mkfs_command().to_string();
     let running = systems::start(system, fixture, settings)?;
+    // With a warm-up the whole stream is twice as long: its first half (the stream as asked)
+    // goes in first, the second half is what is measured, and the read-back checks both.
+    let (measured, whole) = if settings.warm_up {
+        let whole = StreamSpec {
+            seconds: spec.seconds * 2,
+            ..spec.clone()
+        };
+        say(format!(
+            "{}: warm-up, {} readings; settling",
+            system.name(),
+            spec.readings()
+        ));
+        running.ingest(spec, settings)?;
+        running.settle(spec, settings)?;
+        let measured = StreamSpec {
+            send_from_second: spec.seconds,
+            ..whole.clone()
+        };
+        (measured, whole)
+    } else {
+        (spec.clone(), spec.clone())
+    };
     let start = counters(&running)?;
+    let stats_start = running.engine_stats()?;
     let began = Instant::now();
-    running.ingest(spec, settings)?;
+    running.ingest(&measured, settings)?;
     let ingest_seconds = began.elapsed().as_secs_f64();
     say(format!(
         "{}: {} readings in {ingest_seconds:.1} s; settling",
         system.name(),
-        spec.readings()
+        measured.readings()
     ));
     let ingested = counters(&running)?;
     let stats_ingested = running.engine_stats()?;
     let began = Instant::now();
-    let settled_how = running.settle(spec, settings)?;
+    let settled_how = running.settle(&measured, settings)?;
     let settle_seconds = began.elapsed().as_secs_f64();
     let settled = counters(&running)?;
     let stats_settled = running.engine_stats()?;
@@ -123,18 +179,33 @@ pub fn measure(
         "{}: {settled_how}; reading every reading back",
         system.name()
     ));
-    let read_back = read_back(system, spec, running)?;
+    let read_back = read_back(system, &whole, running)?;
+    // Without a warm-up the files are counted whole (a fresh directory's fixed costs, the
+    // log's preallocated segments, are part of what the stream cost); after one, their growth.
+    let baseline = if settings.warm_up {
+        start.on_disk_bytes
+    } else {
+        0
+    };
+    let breakdown = |stats: Option<Stats>| {
+        let now = Breakdown::of(stats.as_ref()?);
+        Some(match (&stats_start, settings.warm_up) {
+            (Some(first), true) => now.since(&Breakdown::of(first)),
+            _ => now,
+        })
+    };
     Ok(Footprint {
         system,
-        readings: spec.readings(),
+        readings: measured.readings(),
+        warm_up_readings: whole.readings() - measured.readings(),
         ingest_seconds,
-        readings_per_sec: spec.readings() as f64 / ingest_seconds.max(1e-9),
-        ingest: phase(&start, &ingested),
-        settle: phase(&ingested, &settled),
+        readings_per_sec: measured.readings() as f64 / ingest_seconds.max(1e-9),
+        ingest: phase(&start, &ingested, baseline),
+        settle: phase(&ingested, &settled, baseline),
         settle_seconds,
         settled_how,
-        breakdown_after_ingest: stats_ingested.as_ref().map(Breakdown::of),
-        breakdown_settled: stats_settled.as_ref().map(Breakdown::of),
+        breakdown_after_ingest: breakdown(stats_ingested),
+        breakdown_settled: breakdown(stats_settled),
         read_back,
         mkfs,
     })
@@ -159,10 +230,10 @@ fn counters(running: &Running) -> Result<Counters> {
     })
 }
 
-fn phase(earlier: &Counters, later: &Counters) -> Phase {
+fn phase(earlier: &Counters, later: &Counters, on_disk_baseline: u64) -> Phase {
     Phase {
         device_written_bytes: later.device.delta(&earlier.device).bytes_written(),
-        on_disk_bytes: later.on_disk_bytes,
+        on_disk_bytes: later.on_disk_bytes.saturating_sub(on_disk_baseline),
     }
 }
 

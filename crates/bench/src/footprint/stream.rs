@@ -68,7 +68,7 @@ pub const MIX_DEFAULT: [Kind; 10] = [
 
 const STATES: [&str; 4] = ["idle", "running", "maintenance", "fault"];
 
-/// The stream's shape; `readings()` = devices x sensors x seconds.
+/// The stream's shape; `readings()` = devices x sensors x the seconds sent.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StreamSpec {
     pub devices: usize,
@@ -76,6 +76,9 @@ pub struct StreamSpec {
     pub seconds: u64,
     pub seed: u64,
     pub mix: Vec<Kind>,
+    /// The seconds before it are generated (the stream is the same from there on) but not
+    /// sent: the second half of a stream whose first half went in as a warm-up.
+    pub send_from_second: u64,
 }
 
 /// The first event's origin (fixed, so every run writes the same keys): 2023-11-14T22:13:20Z.
@@ -85,7 +88,7 @@ pub const SOURCE: &str = "footprint-source";
 
 impl StreamSpec {
     pub fn readings(&self) -> u64 {
-        (self.devices * self.sensors) as u64 * self.seconds
+        (self.devices * self.sensors) as u64 * self.seconds.saturating_sub(self.send_from_second)
     }
     pub fn kind(&self, sensor: usize) -> Kind {
         self.mix[sensor % self.mix.len()]
@@ -188,6 +191,18 @@ impl Iterator for Stream {
     type Item = Event;
 
     fn next(&mut self) -> Option<Event> {
+        loop {
+            let event = self.generate()?;
+            if event.second >= self.spec.send_from_second {
+                return Some(event);
+            }
+        }
+    }
+}
+
+impl Stream {
+    /// The next event of the whole stream, sent or not (the values walk on either way).
+    fn generate(&mut self) -> Option<Event> {
         let (second, device) = self.next;
         if second >= self.spec.seconds || self.spec.devices == 0 {
             return None;
@@ -254,7 +269,30 @@ mod tests {
             seconds: 4,
             seed: 7,
             mix: MIX_DEFAULT.to_vec(),
+            send_from_second: 0,
         }
+    }
+
+    /// A warm-up's two halves: the first half is the stream of half the seconds, the second
+    /// the rest of the whole, the values walking on from where the first left them.
+    #[test]
+    fn a_stream_in_two_halves_is_the_whole_stream() {
+        let whole = StreamSpec {
+            seconds: 8,
+            ..spec()
+        };
+        let second_half = StreamSpec {
+            send_from_second: 4,
+            ..whole.clone()
+        };
+        let halves: Vec<Event> = spec().events().chain(second_half.events()).collect();
+        let all: Vec<Event> = whole.events().collect();
+        assert_eq!(halves.len(), all.len());
+        for (x, y) in halves.iter().zip(&all) {
+            assert_eq!((x.second, &x.id), (y.second, &y.id));
+            assert_eq!(x.readings[3].value, y.readings[3].value);
+        }
+        assert_eq!(second_half.readings() + spec().readings(), whole.readings());
     }
 
     #[test]

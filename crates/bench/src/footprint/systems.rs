@@ -62,6 +62,8 @@ pub struct Settings {
     pub clients: usize,
     pub management_time_ms: u64,
     pub settle_timeout_s: u64,
+    /// The stream's first half sent and settled before anything is counted (`--warm-up`).
+    pub warm_up: bool,
     /// The gateway-class disk every system's device is throttled to, if any, and what its probe
     /// measured.
     pub disk: Option<DiskProfile>,
