@@ -4,6 +4,8 @@
 //! Kafka cluster (the single-edge run's: kafka.rs) and one topic of their own size
 //! (`roamkv-fleet-N`, 3 partitions, replication 3, `min.insync.replicas=2`):
 //!
+//! 0. **Warm-up**, once: one edge's backlog drained into a topic of its own, not reported
+//!    (`warm_up`: a cold cluster drains at about half its warm rate).
 //! 1. **Drain**: every broker stopped (SIGSTOP, the link cut) while every edge writes a backlog
 //!    (closed loop); continued; each edge's drain rate (its backlog over its first commit to
 //!    caught up), the fleet's (every backlog over the first commit to the last edge caught up),
@@ -128,6 +130,8 @@ impl FleetSize {
 #[derive(Debug, Default, serde::Serialize)]
 pub struct FleetResults {
     pub cluster_startup_s: f64,
+    /// The warm-up drain's rate (one edge, not a fleet size).
+    pub warm_up_readings_per_sec: f64,
     pub sizes: Vec<FleetSize>,
 }
 
@@ -178,11 +182,17 @@ pub fn run(setup: &FleetSetup) -> Result<FleetResults> {
     let cluster = KafkaCluster::start(3)?;
     let mut results = FleetResults {
         cluster_startup_s: cluster.startup.as_secs_f64(),
+        warm_up_readings_per_sec: 0.0,
         sizes: Vec::new(),
     };
     println!(
         "kafka: 3 nodes up in {:.1} s; fleets of {:?} edges, {} clients each",
         results.cluster_startup_s, setup.edges, setup.clients
+    );
+    results.warm_up_readings_per_sec = warm_up(&cluster, setup)?;
+    println!(
+        "warm-up: one edge drained {:.0} readings/s (not reported as a fleet size)",
+        results.warm_up_readings_per_sec
     );
     for &n in &setup.edges {
         let size = run_size(&cluster, setup, n)?;
@@ -203,6 +213,25 @@ pub fn run(setup: &FleetSetup) -> Result<FleetResults> {
         results.sizes.push(size);
     }
     Ok(results)
+}
+
+/// One edge's backlog drained into a topic of its own, before any fleet size is measured: a
+/// cold cluster's JVMs compile their hot paths during the first minutes of load (in two runs
+/// without it, 1,2,4 and 4,2,1, the size measured first drained at about half the rate of the
+/// same size measured last; the shared machine's load swings as much: docs/BENCHMARKS.md,
+/// "A fleet into one cluster"). Returns its rate.
+fn warm_up(cluster: &KafkaCluster, setup: &FleetSetup) -> Result<f64> {
+    let topic = format!("{TOPIC_PREFIX}warm-up");
+    cluster.create_topic(&topic, PARTITIONS, &["min.insync.replicas=2"])?;
+    let url = format!("kafka://{}/{topic}", cluster.bootstrap());
+    let edges = vec![Edge::start(setup, &url)?];
+    wait_caught_up(edges[0].addr, Duration::from_secs(60))?;
+    let mut scratch = FleetSize {
+        per_edge: vec![EdgeFigures::default()],
+        ..FleetSize::default()
+    };
+    drain(cluster, &edges, setup, &mut scratch)?;
+    Ok(scratch.aggregate_readings_per_sec)
 }
 
 /// One fleet size: its topic, its N edges started, drained, driven, counted and stopped.
