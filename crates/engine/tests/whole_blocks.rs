@@ -149,6 +149,14 @@ fn every_group_is_written_as_whole_blocks_and_nothing_is_read_first() {
             path.display()
         );
     }
+    // The engine's count of whole-block bytes is what reached the files, and above the
+    // records' bytes by the rewrites and padding of each small group.
+    let written: u64 = writes.iter().map(|(_, _, len)| *len as u64).sum();
+    assert_eq!(stats.log_block_bytes_written, written, "{stats:?}");
+    assert!(
+        stats.log_block_bytes_written >= stats.log_bytes_written + 400 * LOG_BLOCK_BYTES / 2,
+        "400 one-reading groups each write about a block: {stats:?}"
+    );
     drop(engine);
     let engine = open(dir.path(), &clock);
     assert_eq!(count(&engine), 400);

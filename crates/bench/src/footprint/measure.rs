@@ -31,6 +31,10 @@ pub struct Phase {
 pub struct Breakdown {
     /// Commit-log records (every kind, headers included).
     pub log_record_bytes: u64,
+    /// The whole 4 KiB blocks the log's group commits wrote (records, the block's earlier bytes
+    /// again, padding), and the group commits.
+    pub log_block_bytes: u64,
+    pub group_commits: u64,
     /// Segment preparation: zero-fill of new segments, headers of recycled ones.
     pub segment_preparation_bytes: u64,
     /// The lower tier's own writes: ingested runs, catalog batches, flushes, compaction.
@@ -56,6 +60,8 @@ impl Breakdown {
             log_record_bytes: self
                 .log_record_bytes
                 .saturating_sub(earlier.log_record_bytes),
+            log_block_bytes: self.log_block_bytes.saturating_sub(earlier.log_block_bytes),
+            group_commits: self.group_commits.saturating_sub(earlier.group_commits),
             segment_preparation_bytes: self
                 .segment_preparation_bytes
                 .saturating_sub(earlier.segment_preparation_bytes),
@@ -80,6 +86,8 @@ impl Breakdown {
     fn of(stats: &Stats) -> Breakdown {
         Breakdown {
             log_record_bytes: stats.log_bytes_written,
+            log_block_bytes: stats.log_block_bytes_written,
+            group_commits: stats.group_commits,
             segment_preparation_bytes: stats.log_preallocated_bytes,
             lower_tier_bytes: stats.lower_bytes_written,
             moved_bytes: stats.moved_bytes,

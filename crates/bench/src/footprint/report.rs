@@ -60,12 +60,14 @@ fn rows(runs: &[Footprint]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const WHERE_COLUMNS: [&str; 9] = [
+const WHERE_COLUMNS: [&str; 11] = [
     "system (roamkv's Stats, B/reading)",
     "log records",
+    "log block rewrites and padding (whole blocks - records)",
+    "group commits per 1,000 readings",
     "segment preparation",
     "lower tier (runs, catalog, compaction)",
-    "file system + partial-block rewrites (device - the rest)",
+    "file system (device - the rest)",
     "device written",
     "caller's bytes",
     "on disk settled: log files (of them spare segments)",
@@ -77,10 +79,14 @@ fn where_rows(runs: &[Footprint]) -> Vec<Vec<String>> {
         .filter_map(|f| f.breakdown_settled.map(|b| (f, b)))
         .map(|(f, b): (&Footprint, Breakdown)| {
             let device = f.device_written_bytes();
-            let engine = b.log_record_bytes + b.segment_preparation_bytes + b.lower_tier_bytes;
+            // The log's whole blocks, or its records where a counter of blocks is missing.
+            let log = b.log_block_bytes.max(b.log_record_bytes);
+            let engine = log + b.segment_preparation_bytes + b.lower_tier_bytes;
             vec![
                 f.system.name().to_string(),
                 number(f.per_reading(b.log_record_bytes)),
+                number(f.per_reading(log - b.log_record_bytes)),
+                number(f.per_reading(b.group_commits * 1000)),
                 number(f.per_reading(b.segment_preparation_bytes)),
                 number(f.per_reading(b.lower_tier_bytes)),
                 number(f.per_reading(device.saturating_sub(engine))),

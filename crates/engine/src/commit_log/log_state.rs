@@ -16,7 +16,7 @@ use crate::commit_log::record;
 use crate::commit_log::segment::Segment;
 use crate::model::error::Result;
 use crate::model::ids::{DeviceId, LowerId, SegmentSeq};
-use crate::model::limits::SEGMENT_HEADER_BYTES;
+use crate::model::limits::{LOG_BLOCK_BYTES, SEGMENT_HEADER_BYTES};
 use crate::stats::Counters;
 
 /// What a record of a segment asks of the catalog when the segment leaves the log.
@@ -460,12 +460,15 @@ impl Group {
     /// `writeback_bytes` (bounded dirty pages); the group's fdatasync, with `sync`, is
     /// `sync_groups`, which may run while the next group is written.
     pub fn write(&self, sync: bool, writeback_bytes: u64, counters: &Counters) -> Result<()> {
-        let mut bytes = 0;
+        let (mut bytes, mut block_bytes) = (0, 0);
         for chunk in &self.chunks {
             if chunk.segment.write_blocks(&chunk.pieces, chunk.offset)? {
                 Counters::add(&counters.log_head_reads, 1);
             }
             bytes += chunk.bytes as u64;
+            let end = chunk.offset + chunk.bytes as u64;
+            block_bytes += end.next_multiple_of(LOG_BLOCK_BYTES)
+                - (chunk.offset - chunk.offset % LOG_BLOCK_BYTES);
             if !sync {
                 chunk
                     .segment
@@ -473,6 +476,7 @@ impl Group {
             }
         }
         Counters::add(&counters.log_bytes_written, bytes);
+        Counters::add(&counters.log_block_bytes_written, block_bytes);
         Counters::add(&counters.group_commits, 1);
         Ok(())
     }

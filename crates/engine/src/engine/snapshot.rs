@@ -87,6 +87,7 @@ pub(crate) fn stats(inner: &Inner) -> Stats {
     stats.user_bytes = Counters::get(&c.user_bytes);
     stats.user_records = Counters::get(&c.user_records);
     stats.log_bytes_written = Counters::get(&c.log_bytes_written);
+    stats.log_block_bytes_written = Counters::get(&c.log_block_bytes_written);
     stats.log_preallocated_bytes = Counters::get(&c.log_preallocated_bytes);
     stats.lower_bytes_written = inner.lower.bytes_written();
     stats.reclaimed_bytes_without_write = Counters::get(&c.reclaimed_bytes_without_write);

@@ -29,6 +29,13 @@ pub struct Stats {
     pub user_records: u64,
     /// Commit-log record bytes written (all kinds, headers included).
     pub log_bytes_written: u64,
+    /// Bytes the log's group commits wrote as whole 4 KiB blocks (docs/FORMAT.md, "Whole
+    /// blocks"): their records, the bytes of the first block before them written again, and
+    /// the zeros after them to the block's end. Over `log_bytes_written`, what small group
+    /// commits cost in block rewrites (a device writes a block once per flush, so two groups
+    /// in one fdatasync may cost it less).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub log_block_bytes_written: u64,
     /// Bytes written to make segments: zero-fill of new ones, headers of recycled ones.
     pub log_preallocated_bytes: u64,
     /// Bytes the lower tier wrote itself: ingested runs, catalog batches, flushes,
@@ -213,6 +220,7 @@ pub(crate) struct Counters {
     pub user_bytes: AtomicU64,
     pub user_records: AtomicU64,
     pub log_bytes_written: AtomicU64,
+    pub log_block_bytes_written: AtomicU64,
     pub log_preallocated_bytes: AtomicU64,
     pub reclaimed_bytes_without_write: AtomicU64,
     pub segments_aged: AtomicU64,
