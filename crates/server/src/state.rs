@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
 use roamkv_engine::{DeviceInfo, Engine, LogPos, Reading, Record, ScanCursor};
 use roamkv_wire::KeyedReading;
-use roamkv_wire::edgex::{self, AddEventRequest, Decoded, PathNames, event_index};
+use roamkv_wire::edgex::{self, AddEventView, Decoded, PathNames, event_index};
 use tokio::sync::Semaphore;
 
 use crate::clock::now_ms;
@@ -91,13 +91,13 @@ impl AppState {
     /// Returns the event id.
     pub async fn ingest_event(
         self: &Arc<Self>,
-        request: AddEventRequest,
+        request: AddEventView<'_>,
         path: Option<PathNames<'_>>,
         source: &'static str,
         bytes: usize,
     ) -> Result<String, ApiError> {
-        let id = request.event.id.clone();
-        let (origin, device) = (request.event.origin, request.event.device_name.clone());
+        let id = request.event.id.to_string();
+        let (origin, device) = (request.event.origin, request.event.device_name.to_string());
         let checked = edgex::event_to_readings(request, path, self.config.batch_readings_max)
             .and_then(|mut readings| {
                 // The index entry rides in the event's batch: both or neither after a crash.

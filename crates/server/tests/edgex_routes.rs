@@ -3,7 +3,8 @@
 //! of a device (with the `resourceNames` body), `POST /secret` (501, with why), core-data 4's
 //! `numeric` and `aggregateFunc` (computed as core-data computes them) and roamkv's `every`
 //! buckets, a `limit` above MaxResultCount (400, said, not clamped), `X-Correlation-ID` (echoed,
-//! made when missing, refused when not a UUID), and values held to their valueType.
+//! made when missing, refused when not a UUID), values held to their valueType, and an event's
+//! JSON text read with its escapes (the route reads names borrowed from the body).
 
 mod common;
 
@@ -276,7 +277,8 @@ async fn correlation_ids_are_echoed_made_and_checked() {
         .to_str()
         .expect("text")
         .to_string();
-    assert!(uuid::Uuid::parse_str(&made).is_ok(), "{made}");
+    let made = uuid::Uuid::parse_str(&made).expect("a UUID");
+    assert_eq!(made.get_version_num(), 4, "{made}");
     let answer = client
         .get(&url)
         .header("X-Correlation-ID", "not-a-uuid")
@@ -325,5 +327,43 @@ async fn values_are_held_to_their_value_type_and_a_refused_event_writes_nothing(
         count["count"], 0,
         "nothing of a refused event is written: {count}"
     );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaped_text_in_an_event_is_stored_as_its_text_and_the_answer_is_core_datas() {
+    let server = Server::start(|_| {}).await;
+    let origin = now_ns();
+    let id = "6b9c0a3e-0a52-4f4e-9d3c-2f0c3e1b7a10";
+    // Escapes in a reading's resource name, units and value, and in the event's source name:
+    // read as the text they stand for, not as the body's bytes.
+    let body = format!(
+        r#"{{"apiVersion":"v3","event":{{"apiVersion":"v3","id":"{id}","deviceName":"esc-1","profileName":"p","sourceName":"s\u0031","origin":{origin},"readings":[{{"origin":{origin},"deviceName":"esc-1","resourceName":"temp\u00e9\/in","profileName":"p","valueType":"String","units":"\u00b0C","value":"say \"hi\"\n"}}]}}}}"#
+    );
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "http://{}/api/v3/event/device-virtual/p/esc-1/s1",
+            server.addr()
+        ))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(answer.status(), 201);
+    // core-data's BaseWithIdResponse, byte for byte as before.
+    assert_eq!(
+        answer.text().await.expect("body"),
+        format!(r#"{{"apiVersion":"v3","id":"{id}","statusCode":201}}"#)
+    );
+    let (status, body) = server.get("/api/v3/reading/device/name/esc-1").await;
+    assert_eq!(status, 200, "{body}");
+    let reading = &body["readings"][0];
+    assert_eq!(reading["resourceName"], "temp\u{e9}/in", "{body}");
+    assert_eq!(reading["units"], "\u{b0}C", "{body}");
+    assert_eq!(reading["value"], "say \"hi\"\n", "{body}");
+    let (status, body) = server.get(&format!("/api/v3/event/id/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["event"]["sourceName"], "s1", "{body}");
     server.stop().await;
 }

@@ -160,9 +160,9 @@ mod tests {
             assert!(v["value"].is_string());
         }
         let event = spec.events().next().expect("an event");
-        let request =
-            roamkv_wire::edgex::parse_add_event(edgex_json(&spec, &event).as_bytes(), false)
-                .expect("a valid AddEventRequest");
+        let json = edgex_json(&spec, &event);
+        let request = roamkv_wire::edgex::parse_add_event_json(json.as_bytes())
+            .expect("a valid AddEventRequest");
         let readings =
             roamkv_wire::edgex::event_to_readings(request, None, usize::MAX).expect("readings");
         assert_eq!(readings.len(), 10);

@@ -374,7 +374,7 @@ fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
 /// thread, ~0.4 s per step): JSON parsing, the checks and CBOR encoding of each reading, and
 /// (for comparison) decoding the same readings as a binary batch.
 fn decode_cost(size: usize) -> Result<DecodeCost> {
-    use roamkv_wire::edgex::{event_to_readings, parse_add_event};
+    use roamkv_wire::edgex::{event_to_readings, parse_add_event_json};
     let json = edgex_json(&EventSpec {
         client: 0,
         seq: 0,
@@ -399,12 +399,12 @@ fn decode_cost(size: usize) -> Result<DecodeCost> {
         Ok(best)
     };
     let parse = time(&mut || {
-        parse_add_event(json.as_bytes(), false)
+        parse_add_event_json(json.as_bytes())
             .map(drop)
             .map_err(BenchError::from)
     })?;
     let parse_and_convert = time(&mut || {
-        let request = parse_add_event(json.as_bytes(), false)?;
+        let request = parse_add_event_json(json.as_bytes())?;
         event_to_readings(request, None, usize::MAX)
             .map(drop)
             .map_err(BenchError::from)

@@ -369,7 +369,7 @@ pub fn stored_values(readings_per_event: usize) -> Result<Arc<Vec<Vec<u8>>>> {
         readings: readings_per_event,
         origin_ms: 1_700_000_000_000,
     });
-    let request = roamkv_wire::edgex::parse_add_event(json.as_bytes(), false)?;
+    let request = roamkv_wire::edgex::parse_add_event_json(json.as_bytes())?;
     let readings = roamkv_wire::edgex::event_to_readings(request, None, usize::MAX)?;
     Ok(Arc::new(readings.into_iter().map(|r| r.value).collect()))
 }

@@ -45,15 +45,16 @@ const CORRELATION_HEADER: &str = "x-correlation-id";
 /// 400, and changes nothing.
 async fn correlation_id(request: Request, next: Next) -> Response {
     let id = match request.headers().get(CORRELATION_HEADER) {
-        None => uuid::Uuid::new_v4().to_string(),
-        Some(value) if value.is_empty() => uuid::Uuid::new_v4().to_string(),
+        None => new_correlation_id(),
+        Some(value) if value.is_empty() => new_correlation_id(),
         Some(value) => match value
             .to_str()
             .ok()
             // The hyphenated form only (36 characters), the contract's `format: uuid`.
             .filter(|t| t.len() == 36 && uuid::Uuid::parse_str(t).is_ok())
         {
-            Some(text) => text.to_string(),
+            // The request's own value, echoed as it came (no copy of its text).
+            Some(_) => value.clone(),
             None => {
                 return ApiError::bad_request(format!("X-Correlation-ID {value:?} is not a UUID"))
                     .into_response();
@@ -61,10 +62,18 @@ async fn correlation_id(request: Request, next: Next) -> Response {
         },
     };
     let mut response = next.run(request).await;
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert(CORRELATION_HEADER, value);
-    }
+    response.headers_mut().insert(CORRELATION_HEADER, id);
     response
+}
+
+/// A new correlation id: a random (v4) UUID, hyphenated. Its bytes come from the thread's
+/// generator (`rand::random`, seeded from the OS), not from a `getrandom` call per request as
+/// `Uuid::new_v4` makes.
+fn new_correlation_id() -> HeaderValue {
+    let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+    let mut text = [0; uuid::fmt::Hyphenated::LENGTH];
+    let text = id.hyphenated().encode_lower(&mut text);
+    HeaderValue::from_str(text).expect("a UUID's text is a header value")
 }
 
 /// EdgeX core-data's v3 routes (under /api/v3), with its correlation id.

@@ -408,7 +408,7 @@ async fn handle(state: &Shared, publish: &Publish) -> bool {
         source_name: source,
     });
     match state
-        .ingest_event(request, path, "mqtt", publish.payload.len())
+        .ingest_event(request.view(), path, "mqtt", publish.payload.len())
         .await
     {
         Ok(_) => true,

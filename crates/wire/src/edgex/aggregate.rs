@@ -488,7 +488,7 @@ mod tests {
             }
         }))
         .expect("request");
-        let keyed = crate::edgex::event_to_readings(request, None, 10).expect("readings");
+        let keyed = crate::edgex::event_to_readings(request.view(), None, 10).expect("readings");
         for func in [AggregateFunc::Sum, AggregateFunc::Count, AggregateFunc::Min] {
             let (mut stored, mut decoded, mut first_form) = (
                 Aggregation::new(func, None),

@@ -149,7 +149,7 @@ mod tests {
             }
         }))
         .expect("request");
-        for keyed in event_to_readings(request, None, 10).expect("readings") {
+        for keyed in event_to_readings(request.view(), None, 10).expect("readings") {
             let shown = readable(&keyed.value, keyed.ts_ns).expect("a stored reading");
             let json = serde_json::to_value(&shown).expect("json");
             let back: ReadableReading = serde_json::from_value(json).expect("parses back");

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use super::borrowed::{EventView, ReadingView};
 use super::compact::{self, Fields, Rest};
 use super::contract::API_VERSION;
 pub use super::dto::StoredReading;
@@ -19,8 +20,8 @@ const STORED_READING_BYTES_TYPICAL: usize = 96;
 /// The engine reading of a checked EdgeX reading: its key, and its value, a compact stored
 /// reading (compact.rs) carrying everything else.
 pub(super) fn keyed_reading(
-    event: &Event,
-    mut r: Reading,
+    event: &EventView<'_>,
+    r: ReadingView<'_>,
     event_tags: Option<&Map<String, Value>>,
 ) -> Result<KeyedReading, WireError> {
     let fields = Fields {
@@ -37,19 +38,19 @@ pub(super) fn keyed_reading(
             units: r.units.as_deref(),
             binary_value: r
                 .binary_value
-                .as_ref()
+                .as_deref()
                 .map(|b| serde_bytes::Bytes::new(&b.0)),
             media_type: r.media_type.as_deref(),
-            object_value: r.object_value.as_ref(),
-            tags: r.tags.as_ref(),
+            object_value: r.object_value.as_deref(),
+            tags: r.tags.as_deref(),
             event_tags,
         },
     };
     let mut value = Vec::with_capacity(STORED_READING_BYTES_TYPICAL);
     compact::encode(fields, r.origin, &mut value)?;
     Ok(KeyedReading {
-        device: event.device_name.clone(),
-        sensor: std::mem::take(&mut r.resource_name),
+        device: event.device_name.to_string(),
+        sensor: r.resource_name.into_owned(),
         ts_ns: r.origin,
         value,
     })

@@ -15,6 +15,7 @@ use roamkv_engine::limits::INTERNAL_DEVICE_PREFIX;
 use roamkv_wire::edgex::aggregate::{Aggregation, make_numeric};
 use roamkv_wire::edgex::contract::API_VERSION;
 use roamkv_wire::edgex::{self, Decoded, PathNames};
+use roamkv_wire::error::WireError;
 use roamkv_wire::names::{check_device_name, check_resource_name};
 
 use crate::clock::now_ns;
@@ -49,13 +50,20 @@ pub async fn add_event(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/cbor"));
-    let request = match edgex::parse_add_event(&bytes, cbor) {
-        Ok(r) => r,
-        Err(e) => {
-            let e = ApiError::from(e);
-            state.reject("http", &e);
-            return Err(e);
-        }
+    let refuse = |e: WireError| {
+        let e = ApiError::from(e);
+        state.reject("http", &e);
+        e
+    };
+    // JSON is read borrowing its text from the body; CBOR (ciborium reads owned values only)
+    // is read owned and viewed.
+    let owned = match cbor {
+        true => Some(edgex::parse_add_event(&bytes, true).map_err(refuse)?),
+        false => None,
+    };
+    let request = match &owned {
+        Some(request) => request.view(),
+        None => edgex::parse_add_event_json(&bytes).map_err(refuse)?,
     };
     let path = PathNames {
         profile_name: &profile,
@@ -68,9 +76,24 @@ pub async fn add_event(
     state.republisher.publish(&service, path, &id, &bytes, cbor);
     Ok((
         StatusCode::CREATED,
-        Json(json!({"apiVersion": API_VERSION, "statusCode": 201, "id": id})),
+        Json(Created {
+            api_version: API_VERSION,
+            id: &id,
+            status_code: 201,
+        }),
     )
         .into_response())
+}
+
+/// The answer to a written event: core-data's BaseWithIdResponse. Its fields in the order the
+/// `json!` map it replaced wrote them (by name), so the bytes are the same; written from a
+/// struct, not a map of owned keys.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Created<'a> {
+    api_version: &'a str,
+    id: &'a str,
+    status_code: u16,
 }
 
 /// Newest first, as EdgeX sorts (by origin, descending); ties in a stable key order.
