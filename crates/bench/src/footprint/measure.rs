@@ -144,28 +144,7 @@ pub fn measure(
     }
     let mkfs = fixture.mkfs_command().to_string();
     let running = systems::start(system, fixture, settings)?;
-    // With a warm-up the whole stream is twice as long: its first half (the stream as asked)
-    // goes in first, the second half is what is measured, and the read-back checks both.
-    let (measured, whole) = if settings.warm_up {
-        let whole = StreamSpec {
-            seconds: spec.seconds * 2,
-            ..spec.clone()
-        };
-        say(format!(
-            "{}: warm-up, {} readings; settling",
-            system.name(),
-            spec.readings()
-        ));
-        running.ingest(spec, settings)?;
-        running.settle(spec, settings)?;
-        let measured = StreamSpec {
-            send_from_second: spec.seconds,
-            ..whole.clone()
-        };
-        (measured, whole)
-    } else {
-        (spec.clone(), spec.clone())
-    };
+    let (measured, whole) = warm_up(&running, system, spec, settings, say)?;
     let start = counters(&running)?;
     let stats_start = running.engine_stats()?;
     let began = Instant::now();
@@ -195,11 +174,12 @@ pub fn measure(
     } else {
         0
     };
+    let first = stats_start.filter(|_| settings.warm_up);
     let breakdown = |stats: Option<Stats>| {
         let now = Breakdown::of(stats.as_ref()?);
-        Some(match (&stats_start, settings.warm_up) {
-            (Some(first), true) => now.since(&Breakdown::of(first)),
-            _ => now,
+        Some(match &first {
+            Some(first) => now.since(&Breakdown::of(first)),
+            None => now,
         })
     };
     Ok(Footprint {
@@ -217,6 +197,36 @@ pub fn measure(
         read_back,
         mkfs,
     })
+}
+
+/// With a warm-up, sends and settles the stream as asked (the first half of one twice as long)
+/// and returns (the second half, to measure; the whole, to read back); else the stream twice.
+fn warm_up(
+    running: &Running,
+    system: System,
+    spec: &StreamSpec,
+    settings: &Settings,
+    say: &dyn Fn(String),
+) -> Result<(StreamSpec, StreamSpec)> {
+    if !settings.warm_up {
+        return Ok((spec.clone(), spec.clone()));
+    }
+    say(format!(
+        "{}: warm-up, {} readings; settling",
+        system.name(),
+        spec.readings()
+    ));
+    running.ingest(spec, settings)?;
+    running.settle(spec, settings)?;
+    let whole = StreamSpec {
+        seconds: spec.seconds * 2,
+        ..spec.clone()
+    };
+    let measured = StreamSpec {
+        send_from_second: spec.seconds,
+        ..whole.clone()
+    };
+    Ok((measured, whole))
 }
 
 /// The device's counters and the files' allocated bytes, read between two syncs.
