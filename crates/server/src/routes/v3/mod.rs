@@ -1,8 +1,11 @@
 //! The EdgeX core-data v3 routes (paths, shapes and status codes as in EdgeX's v3 OpenAPI).
 //! Every handler is a thin layer: one engine call (or one bounded series of paged scans); the
-//! query's parameters are parsed in `query`.
+//! query's parameters are parsed in `query`; the routes of events by id are in `by_id`.
 
+mod by_id;
 mod query;
+
+pub use by_id::{delete_event_by_id, event_by_id};
 
 use axum::Json;
 use axum::body::Body;
@@ -537,63 +540,6 @@ pub async fn delete_by_age(
         })),
     )
         .into_response())
-}
-
-/// The id of `event/id/{id}`, a UUID; and the index must be on (`--event-id-index`).
-fn event_id(state: &AppState, id: &str) -> Result<(), ApiError> {
-    if !state.config.event_id_index {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "events are not indexed by id on this server (--event-id-index false); query by \
-             device and time instead",
-        ));
-    }
-    if id.len() != 36 || uuid::Uuid::parse_str(id).is_err() {
-        return Err(ApiError::bad_request(format!(
-            "event id {id:?} is not a UUID"
-        )));
-    }
-    Ok(())
-}
-
-fn no_event(id: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("no event with id {id}"))
-}
-
-/// GET event/id/{id}: one index lookup, then the event's readings by their keys.
-pub async fn event_by_id(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    _: NoQuery,
-) -> Result<Response, ApiError> {
-    event_id(&state, &id)?;
-    let event = state
-        .blocking(move |s| {
-            s.find_event(&id)?
-                .and_then(|found| found.event())
-                .ok_or_else(|| no_event(&id))
-        })
-        .await?;
-    Ok(ok(
-        json!({"apiVersion": API_VERSION, "statusCode": 200, "event": event}),
-    ))
-}
-
-/// DELETE event/id/{id}: the event's readings and its index entry overwritten in one batch
-/// (ingest/event_ids.rs); their keys go with retention or the device's departure.
-pub async fn delete_event_by_id(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-    _: NoQuery,
-) -> Result<Response, ApiError> {
-    event_id(&state, &id)?;
-    state
-        .blocking(move |s| match s.delete_event(&id)? {
-            true => Ok(()),
-            false => Err(no_event(&id)),
-        })
-        .await?;
-    Ok(ok(json!({"apiVersion": API_VERSION, "statusCode": 200})))
 }
 
 pub async fn ping(_: NoQuery) -> Response {
