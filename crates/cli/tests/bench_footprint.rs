@@ -13,6 +13,27 @@ use roamkv_testbed::prerequisite;
 const ROAMKV: &str = env!("CARGO_BIN_EXE_roamkv");
 const TEST: &str = "a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes";
 
+/// Runs `roamkv bench footprint --quick` with `args` into a fresh folder; asserts it succeeded
+/// and returns its terminal output, its results.json and the folder (kept while the test runs).
+fn footprint(args: &[&str]) -> (String, serde_json::Value, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let output = Command::new(ROAMKV)
+        .args(["bench", "footprint", "--quick"])
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run roamkv bench footprint");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+            .expect("JSON");
+    (stdout, json, dir)
+}
+
 #[test]
 fn a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes() {
     if !prerequisite::met(TEST, prerequisite::require_root()) {
@@ -22,23 +43,14 @@ fn a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes() {
         prerequisite::unmet(TEST, &missing);
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("out");
-    let output = Command::new(ROAMKV)
-        .args(["bench", "footprint", "--quick", "--fs-gib", "2"])
-        .args(["--systems", "roamkv-edgex,roamkv-native,rocksdb,questdb"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run roamkv bench footprint");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let (stdout, json, dir) = footprint(&[
+        "--fs-gib",
+        "2",
+        "--systems",
+        "roamkv-edgex,roamkv-native,rocksdb,questdb",
+    ]);
     assert!(stdout.contains("Where roamkv's bytes went"), "{stdout}");
 
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
-            .expect("JSON");
     let runs = json["runs"].as_array().expect("runs");
     let systems: Vec<&str> = runs.iter().filter_map(|r| r["system"].as_str()).collect();
     assert_eq!(
@@ -80,7 +92,7 @@ fn a_quick_footprint_reads_back_every_reading_and_counts_plausible_bytes() {
         breakdown["log_record_bytes"].as_u64() >= breakdown["user_bytes"].as_u64(),
         "{breakdown}"
     );
-    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    let html = std::fs::read_to_string(dir.path().join("out/report.html")).expect("report.html");
     assert!(html.contains("<svg") && html.contains("roamkv-native"));
 }
 
@@ -91,21 +103,14 @@ fn a_throttled_disk_is_measured_at_its_bound_and_released() {
     if !prerequisite::met(THROTTLED, prerequisite::require_root()) {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("out");
-    let output = Command::new(ROAMKV)
-        .args(["bench", "footprint", "--quick", "--fs-gib", "1"])
-        .args(["--systems", "roamkv-native", "--disk-profile", "sd-card"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run roamkv bench footprint");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
-            .expect("JSON");
+    let (_, json, _dir) = footprint(&[
+        "--fs-gib",
+        "1",
+        "--systems",
+        "roamkv-native",
+        "--disk-profile",
+        "sd-card",
+    ]);
     let probe = &json["settings"]["disk_probe"];
     // Asked 30 MB/s of writes: a rule that did not hold would show the host disk's GB/s; the
     // bound holds for writes the process sends itself and for the kernel's writeback alike.
@@ -139,28 +144,7 @@ fn a_warmed_up_run_counts_its_second_half_only() {
     if !prerequisite::met(WARMED, prerequisite::require_root()) {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("out");
-    let output = Command::new(ROAMKV)
-        .args([
-            "bench",
-            "footprint",
-            "--quick",
-            "--warm-up",
-            "--fs-gib",
-            "1",
-        ])
-        .args(["--systems", "roamkv-native"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run roamkv bench footprint");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
-            .expect("JSON");
+    let (_, json, _dir) = footprint(&["--warm-up", "--fs-gib", "1", "--systems", "roamkv-native"]);
     let run = &json["runs"][0];
     assert_eq!(run["readings"].as_u64(), Some(12_000), "{run}");
     assert_eq!(run["warm_up_readings"].as_u64(), Some(12_000), "{run}");

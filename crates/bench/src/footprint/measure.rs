@@ -146,7 +146,12 @@ pub fn measure(
     let running = systems::start(system, fixture, settings)?;
     let (measured, whole) = warm_up(&running, system, spec, settings, say)?;
     let start = counters(&running)?;
-    let stats_start = running.engine_stats()?;
+    // roamkv's counters run from the server's start: after a warm-up, read where they stand.
+    let first = if settings.warm_up {
+        running.engine_stats()?
+    } else {
+        None
+    };
     let began = Instant::now();
     running.ingest(&measured, settings)?;
     let ingest_seconds = began.elapsed().as_secs_f64();
@@ -174,7 +179,6 @@ pub fn measure(
     } else {
         0
     };
-    let first = stats_start.filter(|_| settings.warm_up);
     let breakdown = |stats: Option<Stats>| {
         let now = Breakdown::of(stats.as_ref()?);
         Some(match &first {
