@@ -25,6 +25,30 @@ def put(seq, device, sensor, ts, value, end=True):
     payload = struct.pack("<HHIq", len(d), len(s), len(value), ts) + d + s + value
     return record(2, payload, seq, end)
 
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+def zigzag(d):
+    return (d << 1) ^ (d >> 63) if d >= 0 else ((d << 1) ^ -1) & ((1 << 64) - 1)
+
+def puts(seq, device, readings, end=True):
+    """A PUTS record (segment format 3): one device's readings, (sensor, ts, value) each."""
+    d = device.encode()
+    payload = struct.pack("<HHq", len(d), len(readings), readings[0][1]) + d
+    prev = readings[0][1]
+    for sensor, ts, value in readings:
+        s = sensor.encode()
+        payload += varint(len(s)) + varint(len(value)) + varint(zigzag(ts - prev)) + s + value
+        prev = ts
+    return record(6, payload, seq, end)
+
 def register(seq, device, at_ms):
     d = device.encode()
     return record(1, struct.pack("<HQ", len(d), at_ms) + d, seq, False)
@@ -40,10 +64,10 @@ def trim(seq, device, before_ns):
 def segment_end(seq, next_seq, sealed_at_ms):
     return record(4, struct.pack("<QQ", next_seq, sealed_at_ms), seq, True)
 
-def segment(seq, size, records):
+def segment(seq, size, records, version=3):
     """The first bytes of a segment file of `size` bytes: the fuzz target (and the corpus test)
     extend the file with zeros to the size its header claims, so seeds stay small."""
-    fields = b"RKVLOG01" + struct.pack("<IIQQ", 2, 0, seq, size)
+    fields = b"RKVLOG01" + struct.pack("<IIQQ", version, 0, seq, size)
     header = fields + struct.pack("<I", crc32c(fields))
     header += b"\0" * (4096 - len(header))
     return header + records
@@ -73,7 +97,9 @@ write("engine", "record_decode", "depart", depart(9, "car-17"))
 write("engine", "record_decode", "trim", trim(9, "car-17", 1700000000000000000))
 write("engine", "record_decode", "segment-end", segment_end(9, 10, 1700000000000))
 write("engine", "record_decode", "batch", batch)
-write("engine", "segment_open", "segment-with-a-batch", segment(5, 1 << 20, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v")))
+write("engine", "record_decode", "puts", puts(9, "car-17", [("speed", 1700000000000000000, b"88.5"), ("rpm", 1700000000000000000, b"3000"), ("speed", 1700000001000000000, b"89.0")]))
+write("engine", "segment_open", "segment-with-a-batch", segment(5, 1 << 20, register(5, "car-1", 1) + put(5, "car-1", "speed", -3, b"v"), version=2))
+write("engine", "segment_open", "segment-with-puts", segment(5, 1 << 20, register(5, "car-1", 1) + puts(5, "car-1", [("speed", -3, b"v"), ("speed", -2, b"w")])))
 write("engine", "segment_open", "empty-segment", segment(5, 1 << 20, b""))
 write("engine", "segment_open", "torn-tail", segment(5, 1 << 20, put(5, "car-1", "speed", 1, b"v", end=False)))
 write("engine", "key_decode", "run-key", run_key(3, 42, "speed", -42))

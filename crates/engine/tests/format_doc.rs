@@ -92,6 +92,7 @@ fn the_page_has_every_example_this_test_reads() {
             "membership-value",
             "reading-block",
             "register-put-batch",
+            "register-puts-batch",
             "run-key",
             "segment-end",
             "segment-header",
@@ -228,6 +229,55 @@ fn the_record_examples_decode_to_what_the_page_says() {
             record::SEGMENT_END_BYTES
         )
     );
+}
+
+#[test]
+fn the_puts_example_decodes_to_what_the_page_says() {
+    let batch = example("register-puts-batch");
+    let Decode::Record(register) = record::decode(&batch, 3) else {
+        panic!("REGISTER example does not decode");
+    };
+    assert_eq!(register.len, 31);
+    let Decode::Record(puts) = record::decode(&batch[register.len..], 3) else {
+        panic!(
+            "PUTS example does not decode: {:?}",
+            record::decode(&batch[register.len..], 3)
+        );
+    };
+    let Body::Puts { device, readings } = puts.body else {
+        panic!("PUTS example decodes as {:?}", puts.body);
+    };
+    let readings: Vec<(&str, i64, &[u8])> = readings
+        .iter()
+        .map(|r| (r.sensor, r.ts_ns, r.value))
+        .collect();
+    assert_eq!(
+        (device, puts.batch_end, puts.len, readings),
+        (
+            "car-1",
+            true,
+            71,
+            vec![
+                ("speed", TS_NS, &b"88.5"[..]),
+                ("rpm", TS_NS, &b"3000"[..]),
+                ("speed", TS_NS + 1_000_000_000, &b"89.0"[..]),
+            ]
+        )
+    );
+    assert_eq!(register.len + puts.len, batch.len());
+
+    // The encoder writes the page's bytes.
+    let mut encoded = Vec::new();
+    record::encode_register(&mut encoded, 3, "car-1", TS_MS as u64);
+    let start = encoded.len();
+    let three: [(&str, i64, &[u8]); 3] = [
+        ("speed", TS_NS, b"88.5"),
+        ("rpm", TS_NS, b"3000"),
+        ("speed", TS_NS + 1_000_000_000, b"89.0"),
+    ];
+    let crc = record::encode_puts_unsealed(&mut encoded, "car-1", three.into_iter());
+    record::seal(&mut encoded[start..], 3, true, crc);
+    assert_eq!(encoded, batch);
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! A data directory of format 2 (the lower tier a key per reading, as every roamkv before
 //! blocks wrote it) opens and reads as it is read-only, and is upgraded in place to format 3
 //! (readings in blocks) by the first writable open: every reading reads back the same, before
-//! and after, and after more writes and a reopen; `check` verifies both forms.
+//! and after, and after more writes and a reopen; `check` verifies both forms. Its log is of
+//! segment format 2 (a PUT record per reading; `tail-dev-*` are still in it): read as it is, and
+//! written into with PUTS records (segment format 3) by the upgraded engine.
 
 mod common;
 

@@ -18,7 +18,15 @@ fn seed(target: &str, name: &str) -> Vec<u8> {
 
 #[test]
 fn record_seeds_decode() {
-    for name in ["put", "register", "depart", "trim", "segment-end", "batch"] {
+    for name in [
+        "put",
+        "puts",
+        "register",
+        "depart",
+        "trim",
+        "segment-end",
+        "batch",
+    ] {
         let bytes = seed("record_decode", name);
         let seq_low = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         let mut at = 0;
@@ -36,6 +44,7 @@ fn segment_seeds_open_and_scan() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (name, records, torn) in [
         ("segment-with-a-batch", 2, false),
+        ("segment-with-puts", 2, false),
         ("empty-segment", 0, false),
         ("torn-tail", 0, true),
     ] {

@@ -121,7 +121,17 @@ fn apply_group(inner: &Inner, group: &Group) -> Result<()> {
     let decoded = decode_group(group)?;
     let mut start = 0;
     loop {
-        let mut end = (start + APPLY_SLICE_RECORDS).min(decoded.len());
+        // About APPLY_SLICE_RECORDS readings (a PUTS record counts its readings), then on to
+        // the end of the batch.
+        let mut end = start;
+        let mut readings = 0;
+        while end < decoded.len() && readings < APPLY_SLICE_RECORDS {
+            readings += match decoded[end].body {
+                Body::Puts { readings, .. } => readings.len(),
+                _ => 1,
+            };
+            end += 1;
+        }
         while end < decoded.len() && decoded[end].piece == decoded[end - 1].piece {
             end += 1;
         }

@@ -16,8 +16,14 @@ pub const DIR_IDENTITY_FIRST_LINE: &str = "roamkv data directory";
 
 /// A commit-log segment's first 8 bytes.
 pub const SEGMENT_MAGIC: &[u8; 8] = b"RKVLOG01";
-/// A segment's format. 2: timestamps in nanoseconds, SEGMENT_END carries the sealing time.
-pub const SEGMENT_FORMAT_VERSION: u32 = 2;
+/// A segment's format. 3: a batch's readings as PUTS records, one per device (its id once,
+/// timestamps as deltas). 2: timestamps in nanoseconds, SEGMENT_END carries the sealing time,
+/// a PUT record per reading. A segment of either is read (format 3's records are format 2's
+/// and PUTS); new and recycled segments are written as format 3. A build before format 3 refuses
+/// a format 3 segment, naming the file and the version's offset.
+pub const SEGMENT_FORMAT_VERSION: u32 = 3;
+/// The earlier segment format still read (its segments leave the log as it moves on).
+pub const SEGMENT_FORMAT_PUT_PER_READING: u32 = 2;
 
 /// The feed's `LOG_ID` file's first 8 bytes (the log's identity).
 pub const LOG_ID_MAGIC: &[u8; 8] = b"RKVLGID1";

@@ -40,9 +40,17 @@ pub struct Engine {
 /// A batch encoded outside the lock: records with unsealed headers and their payload CRCs.
 struct EncodedBatch {
     bytes: Vec<u8>,
-    /// (start, len, payload_crc) per record.
-    records: Vec<(usize, usize, u32)>,
+    records: Vec<EncodedRecord>,
     user_bytes: u64,
+}
+
+/// One PUTS record of an encoded batch: where it is in the batch's bytes, its payload's CRC,
+/// and the batch's first reading in it (whose device it holds).
+struct EncodedRecord {
+    start: usize,
+    len: usize,
+    payload_crc: u32,
+    first: usize,
 }
 
 /// A batch queued for the group commit: what its writer waits for and counts once it commits.
@@ -236,15 +244,15 @@ impl Engine {
         // The batch goes to the log as the writer encoded it: sealed in place, queued as one
         // piece of the group's pwritev (never copied again).
         let last = batch.records.len() - 1;
-        let mut placed = Vec::with_capacity(records.len());
-        for (i, (start, len, payload_crc)) in batch.records.iter().enumerate() {
+        let mut placed = Vec::with_capacity(batch.records.len());
+        for (i, r) in batch.records.iter().enumerate() {
             record::seal(
-                &mut batch.bytes[*start..start + len],
+                &mut batch.bytes[r.start..r.start + r.len],
                 seq_low,
                 i == last,
-                *payload_crc,
+                r.payload_crc,
             );
-            placed.push((ids[i], *start, *len));
+            placed.push((ids[r.first], r.start, r.len));
         }
         let ticket = st
             .log
@@ -577,12 +585,28 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
         });
     }
     let mut bytes = Vec::with_capacity(total);
-    let mut placed = Vec::with_capacity(records.len());
+    let mut placed = Vec::new();
     let mut user = 0;
+    for run in device_runs(records) {
+        for readings in run.chunks(record::PUTS_READINGS_MAX) {
+            for cut in cut_at_soft_max(records, readings) {
+                let start = bytes.len();
+                let crc = record::encode_puts_unsealed(
+                    &mut bytes,
+                    records[cut[0]].device,
+                    cut.iter()
+                        .map(|&i| (records[i].sensor, records[i].ts_ns, records[i].value)),
+                );
+                placed.push(EncodedRecord {
+                    start,
+                    len: bytes.len() - start,
+                    payload_crc: crc,
+                    first: cut[0],
+                });
+            }
+        }
+    }
     for r in records {
-        let start = bytes.len();
-        let crc = record::encode_put_unsealed(&mut bytes, r.device, r.sensor, r.ts_ns, r.value);
-        placed.push((start, bytes.len() - start, crc));
         user += user_bytes(r.device, r.sensor, r.value);
     }
     Ok(EncodedBatch {
@@ -590,4 +614,44 @@ fn encode_batch(records: &[Record<'_>], segment_bytes: u64) -> Result<EncodedBat
         records: placed,
         user_bytes: user,
     })
+}
+
+/// The batch's readings by device: for each device, in the order it first appears, the indexes
+/// of its readings in their order (a later reading of the same sensor and ts must stay after an
+/// earlier one: it replaces it). One PUTS record per device then carries the device id once.
+fn device_runs(records: &[Record<'_>]) -> Vec<Vec<usize>> {
+    let first = records[0].device;
+    if records.iter().all(|r| r.device == first) {
+        return vec![(0..records.len()).collect()];
+    }
+    let mut run_of: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let run = *run_of.entry(r.device).or_insert_with(|| {
+            runs.push(Vec::new());
+            runs.len() - 1
+        });
+        runs[run].push(i);
+    }
+    runs
+}
+
+/// A device's readings (at most `PUTS_READINGS_MAX`) cut into records of about
+/// `PUTS_PAYLOAD_BYTES_SOFT_MAX` of payload at most (a reading that starts a record is in it
+/// whatever its size).
+fn cut_at_soft_max<'r>(records: &[Record<'_>], readings: &'r [usize]) -> Vec<&'r [usize]> {
+    let mut cuts = Vec::new();
+    let (mut from, mut payload, mut prev_ts) = (0, 0, records[readings[0]].ts_ns);
+    for (at, &i) in readings.iter().enumerate() {
+        let r = &records[i];
+        let len = record::puts_reading_len(r.sensor, r.ts_ns.wrapping_sub(prev_ts), r.value);
+        if at > from && payload + len > record::PUTS_PAYLOAD_BYTES_SOFT_MAX {
+            cuts.push(&readings[from..at]);
+            (from, payload) = (at, 0);
+        }
+        payload += len;
+        prev_ts = r.ts_ns;
+    }
+    cuts.push(&readings[from..]);
+    cuts
 }

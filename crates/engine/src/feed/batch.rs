@@ -24,8 +24,10 @@ pub enum FeedRecord {
 }
 
 impl FeedRecord {
-    pub(crate) fn from_body(body: &Body<'_>) -> Option<FeedRecord> {
-        Some(match *body {
+    /// Appends what a log record is to a reader: a reading for each of a PUTS record's, in
+    /// order; nothing for a SEGMENT_END.
+    pub(crate) fn push_from_body(body: &Body<'_>, out: &mut Vec<FeedRecord>) {
+        out.push(match *body {
             Body::Register {
                 device,
                 registered_at_ms,
@@ -44,6 +46,15 @@ impl FeedRecord {
                 ts_ns,
                 value: value.to_vec(),
             },
+            Body::Puts { device, readings } => {
+                out.extend(readings.iter().map(|r| FeedRecord::Put {
+                    device: device.to_string(),
+                    sensor: r.sensor.to_string(),
+                    ts_ns: r.ts_ns,
+                    value: r.value.to_vec(),
+                }));
+                return;
+            }
             Body::Depart { device } => FeedRecord::Depart {
                 device: device.to_string(),
             },
@@ -51,7 +62,7 @@ impl FeedRecord {
                 device: device.to_string(),
                 before_ns,
             },
-            Body::SegmentEnd { .. } => return None,
+            Body::SegmentEnd { .. } => return,
         })
     }
 }

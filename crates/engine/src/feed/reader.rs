@@ -350,7 +350,7 @@ fn decode_batches(
                 };
                 return Ok(true);
             }
-            batch.extend(FeedRecord::from_body(&decoded.body));
+            FeedRecord::push_from_body(&decoded.body, &mut batch);
             if decoded.batch_end {
                 out.records.append(&mut batch);
                 out.log_bytes += (base + at as u64) - out.next.offset;

@@ -65,9 +65,9 @@ pub const PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// 1 KB).
 pub const INDEX_LAG_BYTES_MAX: usize = 1024 * 1024;
 /// Applied after the acknowledgement (`IndexApply::AfterAck`), a group goes into the index in
-/// slices of about this many records, taking the state lock once per slice (never cutting a
-/// batch: readers see a batch whole), so that no lock hold lasts a whole group: a group can
-/// hold tens of thousands of records.
+/// slices of about this many readings (a PUTS record counts its readings), taking the state
+/// lock once per slice (never cutting a batch: readers see a batch whole), so that no lock hold
+/// lasts a whole group: a group can hold tens of thousands of readings.
 pub const APPLY_SLICE_RECORDS: usize = 256;
 
 /// Segment files: fixed size, preallocated. The smallest allowed size still holds the largest

@@ -15,18 +15,14 @@ pub(super) fn read_log(
 ) -> Result<Vec<Reading>, ReadError> {
     let mut readings = Vec::with_capacity(chosen.len());
     for (sensor, entry, segment) in chosen {
-        let bytes = segment.read_record(entry.offset as u64, entry.len)?;
+        let bytes = segment.read_record(entry.offset as u64, entry.record_len())?;
         let error = |reason: String| Error::Corrupt {
             file: segment.path.clone(),
             offset: entry.offset as u64,
             reason,
         };
-        match at_index(&bytes, segment.seq_low(), &entry) {
-            AtIndex::Put {
-                device: d,
-                sensor: s,
-                value,
-            } if d == device && s == sensor => readings.push(Reading {
+        match at_index(&bytes, segment.seq_low(), &entry, &sensor) {
+            AtIndex::Put { device: d, value } if d == device => readings.push(Reading {
                 device: device.into(),
                 sensor,
                 ts_ns: entry.ts_ns,

@@ -51,7 +51,10 @@ pub(super) fn replay_log(
             if applying {
                 let position = LogPosition::at(segment.seq, offset);
                 replay(counters, st, &decoded.body, position, decoded.len as u32);
-                replayed.records += 1;
+                replayed.records += match decoded.body {
+                    Body::Puts { readings, .. } => readings.len() as u64,
+                    _ => 1,
+                };
                 replayed.last_record = Some((position, decoded.len as u64));
             }
             Ok(())
@@ -240,10 +243,12 @@ pub(super) fn replay(
             Some(_) => return, // known already (the catalog's, whose REGISTER left the log)
             None => st.map.register(device, registered_at_ms),
         },
-        Body::Put { device, .. } | Body::Trim { device, .. } => match st.map.id(device) {
-            Some(id) => id,
-            None => return,
-        },
+        Body::Put { device, .. } | Body::Puts { device, .. } | Body::Trim { device, .. } => {
+            match st.map.id(device) {
+                Some(id) => id,
+                None => return,
+            }
+        }
         Body::SegmentEnd { .. } => return,
         Body::Depart { device } => match st.map.unmap(device) {
             Some(id) => id,

@@ -327,6 +327,12 @@ impl State {
                 }
             }
             Body::Put { sensor, ts_ns, .. } => self.apply_put(id, sensor, ts_ns, position, len),
+            Body::Puts { readings, .. } => {
+                let len = IndexEntry::puts_len(len, readings.len());
+                for r in readings.iter() {
+                    self.apply_put(id, r.sensor, r.ts_ns, position, len);
+                }
+            }
             Body::Depart { .. } => {
                 let Some(entry) = self.map.remove(id) else {
                     return; // the incarnation is gone already

@@ -19,11 +19,41 @@ use crate::model::ids::SegmentSeq;
 pub struct IndexEntry {
     pub ts_ns: i64,
     pub segment_seq: SegmentSeq,
+    /// Where the reading's record starts in its segment.
     pub offset: u32,
+    /// The record's bytes (low 24 bits: `RECORD_LEN_MASK`) and, for a reading of a PUTS record,
+    /// how many readings the record holds (high 8 bits; 0 for a PUT record, which holds one).
+    /// Packed so that an entry stays 24 bytes: the count gives each reading its share of the
+    /// record's bytes, what the index counts as the device's bytes in the log.
     pub len: u32,
 }
 
+/// The record length's bits of `IndexEntry::len`: a record is far below 16 MiB (a value is at
+/// most 256 KiB; a PUTS record is closed at 8 KiB of payload, or holds one reading).
+const RECORD_LEN_MASK: u32 = (1 << 24) - 1;
+const _: () = assert!(
+    record::PUTS_READINGS_MAX < 256
+        && (crate::model::limits::VALUE_BYTES_MAX + record::PUTS_PAYLOAD_BYTES_SOFT_MAX + 1024)
+            < RECORD_LEN_MASK as usize
+);
+
 impl IndexEntry {
+    /// `len` for a reading of a PUTS record of `record_len` bytes holding `readings`.
+    pub fn puts_len(record_len: u32, readings: usize) -> u32 {
+        debug_assert!(record_len <= RECORD_LEN_MASK && readings <= record::PUTS_READINGS_MAX);
+        (record_len & RECORD_LEN_MASK) | ((readings as u32) << 24)
+    }
+
+    /// Bytes of the reading's record: what a read of it reads.
+    pub fn record_len(&self) -> u32 {
+        self.len & RECORD_LEN_MASK
+    }
+
+    /// The reading's share of its record's bytes (all of a PUT record's).
+    pub fn share_bytes(&self) -> u64 {
+        u64::from(self.record_len()) / u64::from((self.len >> 24).max(1))
+    }
+
     pub fn position(&self) -> LogPosition {
         LogPosition {
             segment_seq: self.segment_seq,
@@ -34,12 +64,8 @@ impl IndexEntry {
 
 /// What the log holds where an index entry points.
 pub(crate) enum AtIndex<'a> {
-    /// The indexed reading (same timestamp): its device, sensor and value.
-    Put {
-        device: &'a str,
-        sensor: &'a str,
-        value: &'a [u8],
-    },
+    /// The indexed reading (same sensor and timestamp): its device and value.
+    Put { device: &'a str, value: &'a [u8] },
     /// Not the indexed reading: the segment was retired and reused meanwhile (why, in words).
     Elsewhere(String),
     /// Bytes of this segment that fail their checksum: damage on disk. (A reused segment fails
@@ -47,24 +73,43 @@ pub(crate) enum AtIndex<'a> {
     Corrupt(String),
 }
 
-/// Decodes the record at an index entry (`bytes` = the entry's `len` bytes at its offset).
-pub(crate) fn at_index<'a>(bytes: &'a [u8], seq_low: u32, entry: &IndexEntry) -> AtIndex<'a> {
+/// Decodes the record at an index entry (`bytes` = the entry's `record_len` bytes at its
+/// offset) and finds the entry's reading of `sensor` in it.
+pub(crate) fn at_index<'a>(
+    bytes: &'a [u8],
+    seq_low: u32,
+    entry: &IndexEntry,
+    sensor: &str,
+) -> AtIndex<'a> {
     match record::decode(bytes, seq_low) {
-        Decode::Record(d) => match d.body {
-            Body::Put {
-                device,
-                sensor,
-                ts_ns,
-                value,
-            } if ts_ns == entry.ts_ns => AtIndex::Put {
-                device,
-                sensor,
-                value,
-            },
-            _ => AtIndex::Elsewhere("the index points at another record".into()),
-        },
+        Decode::Record(d) => reading_in(&d.body, sensor, entry.ts_ns),
         Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
         Decode::Corrupt(reason) => AtIndex::Corrupt(reason),
+    }
+}
+
+/// The reading of `sensor` at `ts_ns` in a decoded record: of a PUTS record, the last such
+/// (a later one replaces an earlier one of the same sensor and ts, as the index did).
+pub(crate) fn reading_in<'a>(body: &Body<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
+    let found = match *body {
+        Body::Put {
+            device,
+            sensor: s,
+            ts_ns: t,
+            value,
+        } if t == ts_ns && s == sensor => Some((device, value)),
+        Body::Puts { device, readings } => readings
+            .iter()
+            .filter(|r| r.ts_ns == ts_ns && r.sensor == sensor)
+            .last()
+            .map(|r| (device, r.value)),
+        _ => None,
+    };
+    match found {
+        Some((device, value)) => AtIndex::Put { device, value },
+        None => AtIndex::Elsewhere(format!(
+            "the index points at a record without the reading of {sensor} at {ts_ns}"
+        )),
     }
 }
 
@@ -89,7 +134,7 @@ impl SensorEntries {
             .entries
             .iter()
             .zip(self.entries.iter().skip(1))
-            .all(|(a, b)| a.position() < b.position());
+            .all(|(a, b)| a.position() <= b.position());
     }
 }
 
@@ -127,7 +172,7 @@ impl DeviceIndex {
         let mut replaced = None;
         match entries.back() {
             Some(last) if last.ts_ns < entry.ts_ns => {
-                sensor_entries.in_log_order &= last.position() < entry.position();
+                sensor_entries.in_log_order &= last.position() <= entry.position();
                 entries.push_back(entry)
             }
             None => entries.push_back(entry),
@@ -137,7 +182,7 @@ impl DeviceIndex {
                 sensor_entries.in_log_order = false;
                 match entries.binary_search_by_key(&entry.ts_ns, |e| e.ts_ns) {
                     Ok(i) => {
-                        self.record_bytes -= entries[i].len as u64;
+                        self.record_bytes -= entries[i].share_bytes();
                         self.records -= 1;
                         replaced = Some(entries[i]);
                         entries[i] = entry;
@@ -149,7 +194,7 @@ impl DeviceIndex {
         self.index_bytes +=
             ((entries.capacity() - capacity_before) * size_of::<IndexEntry>()) as u64;
         self.records += 1;
-        self.record_bytes += entry.len as u64;
+        self.record_bytes += entry.share_bytes();
         replaced
     }
 
@@ -197,7 +242,7 @@ impl DeviceIndex {
                 {
                     if let Some(e) = sensor.entries.pop_front() {
                         removed += 1;
-                        bytes += e.len as u64;
+                        bytes += e.share_bytes();
                     }
                 }
             } else {
@@ -205,7 +250,7 @@ impl DeviceIndex {
                     let keep = e.segment_seq != segment_seq;
                     if !keep {
                         removed += 1;
-                        bytes += e.len as u64;
+                        bytes += e.share_bytes();
                     }
                     keep
                 });
@@ -367,7 +412,7 @@ impl DeviceIndex {
             let capacity_before = entries.capacity();
             for e in entries.drain(..cut) {
                 self.records -= 1;
-                self.record_bytes -= e.len as u64;
+                self.record_bytes -= e.share_bytes();
             }
             if entries.len() < entries.capacity() / 2 {
                 entries.shrink_to_fit();

@@ -147,6 +147,8 @@ pub struct Stats {
     /// Bound on the log's dirty page cache in `none`/`periodic` mode (two write-back windows).
     pub log_dirty_bytes_max: u64,
     pub recovery_ms: u64,
+    /// Log records replayed by the open, a PUTS record counted as its readings (as the PUT
+    /// record per reading of segment format 2 was).
     pub recovered_records: u64,
     pub recovery_buffer_bytes_max: u64,
     /// Where recovery cut a torn tail, if it did: "file@offset (why)".

@@ -1,6 +1,8 @@
 //! The encoder of commit-log records: a record is written with its checksum left open, sealed
 //! when its group's segment is known (`seal`), and marked when all before it was durable.
 
+use integer_encoding::VarInt;
+
 use super::layout::*;
 use crate::model::ids::SegmentSeq;
 use crate::model::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
@@ -46,6 +48,51 @@ pub fn encode_put_unsealed(
     out.extend_from_slice(sensor.as_bytes());
     out.extend_from_slice(value);
     crc32c::crc32c(&out[start + HEADER_BYTES..])
+}
+
+/// Appends a PUTS record of one device's readings (in the order given), its header not yet
+/// sealed, as `encode_put_unsealed`. The caller keeps to `PUTS_READINGS_MAX` readings and
+/// checked each reading's ids and value. Returns the payload's CRC.
+pub fn encode_puts_unsealed<'a>(
+    out: &mut Vec<u8>,
+    device: &str,
+    readings: impl ExactSizeIterator<Item = (&'a str, i64, &'a [u8])>,
+) -> u32 {
+    let count = readings.len();
+    debug_assert!((1..=PUTS_READINGS_MAX).contains(&count));
+    let start = begin_record(out, KIND_PUTS, 0);
+    push_id_len(out, device);
+    out.extend_from_slice(&(count as u16).to_le_bytes());
+    let first_ts_at = out.len();
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(device.as_bytes());
+    let mut prev_ts_ns = None;
+    for (sensor, ts_ns, value) in readings {
+        debug_assert!(value.len() <= VALUE_BYTES_MAX && sensor.len() <= SENSOR_ID_BYTES_MAX);
+        let prev = *prev_ts_ns.get_or_insert_with(|| {
+            out[first_ts_at..first_ts_at + 8].copy_from_slice(&ts_ns.to_le_bytes());
+            ts_ns
+        });
+        push_varint(out, sensor.len() as u64);
+        push_varint(out, value.len() as u64);
+        let mut delta = [0u8; 10];
+        let used = ts_ns.wrapping_sub(prev).encode_var(&mut delta);
+        out.extend_from_slice(&delta[..used]);
+        out.extend_from_slice(sensor.as_bytes());
+        out.extend_from_slice(value);
+        prev_ts_ns = Some(ts_ns);
+    }
+    let payload_len =
+        u32::try_from(out.len() - start - HEADER_BYTES).expect("records are far below 4 GiB");
+    out[start + PAYLOAD_LEN_OFFSET..start + SEQ_LOW_OFFSET]
+        .copy_from_slice(&payload_len.to_le_bytes());
+    crc32c::crc32c(&out[start + HEADER_BYTES..])
+}
+
+fn push_varint(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 10];
+    let used = v.encode_var(&mut buf);
+    out.extend_from_slice(&buf[..used]);
 }
 
 /// Seals the record that starts at `start` and runs to the end of `out`.

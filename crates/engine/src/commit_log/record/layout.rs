@@ -25,6 +25,7 @@ pub(super) const KIND_PUT: u8 = 2;
 pub(super) const KIND_DEPART: u8 = 3;
 pub(super) const KIND_SEGMENT_END: u8 = 4;
 pub(super) const KIND_TRIM: u8 = 5;
+pub(super) const KIND_PUTS: u8 = 6;
 
 /// PUT payload: device_len u16, sensor_len u16, value_len u32, ts_ns i64, device, sensor, value.
 pub(super) const PUT_DEVICE_LEN_OFFSET: usize = 0;
@@ -32,6 +33,19 @@ pub(super) const PUT_SENSOR_LEN_OFFSET: usize = PUT_DEVICE_LEN_OFFSET + 2;
 pub(super) const PUT_VALUE_LEN_OFFSET: usize = PUT_SENSOR_LEN_OFFSET + 2;
 pub(super) const PUT_TS_OFFSET: usize = PUT_VALUE_LEN_OFFSET + 4;
 pub(super) const PUT_FIXED_BYTES: usize = PUT_TS_OFFSET + 8;
+/// PUTS payload: device_len u16, count u16, first_ts_ns i64, device, then `count` readings,
+/// each: sensor_len varint, value_len varint, ts delta (zigzag varint: the reading's ts minus
+/// the one before it, the first's minus `first_ts_ns`), sensor, value.
+pub(super) const PUTS_COUNT_OFFSET: usize = 2;
+pub(super) const PUTS_FIRST_TS_OFFSET: usize = PUTS_COUNT_OFFSET + 2;
+pub(super) const PUTS_FIXED_BYTES: usize = PUTS_FIRST_TS_OFFSET + 8;
+/// Readings of one PUTS record at most: its count is in the high byte of an index entry's
+/// `len` (state/upper.rs), so that a reading knows its share of the record's bytes.
+pub const PUTS_READINGS_MAX: usize = 255;
+/// A PUTS record is closed once its payload reaches this many bytes: a read of one reading in
+/// the log reads and checks its whole record, so a record stays about a few blocks long (one
+/// larger reading still goes into a record of its own).
+pub const PUTS_PAYLOAD_BYTES_SOFT_MAX: usize = 8 * 1024;
 /// REGISTER payload: device_len u16, registered_at_ms u64, device.
 pub(super) const REGISTER_AT_OFFSET: usize = 2;
 pub(super) const REGISTER_FIXED_BYTES: usize = REGISTER_AT_OFFSET + 8;
@@ -53,11 +67,18 @@ pub enum Body<'a> {
         device: &'a str,
         registered_at_ms: u64,
     },
+    /// One reading (the record of format 2; still read, no longer written).
     Put {
         device: &'a str,
         sensor: &'a str,
         ts_ns: i64,
         value: &'a [u8],
+    },
+    /// Readings of one device, in the order they were written (a later one of the same sensor
+    /// and ts replaces an earlier one, as between records).
+    Puts {
+        device: &'a str,
+        readings: PutsReadings<'a>,
     },
     /// Mapping-table record: the device left this edge; its data is dropped.
     Depart { device: &'a str },
@@ -77,10 +98,70 @@ impl Body<'_> {
         match self {
             Body::Register { device, .. }
             | Body::Put { device, .. }
+            | Body::Puts { device, .. }
             | Body::Depart { device }
             | Body::Trim { device, .. } => device,
             Body::SegmentEnd { .. } => "",
         }
+    }
+}
+
+/// The readings of a PUTS record: checked whole when the record was decoded, read on demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutsReadings<'a> {
+    pub(super) count: usize,
+    pub(super) first_ts_ns: i64,
+    /// The encoded readings, from the first to the end of the payload.
+    pub(super) bytes: &'a [u8],
+}
+
+/// One reading of a PUTS record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutsReading<'a> {
+    pub sensor: &'a str,
+    pub ts_ns: i64,
+    pub value: &'a [u8],
+}
+
+impl<'a> PutsReadings<'a> {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn iter(&self) -> PutsIter<'a> {
+        PutsIter {
+            left: self.count,
+            ts_ns: self.first_ts_ns,
+            rest: self.bytes,
+        }
+    }
+}
+
+/// The readings of a PUTS record, in order. The record was checked when it was decoded; should
+/// its bytes still not parse, the iteration ends (it never panics).
+#[derive(Debug, Clone)]
+pub struct PutsIter<'a> {
+    left: usize,
+    ts_ns: i64,
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for PutsIter<'a> {
+    type Item = PutsReading<'a>;
+
+    fn next(&mut self) -> Option<PutsReading<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        let (reading, used) = super::decode::puts_reading(self.rest, self.ts_ns).ok()?;
+        self.rest = &self.rest[used..];
+        self.ts_ns = reading.ts_ns;
+        self.left -= 1;
+        Some(reading)
     }
 }
 
@@ -107,6 +188,17 @@ pub enum Decode<'a> {
 /// Encoded size of a PUT record.
 pub fn put_len(device: &str, sensor: &str, value: &[u8]) -> usize {
     HEADER_BYTES + PUT_FIXED_BYTES + device.len() + sensor.len() + value.len()
+}
+
+/// Encoded size of a reading in a PUTS record (its framing and fields; the record's own header
+/// and device id are shared by its readings).
+pub fn puts_reading_len(sensor: &str, ts_delta_ns: i64, value: &[u8]) -> usize {
+    use integer_encoding::VarInt;
+    sensor.len().required_space()
+        + value.len().required_space()
+        + ts_delta_ns.required_space()
+        + sensor.len()
+        + value.len()
 }
 
 /// Encoded size of a REGISTER record.

@@ -31,6 +31,7 @@ use crate::model::limits::{
     LOG_BLOCK_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
 };
 
+use crate::dir::format::SEGMENT_FORMAT_PUT_PER_READING;
 /// The segment's magic and format (format.rs), under the names the format tests use.
 pub use crate::dir::format::{SEGMENT_FORMAT_VERSION as FORMAT_VERSION, SEGMENT_MAGIC as MAGIC};
 
@@ -337,10 +338,13 @@ impl Segment {
             ));
         }
         let version = u32_field(VERSION_OFFSET);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != SEGMENT_FORMAT_PUT_PER_READING {
             return Err(corrupt(
                 VERSION_OFFSET as u64,
-                format!("segment format version {version}, this build reads {FORMAT_VERSION}"),
+                format!(
+                    "segment format version {version}, this build reads \
+                     {SEGMENT_FORMAT_PUT_PER_READING} and {FORMAT_VERSION}"
+                ),
             ));
         }
         let seq = SegmentSeq(u64_field(SEQ_OFFSET));

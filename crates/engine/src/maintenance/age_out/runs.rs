@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::commit_log::record::{self, Decode};
 use crate::commit_log::segment::Segment;
 use crate::lower::keys::{self, Place};
 use crate::lower::{CatalogOp, PreparedRun, Space};
@@ -12,7 +13,7 @@ use crate::model::ids::{DeviceId, LowerId, WindowId};
 use crate::model::limits::{MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, WINDOW_BYTES_MAX};
 use crate::options::failpoints::PassStep;
 use crate::state::Inner;
-use crate::state::upper::{AtIndex, at_index};
+use crate::state::upper::{AtIndex, reading_in};
 use crate::stats::Counters;
 
 use super::snapshot::{Moving, Snapshot};
@@ -38,11 +39,11 @@ pub(super) fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<Window
         // buffer's size.
         let first = &snapshot.moving[order[at]].entry;
         let start = first.offset as u64;
-        let mut end = start + first.len as u64;
+        let mut end = start + u64::from(first.record_len());
         let mut last = at + 1;
         while let Some(&next) = order.get(last) {
             let e = &snapshot.moving[next].entry;
-            let e_end = e.offset as u64 + e.len as u64;
+            let e_end = e.offset as u64 + u64::from(e.record_len());
             if e.offset as u64 > end + MOVE_READ_GAP_BYTES
                 || e_end - start > MOVE_READ_CHUNK_BYTES as u64
             {
@@ -54,11 +55,21 @@ pub(super) fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<Window
         let len = (end - start) as usize;
         segment.read_into(&mut buffer, start, len)?;
         Counters::add(&inner.counters.maintenance_read_bytes, len as u64);
+        // The readings of one record are next to each other in `order`: it is decoded (and its
+        // checksum computed) once for all of them.
+        let mut decoded: Option<(u32, Decode<'_>)> = None;
         for &i in &order[at..last] {
             let m = &snapshot.moving[i];
-            let from = (m.entry.offset as u64 - start) as usize;
-            let bytes = &buffer[from..from + m.entry.len as usize];
-            values[i] = checked_value(segment, m, bytes)?;
+            if decoded
+                .as_ref()
+                .is_none_or(|(offset, _)| *offset != m.entry.offset)
+            {
+                let from = (m.entry.offset as u64 - start) as usize;
+                let bytes = &buffer[from..from + m.entry.record_len() as usize];
+                decoded = Some((m.entry.offset, record::decode(bytes, segment.seq_low())));
+            }
+            let (_, record) = decoded.as_ref().expect("decoded above");
+            values[i] = checked_value(segment, m, record)?;
         }
         segment.drop_cache(start, len as u64);
         at = last;
@@ -66,18 +77,20 @@ pub(super) fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<Window
     Ok(cut_into_windows(snapshot, values))
 }
 
-/// The value of a moving reading's record, after checking the record is the one indexed.
-pub(super) fn checked_value(segment: &Segment, m: &Moving, bytes: &[u8]) -> Result<Vec<u8>> {
+/// The value of a moving reading in its decoded record, after checking the record holds it.
+pub(super) fn checked_value(segment: &Segment, m: &Moving, record: &Decode<'_>) -> Result<Vec<u8>> {
     let corrupt = |reason: String| Error::Corrupt {
         file: segment.path.clone(),
         offset: m.entry.offset as u64,
         reason,
     };
-    match at_index(bytes, segment.seq_low(), &m.entry) {
-        AtIndex::Put { sensor, value, .. } if sensor == &*m.sensor => Ok(value.to_vec()),
-        AtIndex::Put { .. } => Err(corrupt(
-            "the index points at another sensor's record".into(),
-        )),
+    let found = match record {
+        Decode::Record(d) => reading_in(&d.body, &m.sensor, m.entry.ts_ns),
+        Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
+        Decode::Corrupt(reason) => AtIndex::Corrupt(reason.clone()),
+    };
+    match found {
+        AtIndex::Put { value, .. } => Ok(value.to_vec()),
         AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => Err(corrupt(reason)),
     }
 }

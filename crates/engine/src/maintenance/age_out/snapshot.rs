@@ -53,7 +53,7 @@ pub(super) struct Snapshot {
 pub(super) fn take_snapshot(inner: &Inner, seq: SegmentSeq) -> Option<Snapshot> {
     let plan = plan_snapshot(inner, seq)?;
     let moving = collect_moving(inner, seq, &plan.holders);
-    let move_bytes: u64 = moving.iter().map(|m| m.entry.len as u64).sum();
+    let move_bytes: u64 = moving.iter().map(|m| m.entry.share_bytes()).sum();
     let windows = move_bytes.div_ceil(WINDOW_BYTES_MAX).max(1);
     let mut st = inner.state.lock();
     let lower = &mut st.lower;
