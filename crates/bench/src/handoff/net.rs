@@ -12,12 +12,13 @@
 //! cuts with nftables in the node's namespace (`numgen random` drops on input and output; a cut
 //! is a `drop` rule in the `cut` chain, a heal flushes it). The kernel here has no netem: delay is
 //! the relay's (relay.rs). Deleting the namespaces (Drop, on every path out) removes the veths,
-//! qdiscs and rule sets with them; namespaces a killed run left behind are swept at the next start.
+//! qdiscs and rule sets with them; namespaces a killed run left behind are swept at the next start
+//! (testbed's `netns::Bridged` makes, sweeps and deletes them).
 
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use roamkv_testbed::fixture::cleanup;
+use roamkv_testbed::netns::Bridged;
 
 use crate::error::{BenchError, Result};
 
@@ -58,8 +59,8 @@ impl Node {
 
 /// The hub's address on the bridge: where the relay listens.
 pub const HUB_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
-/// Prefix of every namespace this bench makes (`rkh<pid>-<node>`): the sweep finds them by it.
-const NETNS_PREFIX: &str = "rkh";
+/// Tag of every namespace this bench makes (`rkh<pid>-<node>`): the sweep finds them by it.
+const NETNS_TAG: &str = "rkh";
 /// The nftables table each node's loss and cut rules live in.
 const NFT_TABLE: &str = "roamkv_bench";
 
@@ -73,76 +74,31 @@ pub struct LinkShape {
     pub loss_permille: u32,
 }
 
-/// The namespaces, made; removed on drop.
+/// The namespaces, made (testbed's `Bridged`); removed on drop and by a Ctrl-C.
 pub struct Net {
-    prefix: String,
-    made: Vec<String>,
+    bridged: Bridged,
     pub shape: LinkShape,
-    /// Its entry in the interrupt registry: a Ctrl-C deletes the namespaces too.
-    undo_owner: u64,
 }
 
 impl Net {
     /// Sweeps what dead runs left, then makes the hub, the four nodes and their links.
     pub fn create(shape: LinkShape) -> Result<Net> {
-        roamkv_testbed::prerequisite::require_tool("ip", "iproute2")?;
         roamkv_testbed::prerequisite::require_tool("tc", "iproute2")?;
         roamkv_testbed::prerequisite::require_tool("nft", "nftables")?;
-        sweep_stale();
-        cleanup::install_interrupt_cleanup();
-        let mut net = Net {
-            prefix: format!("{NETNS_PREFIX}{}", std::process::id()),
-            made: Vec::new(),
+        let net = Net {
+            bridged: Bridged::create(NETNS_TAG, Some(HUB_IP))?,
             shape,
-            undo_owner: cleanup::new_owner_id(),
         };
-        let hub = net.add_namespace("hub")?;
-        ip(&["-n", &hub, "link", "set", "lo", "up"])?;
-        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
-        ip(&[
-            "-n",
-            &hub,
-            "addr",
-            "add",
-            &format!("{HUB_IP}/24"),
-            "dev",
-            "br0",
-        ])?;
-        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
         for node in Node::ALL {
             net.add_node(node)?;
         }
         Ok(net)
     }
 
-    fn add_namespace(&mut self, role: &str) -> Result<String> {
-        let name = format!("{}-{role}", self.prefix);
-        ip(&["netns", "add", &name])?;
-        cleanup::register_undo(self.undo_owner, cleanup::Undo::DeleteNetns(name.clone()));
-        self.made.push(name.clone());
-        Ok(name)
-    }
-
-    fn add_node(&mut self, node: Node) -> Result<()> {
-        let ns = self.add_namespace(node.name())?;
-        let hub = self.namespace_of("hub");
+    fn add_node(&self, node: Node) -> Result<()> {
+        let ns = self.bridged.add_node(node.name(), node.ip())?;
+        let hub = self.bridged.hub();
         let hub_side = format!("v{}", node.name());
-        ip(&[
-            "-n", &hub, "link", "add", &hub_side, "type", "veth", "peer", "name", "eth0", "netns",
-            &ns,
-        ])?;
-        ip(&["-n", &hub, "link", "set", &hub_side, "master", "br0", "up"])?;
-        ip(&[
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}/24", node.ip()),
-            "dev",
-            "eth0",
-        ])?;
-        ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         if self.shape.rate_mbit > 0 {
             let rate = format!("{}mbit", self.shape.rate_mbit);
             for (space, dev) in [(&ns, "eth0"), (&hub, hub_side.as_str())] {
@@ -182,15 +138,11 @@ impl Net {
 
     /// The namespace's name of `node` (for `enter_in_child`, `Placement::netns`, `setns`).
     pub fn namespace(&self, node: Node) -> String {
-        self.namespace_of(node.name())
+        self.bridged.namespace(node.name())
     }
 
     pub fn hub(&self) -> String {
-        self.namespace_of("hub")
-    }
-
-    fn namespace_of(&self, role: &str) -> String {
-        format!("{}-{role}", self.prefix)
+        self.bridged.hub()
     }
 
     /// Cuts `node`'s link: every packet in or out dropped (connections stall, as behind a
@@ -208,40 +160,6 @@ impl Net {
             &["flush", "chain", "inet", NFT_TABLE, "cut"],
         )
     }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        // Deletes the namespaces, newest first.
-        cleanup::undo_owner(self.undo_owner);
-    }
-}
-
-/// Deletes the namespaces of runs whose process is gone (killed before its Drop ran).
-fn sweep_stale() {
-    let Ok(entries) = std::fs::read_dir(roamkv_testbed::netns::NETNS_DIR) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(NETNS_PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            eprintln!(
-                "roamkv bench handoff: removing namespace {name}, left by a run that is gone"
-            );
-            let _ = ip(&["netns", "del", &name]);
-        }
-    }
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    run("ip", args)
 }
 
 fn tc(args: &[&str]) -> Result<()> {

@@ -14,7 +14,7 @@
 //! At the end the topic is read back (count.rs): every acknowledged reading once, by a
 //! read_committed consumer, and the brokers' offsets accounted for.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -103,7 +103,7 @@ impl Rig {
             .tempdir_in(&setup.work_dir)
             .map_err(|e| BenchError::io("making a directory under", &setup.work_dir, e))?;
         let url = format!("kafka://{}/{TOPIC}", cluster.bootstrap());
-        let (server, addr) = start_edge(&dir.path().join("data"), &url, setup.clients)?;
+        let (server, addr) = start_edge(&dir.path().join("data"), &url, setup.clients, None)?;
         Ok(Rig {
             server,
             cluster,
@@ -126,20 +126,30 @@ impl Rig {
 
 /// `roamkv serve --sink URL` on `data`, as the PostgreSQL run's server (serve/targets.rs): sync
 /// durability, the load's 2023 origins kept (ServeProcess turns the default retention off),
-/// room for `clients` concurrent requests; ready, with its address.
+/// room for `clients` concurrent requests; ready, with its address. On a free loopback port, or
+/// `within` a network namespace (its name) on a free port of its address there (fleet/net.rs).
 pub(super) fn start_edge(
     data: &Path,
     url: &str,
     clients: usize,
+    within: Option<(&str, Ipv4Addr)>,
 ) -> Result<(ServeProcess, SocketAddr)> {
     let exe =
         std::env::current_exe().map_err(|e| BenchError::os("finding the roamkv binary", e))?;
     let requests_max = (clients * 2 + 8).to_string();
-    let server = ServeProcess::start(&exe, data, |command| {
+    let listen = within.map_or(Ipv4Addr::LOCALHOST, |(_, ip)| ip);
+    let mut entered = Ok(());
+    let server = ServeProcess::start_listening(&exe, data, &format!("{listen}:0"), |command| {
         command.args(["--sink", url, "--durability", "sync"]);
         command.args(["--concurrent-requests-max", &requests_max]);
         command.env("RUST_LOG", "warn");
+        if let Some((netns, _)) = within {
+            // No token: the namespaces' network is private to the bench, as the handoff's.
+            command.arg("--insecure");
+            entered = roamkv_testbed::netns::enter_in_child(command, netns);
+        }
     });
+    entered?;
     server.wait_ready(Duration::from_secs(60));
     let addr = server
         .addr

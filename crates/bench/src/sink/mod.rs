@@ -76,9 +76,9 @@ pub struct SinkBenchArgs {
     #[arg(long)]
     pub kafka: bool,
     /// With `--kafka`: the fleet form instead, for each size in the list (default 1,2,4) that
-    /// many `roamkv serve` edges draining into one three-node cluster (sink/fleet: the drain
-    /// rate against N, lag at half of it, every edge's readings once). `--clients` and
-    /// `--rate` are then each edge's; no PostgreSQL run.
+    /// many `roamkv serve` edges, each in a network namespace of its own, draining into one
+    /// three-node cluster (sink/fleet: the drain rate against N, lag at half of it, every
+    /// edge's readings once). `--clients` and `--rate` are then each edge's; no PostgreSQL run.
     #[arg(long, requires = "kafka", num_args = 0..=1, value_delimiter = ',',
           default_missing_value = "1,2,4")]
     pub edges: Option<Vec<usize>>,

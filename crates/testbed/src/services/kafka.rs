@@ -1,6 +1,7 @@
 //! A real Apache Kafka 4.4.0 cluster on loopback for tests and benchmarks: three (or N) nodes in
 //! KRaft mode, each a combined controller and broker, run from the jars scripts/install-deps
-//! fetched from Maven Central (`libs_dir`), on free loopback ports, in a private directory, with
+//! fetched from Maven Central (`libs_dir`), on free loopback ports (or another address of this
+//! namespace, `start_on`: a fleet's edges in namespaces of their own), in a private directory, with
 //! a log per node printed when a test fails and every JVM killed on drop.
 //!
 //! Combined nodes, not 3 controllers + 3 brokers: three JVMs instead of six start in about half
@@ -13,7 +14,7 @@
 //! replicated log the cluster would create and elect leaders for).
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,6 +81,8 @@ impl Node {
 
 pub struct KafkaCluster {
     nodes: Vec<Node>,
+    /// The address the brokers listen on and advertise (their controllers stay on loopback).
+    host: Ipv4Addr,
     dir: tempfile::TempDir,
     /// From the first JVM started to every node serving: what start-up costs a test.
     pub startup: Duration,
@@ -89,6 +92,12 @@ impl KafkaCluster {
     /// Formats and starts `size` nodes (3 for replication 3 with min.insync.replicas 2) and waits
     /// until every one serves.
     pub fn start(size: usize) -> Result<KafkaCluster, Error> {
+        KafkaCluster::start_on(size, Ipv4Addr::LOCALHOST)
+    }
+
+    /// `start` with the brokers listening on, and advertising, `host` (an address of this
+    /// namespace that clients in other namespaces reach: `netns::Bridged::add_host_link`).
+    pub fn start_on(size: usize, host: Ipv4Addr) -> Result<KafkaCluster, Error> {
         let dir = tempfile::tempdir().map_err(|e| Error::io("tempdir", e))?;
         let nodes: Vec<Node> = (1..=size as u32)
             .map(|id| Node {
@@ -102,6 +111,7 @@ impl KafkaCluster {
             .collect();
         let mut cluster = KafkaCluster {
             nodes,
+            host,
             dir,
             startup: Duration::ZERO,
         };
@@ -122,7 +132,7 @@ impl KafkaCluster {
         let addrs: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
+            .map(|n| format!("{}:{}", self.host, n.port))
             .collect();
         addrs.join(",")
     }
@@ -163,7 +173,7 @@ impl KafkaCluster {
         for node in &self.nodes {
             std::fs::create_dir_all(&node.dir).map_err(|e| Error::io(&node.dir, e))?;
             let props = node.dir.join("server.properties");
-            std::fs::write(&props, settings(node, &voters, self.nodes.len()))
+            std::fs::write(&props, settings(node, self.host, &voters, self.nodes.len()))
                 .map_err(|e| Error::io(&props, e))?;
             // `--cluster-id=ID` in one argument: an id may begin with '-' (one in 64 of the
             // alphabet's first letters), which `-t ID` hands to the parser as an option.
@@ -204,10 +214,11 @@ impl KafkaCluster {
     /// Waits until node `i`'s current log says it started and its port answers.
     fn wait_started(&mut self, i: usize) -> Result<(), Error> {
         let deadline = Instant::now() + START_TIMEOUT;
+        let host = self.host;
         let node = &mut self.nodes[i];
         loop {
             let log = std::fs::read_to_string(node.log_path()).unwrap_or_default();
-            if log.contains(STARTED) && TcpStream::connect(("127.0.0.1", node.port)).is_ok() {
+            if log.contains(STARTED) && TcpStream::connect((host, node.port)).is_ok() {
                 return Ok(());
             }
             let exited = node
@@ -372,13 +383,13 @@ impl Drop for KafkaCluster {
 }
 
 /// A node's server.properties.
-fn settings(node: &Node, voters: &str, size: usize) -> String {
+fn settings(node: &Node, host: Ipv4Addr, voters: &str, size: usize) -> String {
     let replication = size.min(3);
     let min_isr = replication.min(2);
     format!(
         "process.roles=broker,controller\nnode.id={id}\ncontroller.quorum.voters={voters}\n\
-         listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}\n\
-         advertised.listeners=PLAINTEXT://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+         listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{cport}\n\
+         advertised.listeners=PLAINTEXT://{host}:{port}\ncontroller.listener.names=CONTROLLER\n\
          listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
          inter.broker.listener.name=PLAINTEXT\nlog.dirs={data}\nauto.create.topics.enable=false\n\
          offsets.topic.replication.factor={replication}\noffsets.topic.num.partitions=3\n\

@@ -1,7 +1,7 @@
 //! `roamkv serve` as a real process for tests: started on a loopback port (a free one, or the
-//! same one across restarts so that peers keep its URL), its address read from its log, ready
-//! when /ready says so, its log kept and printed when the test fails, signalled, killed and
-//! waited for, killed if the test ends first.
+//! same one across restarts so that peers keep its URL) or any address of any namespace, its
+//! address read from its log, ready when /ready says so, its log kept and printed when the test
+//! fails, signalled, killed and waited for, killed if the test ends first.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -45,12 +45,24 @@ impl ServeProcess {
         port: u16,
         adjust: impl FnOnce(&mut Command),
     ) -> ServeProcess {
+        ServeProcess::start_listening(binary, data, &format!("127.0.0.1:{port}"), adjust)
+    }
+
+    /// `start` with `--listen LISTEN` (`host:port`; port 0: a free one). A host that is not
+    /// loopback needs `--insecure` or a token from `adjust`; a host in another network
+    /// namespace, `adjust` calling `netns::enter_in_child`.
+    pub fn start_listening(
+        binary: &Path,
+        data: &Path,
+        listen: &str,
+        adjust: impl FnOnce(&mut Command),
+    ) -> ServeProcess {
         let mut command = Command::new(binary);
         // The tests write readings at synthetic times (1970, 2023) that the default retention
         // (a week) would delete at its first pass; a test of retention gives its own flag.
         command.env("ROAMKV_RETENTION_DEFAULT_H", "0");
         command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data"])
+            .args(["serve", "--listen", listen, "--data"])
             .arg(data);
         adjust(&mut command);
         let mut child = command

@@ -15,15 +15,17 @@
 //! 3. **Ledger**: a read_committed consumer reads the topic whole; each edge's acknowledged
 //!    readings must be there once each, counted by the edge id every record carries.
 //!
-//! The edges listen on loopback ports, not in network namespaces: the single-edge run uses
-//! loopback too, and the figures are the cloud's cost per edge, which a namespace's veth pair
-//! would add a hop to without changing. Edges, clients and brokers share this machine's cores:
+//! Each edge runs in a network namespace of its own (net.rs): its clients reach it, and it
+//! reaches the brokers, over its own veth pair and a bridge, as an edge on a machine of its own
+//! reaches the cloud over its own link; the brokers, the clients and the consumer stay in the
+//! root namespace, on the bridge's address. Edges, clients and brokers share this machine's cores:
 //! N edges' ingest is N servers' work beside the brokers', so the aggregate is a lower bound
 //! on what the same cluster takes from edges on their own machines.
 
+pub mod net;
 pub mod report;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -38,6 +40,7 @@ use super::watch::{
 };
 use crate::error::{BenchError, Result};
 use crate::serve::load::{LoadOutcome, Pace, drive};
+use net::FleetNet;
 
 /// Each fleet size's topic: this prefix and N, so that each size is counted alone.
 const TOPIC_PREFIX: &str = "roamkv-fleet-";
@@ -144,13 +147,14 @@ struct Edge {
 }
 
 impl Edge {
-    fn start(setup: &FleetSetup, url: &str) -> Result<Edge> {
+    /// Starts an edge in the namespace `netns`, listening on `ip`.
+    fn start(setup: &FleetSetup, url: &str, (netns, ip): (String, Ipv4Addr)) -> Result<Edge> {
         let dir = tempfile::Builder::new()
             .prefix("bench-sink-fleet-")
             .tempdir_in(&setup.work_dir)
             .map_err(|e| BenchError::io("making a directory under", &setup.work_dir, e))?;
         let data = dir.path().join("data");
-        let (server, addr) = start_edge(&data, url, setup.clients)?;
+        let (server, addr) = start_edge(&data, url, setup.clients, Some((&netns, ip)))?;
         let edge_id = edge_id(&data)?;
         Ok(Edge {
             server,
@@ -176,26 +180,33 @@ fn edge_id(data: &std::path::Path) -> Result<String> {
         .ok_or_else(|| BenchError::Run(format!("{} holds no edge_id", path.display())))
 }
 
-/// Runs every fleet size against one cluster; the cluster and every edge are stopped whatever
-/// happens (drops: the edges of a size when it ends, the cluster last).
+/// Runs every fleet size against one cluster; the cluster, every edge and every namespace are
+/// stopped or deleted whatever happens (drops: the edges of a size when it ends, then the
+/// cluster, the network last).
 pub fn run(setup: &FleetSetup) -> Result<FleetResults> {
-    let cluster = KafkaCluster::start(3)?;
+    let largest = setup.edges.iter().copied().max().unwrap_or(1);
+    let net = FleetNet::create(largest)?;
+    let cluster = KafkaCluster::start_on(3, net::HOST_IP)?;
     let mut results = FleetResults {
         cluster_startup_s: cluster.startup.as_secs_f64(),
         warm_up_readings_per_sec: 0.0,
         sizes: Vec::new(),
     };
     println!(
-        "kafka: 3 nodes up in {:.1} s; fleets of {:?} edges, {} clients each",
-        results.cluster_startup_s, setup.edges, setup.clients
+        "kafka: 3 nodes up in {:.1} s on {}; fleets of {:?} edges, {} clients each, each edge \
+         in a network namespace of its own",
+        results.cluster_startup_s,
+        net::HOST_IP,
+        setup.edges,
+        setup.clients
     );
-    results.warm_up_readings_per_sec = warm_up(&cluster, setup)?;
+    results.warm_up_readings_per_sec = warm_up(&cluster, &net, setup)?;
     println!(
         "warm-up: one edge drained {:.0} readings/s (not reported as a fleet size)",
         results.warm_up_readings_per_sec
     );
     for &n in &setup.edges {
-        let size = run_size(&cluster, setup, n)?;
+        let size = run_size(&cluster, &net, setup, n)?;
         println!(
             "{n} edges: drained {:.0} readings/s together ({:.0} each), brokers {:.2} cores \
              ({:.1} ms CPU per 1,000 readings); lag p99 {:.2} s (worst edge) at {:.0} \
@@ -220,11 +231,11 @@ pub fn run(setup: &FleetSetup) -> Result<FleetResults> {
 /// without it, 1,2,4 and 4,2,1, the size measured first drained at about half the rate of the
 /// same size measured last; the shared machine's load swings as much: docs/BENCHMARKS.md,
 /// "A fleet into one cluster"). Returns its rate.
-fn warm_up(cluster: &KafkaCluster, setup: &FleetSetup) -> Result<f64> {
+fn warm_up(cluster: &KafkaCluster, net: &FleetNet, setup: &FleetSetup) -> Result<f64> {
     let topic = format!("{TOPIC_PREFIX}warm-up");
     cluster.create_topic(&topic, PARTITIONS, &["min.insync.replicas=2"])?;
     let url = format!("kafka://{}/{topic}", cluster.bootstrap());
-    let edges = vec![Edge::start(setup, &url)?];
+    let edges = vec![Edge::start(setup, &url, net.edge(1))?];
     wait_caught_up(edges[0].addr, Duration::from_secs(60))?;
     let mut scratch = FleetSize {
         per_edge: vec![EdgeFigures::default()],
@@ -235,12 +246,17 @@ fn warm_up(cluster: &KafkaCluster, setup: &FleetSetup) -> Result<f64> {
 }
 
 /// One fleet size: its topic, its N edges started, drained, driven, counted and stopped.
-fn run_size(cluster: &KafkaCluster, setup: &FleetSetup, n: usize) -> Result<FleetSize> {
+fn run_size(
+    cluster: &KafkaCluster,
+    net: &FleetNet,
+    setup: &FleetSetup,
+    n: usize,
+) -> Result<FleetSize> {
     let topic = format!("{TOPIC_PREFIX}{n}");
     cluster.create_topic(&topic, PARTITIONS, &["min.insync.replicas=2"])?;
     let url = format!("kafka://{}/{topic}", cluster.bootstrap());
     let mut edges = (0..n)
-        .map(|_| Edge::start(setup, &url))
+        .map(|i| Edge::start(setup, &url, net.edge(i + 1)))
         .collect::<Result<Vec<Edge>>>()?;
     for edge in &edges {
         wait_caught_up(edge.addr, Duration::from_secs(60))?;

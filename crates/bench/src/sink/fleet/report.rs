@@ -31,7 +31,8 @@ pub fn write(
     );
     html.paragraph(&format!(
         "Three Kafka 4.4 nodes (KRaft, replication 3), up in {:.1} s; each fleet size its own \
-         topic and its own edges (roamkv serve, each its own data directory, on loopback); \
+         topic and its own edges (roamkv serve, each its own data directory and network \
+         namespace, a veth pair to a bridge the brokers and clients reach); \
          first one edge's backlog drained to warm the brokers up ({:.0} readings/s, not a size).",
         results.cluster_startup_s, results.warm_up_readings_per_sec
     ));
