@@ -18,8 +18,10 @@ pub const NETNS_DIR: &str = "/run/netns";
 
 /// Namespaces named `<tag><pid>-<role>`, the hub's role `hub`, every node's `eth0` a veth pair
 /// whose other end (`v<role>`) is a port of the hub's bridge `br0`; every address in one /24.
-/// Deleting a namespace deletes its veth pairs (both ends: the host link's too), qdiscs and
-/// nftables tables, so the namespaces are the only thing to undo.
+/// Deleting a namespace deletes its veth pairs (both ends), qdiscs and nftables tables, so the
+/// namespaces are the only thing to undo, and the host link's end here, deleted first and at once:
+/// the kernel removes a deleted namespace's links only when it tears it down, after `ip netns del`
+/// returns, and this end would outlive the run by that much.
 pub struct Bridged {
     /// `<tag><pid>`: the sweep reads the pid back.
     prefix: String,
@@ -92,7 +94,8 @@ impl Bridged {
 
     /// A veth pair from this (the root) namespace to the bridge, its end here named `<tag><pid>`
     /// at `addr` (/24): processes here (servers, clients) reach the nodes and are reached by
-    /// them at `addr`. It goes with the hub's namespace. Returns its name here.
+    /// them at `addr`. Deleted before the namespaces (a killed run's goes with its hub's
+    /// namespace, swept). Returns its name here.
     pub fn add_host_link(&self, addr: Ipv4Addr) -> Result<String, Error> {
         let hub = self.hub();
         let here = self.prefix.clone();
@@ -100,6 +103,7 @@ impl Bridged {
         ip(&[
             "link", "add", &here, "type", "veth", "peer", "name", "vhost", "netns", &hub,
         ])?;
+        cleanup::register_undo(self.undo_owner, cleanup::Undo::DeleteLink(here.clone()));
         ip(&["-n", &hub, "link", "set", "vhost", "master", "br0", "up"])?;
         ip(&["addr", "add", &format!("{addr}/24"), "dev", &here])?;
         ip(&["link", "set", &here, "up"])?;
