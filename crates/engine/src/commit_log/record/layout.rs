@@ -163,7 +163,14 @@ impl<'a> Iterator for PutsIter<'a> {
         self.left -= 1;
         Some(reading)
     }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
 }
+
+/// Exact for a record `decode` accepted (every reading was parsed there).
+impl ExactSizeIterator for PutsIter<'_> {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decoded<'a> {
