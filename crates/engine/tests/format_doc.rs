@@ -8,70 +8,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use common::format_page::{example, examples, format_md};
 use common::*;
 use roamkv_engine::keys::{self, CatalogMeta, DeviceRecord, Place};
 use roamkv_engine::log_record::{self as record, Body, Decode};
 use roamkv_engine::segment::{self, Segment};
 use roamkv_engine::{LowerId, LowerTierKind, SegmentSeq, WindowId, limits};
-
-fn format_md() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/FORMAT.md");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-}
-
-/// Every `<!-- example: NAME -->` block of the page: NAME -> its bytes. Inside the fenced block
-/// after the marker, each line is hex bytes separated by spaces; `#` starts a comment. Anything
-/// else is an error, so a typo in the page fails here rather than decoding as something else.
-fn examples(doc: &str) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut lines = doc.lines().enumerate();
-    while let Some((_, line)) = lines.next() {
-        let Some(name) = line
-            .trim()
-            .strip_prefix("<!-- example:")
-            .and_then(|rest| rest.strip_suffix("-->"))
-        else {
-            continue;
-        };
-        let name = name.trim().to_string();
-        let fence = lines.next().map(|(_, l)| l.trim());
-        assert!(
-            fence.is_some_and(|f| f.starts_with("```")),
-            "FORMAT.md: example {name} is not followed by a fenced block"
-        );
-        let mut bytes = Vec::new();
-        for (number, line) in lines.by_ref() {
-            if line.trim().starts_with("```") {
-                break;
-            }
-            let data = line.split('#').next().unwrap_or("");
-            for token in data.split_whitespace() {
-                let byte = (token.len() == 2)
-                    .then(|| u8::from_str_radix(token, 16).ok())
-                    .flatten()
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "FORMAT.md line {}: {token:?} in example {name} is not a hex byte",
-                            number + 1
-                        )
-                    });
-                bytes.push(byte);
-            }
-        }
-        assert!(!bytes.is_empty(), "FORMAT.md: example {name} has no bytes");
-        assert!(
-            out.insert(name.clone(), bytes).is_none(),
-            "FORMAT.md: two examples are named {name}"
-        );
-    }
-    out
-}
-
-fn example(name: &str) -> Vec<u8> {
-    examples(&format_md())
-        .remove(name)
-        .unwrap_or_else(|| panic!("FORMAT.md has no example named {name}"))
-}
 
 /// The examples' engine-clock time (ms) and reading time (ns).
 const TS_MS: i64 = 1_700_000_000_000;
@@ -232,51 +174,32 @@ fn the_record_examples_decode_to_what_the_page_says() {
 }
 
 #[test]
-fn the_puts_example_decodes_to_what_the_page_says() {
+fn the_puts_example_decodes_to_what_the_page_says_and_is_what_the_encoder_writes() {
     let batch = example("register-puts-batch");
-    let Decode::Record(register) = record::decode(&batch, 3) else {
-        panic!("REGISTER example does not decode");
-    };
-    assert_eq!(register.len, 31);
-    let Decode::Record(puts) = record::decode(&batch[register.len..], 3) else {
-        panic!(
-            "PUTS example does not decode: {:?}",
-            record::decode(&batch[register.len..], 3)
-        );
-    };
-    let Body::Puts { device, readings } = puts.body else {
-        panic!("PUTS example decodes as {:?}", puts.body);
-    };
-    let readings: Vec<(&str, i64, &[u8])> = readings
-        .iter()
-        .map(|r| (r.sensor, r.ts_ns, r.value))
-        .collect();
-    assert_eq!(
-        (device, puts.batch_end, puts.len, readings),
-        (
-            "car-1",
-            true,
-            71,
-            vec![
-                ("speed", TS_NS, &b"88.5"[..]),
-                ("rpm", TS_NS, &b"3000"[..]),
-                ("speed", TS_NS + 1_000_000_000, &b"89.0"[..]),
-            ]
-        )
-    );
-    assert_eq!(register.len + puts.len, batch.len());
-
-    // The encoder writes the page's bytes.
-    let mut encoded = Vec::new();
-    record::encode_register(&mut encoded, 3, "car-1", TS_MS as u64);
-    let start = encoded.len();
     let three: [(&str, i64, &[u8]); 3] = [
         ("speed", TS_NS, b"88.5"),
         ("rpm", TS_NS, b"3000"),
         ("speed", TS_NS + 1_000_000_000, b"89.0"),
     ];
+    // The REGISTER in front of it is the PUT example's (31 bytes).
+    let Decode::Record(puts) = record::decode(&batch[31..], 3) else {
+        panic!("PUTS example does not decode");
+    };
+    let Body::Puts { device, readings } = puts.body else {
+        panic!("PUTS example decodes as {:?}", puts.body);
+    };
+    assert_eq!((device, puts.batch_end, puts.len), ("car-1", true, 71));
+    assert_eq!(31 + puts.len, batch.len());
+    assert!(
+        readings
+            .iter()
+            .map(|r| (r.sensor, r.ts_ns, r.value))
+            .eq(three)
+    );
+    let mut encoded = Vec::new();
+    record::encode_register(&mut encoded, 3, "car-1", TS_MS as u64);
     let crc = record::encode_puts_unsealed(&mut encoded, "car-1", three.into_iter());
-    record::seal(&mut encoded[start..], 3, true, crc);
+    record::seal(&mut encoded[31..], 3, true, crc);
     assert_eq!(encoded, batch);
 }
 

@@ -129,7 +129,10 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        assert!(pace.slept() >= Duration::from_millis(900));
+        // It slept to keep the rate; how long depends on how long the loop itself took (on a
+        // loaded machine a descheduled thread needs less sleep: 900 ms was asserted here once,
+        // and failed at load 10).
+        assert!(pace.slept() > Duration::ZERO);
         assert_eq!(pace.bytes(), 11 << 20);
         let free = Pace::unlimited();
         let started = Instant::now();

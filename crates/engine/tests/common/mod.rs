@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fault_storage;
+pub mod format_page;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -2,28 +2,12 @@
 //! checks every length, id and checksum and never panics on any input (the fuzz target in
 //! fuzz/ feeds it arbitrary bytes).
 
-use integer_encoding::VarInt;
-
+use super::fields::{id_at, short, u16_at};
 use super::layout::*;
-use crate::dir::format::{self, u32_at, u64_at};
+use super::puts::{PutsReadings, puts_reading};
+use crate::dir::format::{u32_at, u64_at};
 use crate::model::ids::SegmentSeq;
-use crate::model::limits::{self, DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
-
-pub(super) fn u16_at(b: &[u8], at: usize) -> Option<usize> {
-    format::u16_at(b, at).map(usize::from)
-}
-/// An id field: UTF-8, 1..=`max` bytes, no NUL (docs/FORMAT.md; the same rule `put` enforces).
-pub(super) fn id_at<'a>(
-    b: &'a [u8],
-    at: usize,
-    len: usize,
-    what: &str,
-    max: usize,
-) -> Result<&'a str, String> {
-    let bytes = b.get(at..at + len).ok_or("field runs past the payload")?;
-    let id = std::str::from_utf8(bytes).map_err(|_| format!("{what} id is not UTF-8"))?;
-    limits::id_problem(id, max).map_or(Ok(id), |problem| Err(format!("{what} id {problem}")))
-}
+use crate::model::limits::{DEVICE_ID_BYTES_MAX, SENSOR_ID_BYTES_MAX, VALUE_BYTES_MAX};
 
 /// The stored checksum of the record `buf` starts with (its header's first field), unchecked;
 /// None if `buf` is shorter than it.
@@ -147,10 +131,6 @@ pub(super) fn decode_checked(buf: &[u8], seq_low: u32, verify_crc: bool) -> Deco
     })
 }
 
-pub(super) fn short() -> String {
-    "payload shorter than its fixed fields".to_string()
-}
-
 /// A PUT payload (see `Body::Put`).
 pub(super) fn decode_put(p: &[u8]) -> Result<Body<'_>, String> {
     let device_len = u16_at(p, PUT_DEVICE_LEN_OFFSET).ok_or_else(short)?;
@@ -229,38 +209,6 @@ pub(super) fn decode_puts(p: &[u8]) -> Result<Body<'_>, String> {
             bytes,
         },
     })
-}
-
-/// One reading of a PUTS record at the start of `b` (the one before it at `prev_ts_ns`), and
-/// the bytes it takes.
-pub(super) fn puts_reading(b: &[u8], prev_ts_ns: i64) -> Result<(PutsReading<'_>, usize), String> {
-    let mut at = 0;
-    let mut varint = |what: &str| -> Result<u64, String> {
-        let (v, used) = u64::decode_var(&b[at..]).ok_or_else(|| format!("bad {what} varint"))?;
-        at += used;
-        Ok(v)
-    };
-    let sensor_len = varint("sensor length")?;
-    let value_len = varint("value length")?;
-    let delta = varint("ts delta")?;
-    // zigzag, as `i64::encode_var` writes it
-    let delta = ((delta >> 1) as i64) ^ -((delta & 1) as i64);
-    if sensor_len > SENSOR_ID_BYTES_MAX as u64 || value_len > VALUE_BYTES_MAX as u64 {
-        return Err(format!(
-            "a sensor of {sensor_len} bytes or a value of {value_len} bytes is over its limit"
-        ));
-    }
-    let (sensor_len, value_len) = (sensor_len as usize, value_len as usize);
-    let sensor = id_at(b, at, sensor_len, "sensor", SENSOR_ID_BYTES_MAX)?;
-    let value = b
-        .get(at + sensor_len..at + sensor_len + value_len)
-        .ok_or("value runs past the payload")?;
-    let reading = PutsReading {
-        sensor,
-        ts_ns: prev_ts_ns.wrapping_add(delta),
-        value,
-    };
-    Ok((reading, at + sensor_len + value_len))
 }
 
 /// A payload of a device id after `fixed` bytes of fixed fields (REGISTER, DEPART, TRIM).

@@ -2,6 +2,7 @@
 //! offsets chained from their sizes, the flags and kinds, what a decoded record is, and the
 //! length of each kind. The encoder and the decoder both build on it.
 
+use super::puts::PutsReadings;
 use crate::model::ids::SegmentSeq;
 
 pub(super) const CRC_OFFSET: usize = 0;
@@ -105,72 +106,6 @@ impl Body<'_> {
         }
     }
 }
-
-/// The readings of a PUTS record: checked whole when the record was decoded, read on demand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PutsReadings<'a> {
-    pub(super) count: usize,
-    pub(super) first_ts_ns: i64,
-    /// The encoded readings, from the first to the end of the payload.
-    pub(super) bytes: &'a [u8],
-}
-
-/// One reading of a PUTS record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PutsReading<'a> {
-    pub sensor: &'a str,
-    pub ts_ns: i64,
-    pub value: &'a [u8],
-}
-
-impl<'a> PutsReadings<'a> {
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    pub fn iter(&self) -> PutsIter<'a> {
-        PutsIter {
-            left: self.count,
-            ts_ns: self.first_ts_ns,
-            rest: self.bytes,
-        }
-    }
-}
-
-/// The readings of a PUTS record, in order. The record was checked when it was decoded; should
-/// its bytes still not parse, the iteration ends (it never panics).
-#[derive(Debug, Clone)]
-pub struct PutsIter<'a> {
-    left: usize,
-    ts_ns: i64,
-    rest: &'a [u8],
-}
-
-impl<'a> Iterator for PutsIter<'a> {
-    type Item = PutsReading<'a>;
-
-    fn next(&mut self) -> Option<PutsReading<'a>> {
-        if self.left == 0 {
-            return None;
-        }
-        let (reading, used) = super::decode::puts_reading(self.rest, self.ts_ns).ok()?;
-        self.rest = &self.rest[used..];
-        self.ts_ns = reading.ts_ns;
-        self.left -= 1;
-        Some(reading)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
-    }
-}
-
-/// Exact for a record `decode` accepted (every reading was parsed there).
-impl ExactSizeIterator for PutsIter<'_> {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decoded<'a> {

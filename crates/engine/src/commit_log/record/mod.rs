@@ -18,7 +18,9 @@
 
 mod decode;
 mod encode;
+mod fields;
 mod layout;
+mod puts;
 
 pub use decode::{BatchStep, declared_len, decode, decode_trusted, next_batch, stored_crc};
 pub use encode::{
@@ -27,6 +29,7 @@ pub use encode::{
 };
 pub use layout::{
     Body, Decode, Decoded, FLAG_BATCH_END, FLAG_SYNCED_BEFORE, HEADER_BYTES,
-    PUTS_PAYLOAD_BYTES_SOFT_MAX, PUTS_READINGS_MAX, PutsIter, PutsReading, PutsReadings,
-    SEGMENT_END_BYTES, depart_len, put_len, puts_reading_len, register_len, trim_len,
+    PUTS_PAYLOAD_BYTES_SOFT_MAX, PUTS_READINGS_MAX, SEGMENT_END_BYTES, depart_len, put_len,
+    puts_reading_len, register_len, trim_len,
 };
+pub use puts::{PutsIter, PutsReading, PutsReadings};
