@@ -27,6 +27,7 @@ pub(crate) mod consolidate;
 use age_out::Reason;
 use consolidate::Scope;
 
+use parking_lot::MutexGuard;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -64,12 +65,18 @@ enum Work {
 /// turn, passes at a high ingest rate are always due and consolidation, which ran only when
 /// nothing was due, never ran (issue 29).
 pub(crate) fn maintain(inner: &Inner) -> Result<()> {
-    let _one_at_a_time = inner.maintenance.lock();
     let mut outcome = Ok(());
     // Reclaim first: windows that became due while the last round ran (devices keep leaving)
     // do not wait behind the passes that are due now.
     let mut reclaim_turn = true;
     loop {
+        // One step at a time: the lock is taken for each step and handed on fairly after it,
+        // not held for the round. A round lasts while work is due, which at a high ingest rate
+        // is as long as the writers write, and a backup's snapshot (`backup::Snapshot::take`)
+        // and a writer aging the log for memory wait for this lock between steps: held for the
+        // round, it kept a backup during ingest waiting for more than 13 minutes (CI, after
+        // 6b0b6b1's PUTS records made ingest cheaper than the moves behind it).
+        let one_at_a_time = inner.maintenance.lock();
         // Shutdown does not wait for every due segment: they stay in the log and leave it
         // after the next open.
         if *inner.shutdown.lock() {
@@ -103,7 +110,9 @@ pub(crate) fn maintain(inner: &Inner) -> Result<()> {
                 break;
             }
         }
+        MutexGuard::unlock_fair(one_at_a_time);
     }
+    let _one_at_a_time = inner.maintenance.lock();
     outcome.and(tidy(inner))
 }
 
