@@ -81,16 +81,22 @@ pub(crate) fn at_index<'a>(
     entry: &IndexEntry,
     sensor: &str,
 ) -> AtIndex<'a> {
-    match record::decode(bytes, seq_low) {
-        Decode::Record(d) => reading_in(&d.body, sensor, entry.ts_ns),
+    in_decoded(&record::decode(bytes, seq_low), sensor, entry.ts_ns)
+}
+
+/// `at_index` on a record already decoded (the move to the lower tier decodes a record once
+/// for all its readings).
+pub(crate) fn in_decoded<'a>(record: &Decode<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
+    match record {
+        Decode::Record(d) => reading_in(&d.body, sensor, ts_ns),
         Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
-        Decode::Corrupt(reason) => AtIndex::Corrupt(reason),
+        Decode::Corrupt(reason) => AtIndex::Corrupt(reason.clone()),
     }
 }
 
 /// The reading of `sensor` at `ts_ns` in a decoded record: of a PUTS record, the last such
 /// (a later one replaces an earlier one of the same sensor and ts, as the index did).
-pub(crate) fn reading_in<'a>(body: &Body<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
+fn reading_in<'a>(body: &Body<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
     let found = match *body {
         Body::Put {
             device,

@@ -13,7 +13,7 @@ use crate::model::ids::{DeviceId, LowerId, WindowId};
 use crate::model::limits::{MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, WINDOW_BYTES_MAX};
 use crate::options::failpoints::PassStep;
 use crate::state::Inner;
-use crate::state::upper::{AtIndex, reading_in};
+use crate::state::upper::{AtIndex, in_decoded};
 use crate::stats::Counters;
 
 use super::snapshot::{Moving, Snapshot};
@@ -84,12 +84,7 @@ pub(super) fn checked_value(segment: &Segment, m: &Moving, record: &Decode<'_>) 
         offset: m.entry.offset as u64,
         reason,
     };
-    let found = match record {
-        Decode::Record(d) => reading_in(&d.body, &m.sensor, m.entry.ts_ns),
-        Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
-        Decode::Corrupt(reason) => AtIndex::Corrupt(reason.clone()),
-    };
-    match found {
+    match in_decoded(record, &m.sensor, m.entry.ts_ns) {
         AtIndex::Put { value, .. } => Ok(value.to_vec()),
         AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => Err(corrupt(reason)),
     }
