@@ -201,6 +201,7 @@ async fn open_engine(config: &Config) -> Result<Engine, String> {
         log_bytes_max: Some(config.sizes.log_budget_bytes),
         index_bytes_max: config.sizes.index_memory_bytes,
         lower_memory_bytes: config.sizes.lower_memory_bytes,
+        fail_points: Arc::clone(&config.fail_points),
         ..Options::default()
     };
     let data = config.data.clone();

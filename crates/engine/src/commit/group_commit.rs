@@ -311,6 +311,7 @@ fn sync_and_commit<'a>(
     let sync = inner.options.durability == Durability::Sync;
     drop(st);
     let guard = RoleGuard { inner };
+    inner.options.fail_points.delay_group_commit();
     let synced = if sync {
         log_state::sync_segments(&log_state::segments_to_sync(&groups), &inner.counters)
     } else {

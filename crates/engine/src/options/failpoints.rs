@@ -41,6 +41,7 @@ pub struct FailPoints {
     group_commit_panic: AtomicBool,
     catalog_write: AtomicBool,
     index_apply_delay_us: AtomicU64,
+    group_commit_delay_us: AtomicU64,
     hook: parking_lot::Mutex<Option<(u32, StepHook)>>,
 }
 
@@ -51,6 +52,7 @@ impl std::fmt::Debug for FailPoints {
             .field("group_commit_panic", &self.group_commit_panic)
             .field("catalog_write", &self.catalog_write)
             .field("index_apply_delay_us", &self.index_apply_delay_us)
+            .field("group_commit_delay_us", &self.group_commit_delay_us)
             .field("hook_armed", &self.hook.lock().is_some())
             .finish()
     }
@@ -110,6 +112,23 @@ impl FailPoints {
         let delay = Duration::from_micros(delay_us);
         while !stopped() && started.elapsed() < delay {
             std::thread::sleep((delay - started.elapsed()).min(Duration::from_millis(5)));
+        }
+    }
+
+    /// Makes every group commit wait `delay` before its fdatasync (until set back to zero), as
+    /// a slow disk would: writers wait that much longer for their acknowledgement, for tests of
+    /// what a server does with work that arrives faster than the engine takes it.
+    pub fn slow_group_commit(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.group_commit_delay_us.store(us, Ordering::SeqCst);
+    }
+
+    /// The syncer, without the state lock, before it syncs a group: waits out
+    /// `slow_group_commit`'s delay.
+    pub(crate) fn delay_group_commit(&self) {
+        let delay_us = self.group_commit_delay_us.load(Ordering::Relaxed);
+        if delay_us > 0 {
+            std::thread::sleep(Duration::from_micros(delay_us));
         }
     }
 

@@ -6,7 +6,7 @@
 //! are not published again (they are on it already).
 //!
 //! The publish never holds up the HTTP answer: it is queued to the MQTT client (its request
-//! queue, `MQTT_REQUESTS_QUEUED_MAX` in routes/mqtt.rs); when that queue is full (the broker is away for
+//! queue, `MQTT_REQUESTS_QUEUED_MAX` in routes/mqtt/mod.rs); when that queue is full (the broker is away for
 //! long), the event is dropped from the bus, counted in
 //! `roamkv_republished_events_total{outcome="dropped"}` and logged. It is stored either way.
 

@@ -191,7 +191,7 @@ async fn ready(State(state): State<Shared>, _: NoQuery) -> Response {
         return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
     if let Some(mqtt) = &state.config.mqtt
-        && state.metrics.mqtt_connected.get() == 0
+        && state.metrics.mqtt.connected.get() == 0
     {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -103,6 +103,12 @@ pub struct ServeArgs {
     /// PEM file of CA certificates to trust for the broker's TLS, besides the system's.
     #[arg(long, env = "ROAMKV_MQTT_CA_FILE")]
     pub mqtt_ca_file: Option<PathBuf>,
+    /// Bytes of MQTT messages taken from the broker and waiting for a write slot, at most
+    /// [default: 16777216, 16 MiB]. At the bound the server stops reading from the broker until
+    /// a write finishes: at QoS 1 the broker keeps the rest; at QoS 0 it drops what it cannot
+    /// hold (mosquitto: past `max_queued_messages`), as it does for EdgeX's own core-data.
+    #[arg(long, env = "ROAMKV_MQTT_QUEUE_BYTES_MAX")]
+    pub mqtt_queue_bytes_max: Option<usize>,
     /// Seconds a client may take to send its request headers (slow clients are cut off) [default: 10].
     #[arg(long, env = "ROAMKV_HEADER_TIMEOUT_S")]
     pub header_timeout_s: Option<u64>,
@@ -200,6 +206,7 @@ pub(super) struct FileConfig {
     pub(super) mqtt_username: Option<String>,
     pub(super) mqtt_password_file: Option<PathBuf>,
     pub(super) mqtt_ca_file: Option<PathBuf>,
+    pub(super) mqtt_queue_bytes_max: Option<usize>,
     pub(super) header_timeout_s: Option<u64>,
     pub(super) body_timeout_s: Option<u64>,
     pub(super) drain_timeout_s: Option<u64>,

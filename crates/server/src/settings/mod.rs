@@ -22,9 +22,10 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use roamkv_engine::Durability;
+use roamkv_engine::{Durability, FailPoints};
 
 pub use access::Tokens;
 use access::{Access, resolve_tls};
@@ -40,7 +41,10 @@ use limits::{Limits, Timeouts, backup_bytes_per_sec, retention_default_ms};
 use logs::resolve_logs;
 pub use logs::{LogFormat, LogSettings};
 use mqtt::resolve_mqtt;
-pub use mqtt::{MQTT_REPUBLISH_PREFIX_DEFAULT, MQTT_TOPIC_DEFAULT, MqttConfig, MqttTls};
+pub use mqtt::{
+    MQTT_QUEUE_BYTES_MAX_DEFAULT, MQTT_REPUBLISH_PREFIX_DEFAULT, MQTT_TOPIC_DEFAULT, MqttConfig,
+    MqttTls,
+};
 pub use peer::PeerSettings;
 use peer::resolve_peer;
 use tls::TlsFiles;
@@ -95,6 +99,9 @@ pub struct Config {
     /// The flags (and environment) these settings were resolved from: SIGHUP resolves them
     /// again with the config file as it is then (reload.rs).
     pub source: ServeArgs,
+    /// The engine's test hooks (`Options::fail_points`), none armed: tests of the server arm
+    /// them through it, e.g. a slow group commit.
+    pub fail_points: Arc<FailPoints>,
 }
 
 impl Config {
@@ -154,6 +161,7 @@ impl Config {
             tls: resolve_tls(args, &file)?,
             logs: resolve_logs(args, &file)?,
             source: args.clone(),
+            fail_points: Arc::default(),
         })
         .and_then(|config| {
             if config.on_depart == OnDepart::Cloud && config.sink.is_none() {
@@ -202,6 +210,7 @@ impl Config {
                 "clientId": m.client_id,
                 "republishPrefix": m.republish_prefix,
                 "username": m.username,
+                "queueBytesMax": m.queue_bytes_max,
             })),
             "headerTimeoutS": self.header_timeout.as_secs(),
             "bodyTimeoutS": self.body_timeout.as_secs(),

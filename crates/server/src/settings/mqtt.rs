@@ -9,6 +9,13 @@ use super::args::{FileConfig, ServeArgs};
 pub const MQTT_TOPIC_DEFAULT: &str = "edgex/events/device/#";
 /// Where core-data publishes the events it takes over REST.
 pub const MQTT_REPUBLISH_PREFIX_DEFAULT: &str = "edgex/events/core";
+/// `--mqtt-queue-bytes-max`'s default: the queue only has to keep MQTT's write slots fed
+/// (routes/mqtt, `IN_FLIGHT_EVENTS_MAX`: 1,024 events), not to hold a backlog, which the broker
+/// keeps (QoS 1) or drops (QoS 0) by its own limits. 16 MiB is ~5,000 events of 10 readings
+/// (~3 KB each as device-sdk-go v4 sends them) or ~600 of 100: more than the write slots take
+/// at once at 10 readings an event, and small beside the engine's own memory (index 128 MiB,
+/// lower tier 64 MiB).
+pub const MQTT_QUEUE_BYTES_MAX_DEFAULT: usize = 16 << 20;
 
 #[derive(Clone)]
 pub struct MqttConfig {
@@ -22,6 +29,9 @@ pub struct MqttConfig {
     pub tls: Option<MqttTls>,
     pub username: Option<String>,
     pub password: Option<String>,
+    /// `--mqtt-queue-bytes-max`: messages taken from the broker and not yet being written, at
+    /// most this many bytes (and one message more: an empty queue takes any message).
+    pub queue_bytes_max: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +49,7 @@ impl std::fmt::Debug for MqttConfig {
             .field("tls", &self.tls)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("queue_bytes_max", &self.queue_bytes_max)
             .finish()
     }
 }
@@ -56,9 +67,13 @@ pub(super) fn resolve_mqtt(
     let Some(broker) = args.mqtt_broker.clone().or(file.mqtt_broker.clone()) else {
         let republish =
             args.mqtt_republish_prefix.is_some() || file.mqtt_republish_prefix.is_some();
-        if username.is_some() || password_file.is_some() || ca_file.is_some() || republish {
+        let queue = args.mqtt_queue_bytes_max.is_some() || file.mqtt_queue_bytes_max.is_some();
+        if username.is_some() || password_file.is_some() || ca_file.is_some() || republish || queue
+        {
             return Err(
-                "MQTT credentials, a CA file or a republish prefix without --mqtt-broker".into(),
+                "MQTT credentials, a CA file, a republish prefix or a queue bound without \
+                 --mqtt-broker"
+                    .into(),
             );
         }
         return Ok(None);
@@ -109,6 +124,11 @@ pub(super) fn resolve_mqtt(
         None => None,
     };
     mqtt.username = username;
+    mqtt.queue_bytes_max = match args.mqtt_queue_bytes_max.or(file.mqtt_queue_bytes_max) {
+        Some(0) => return Err("--mqtt-queue-bytes-max must be at least 1".into()),
+        Some(bytes) => bytes,
+        None => MQTT_QUEUE_BYTES_MAX_DEFAULT,
+    };
     Ok(Some(mqtt))
 }
 
@@ -148,5 +168,6 @@ pub(super) fn parse_broker(
         tls: tls.then_some(MqttTls { ca_file: None }),
         username: None,
         password: None,
+        queue_bytes_max: MQTT_QUEUE_BYTES_MAX_DEFAULT,
     })
 }

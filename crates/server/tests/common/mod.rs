@@ -16,6 +16,15 @@ pub struct Server {
 
 impl Server {
     pub async fn start(adjust: impl FnOnce(&mut ServeArgs)) -> Server {
+        Server::start_configured(adjust, |_| {}).await
+    }
+
+    /// `start`, with `configure` given the resolved settings last (e.g. to arm the engine's
+    /// test hooks through `Config::fail_points`).
+    pub async fn start_configured(
+        adjust: impl FnOnce(&mut ServeArgs),
+        configure: impl FnOnce(&mut Config),
+    ) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut args = ServeArgs {
             data: Some(dir.path().join("data")),
@@ -27,7 +36,8 @@ impl Server {
             ..ServeArgs::default()
         };
         adjust(&mut args);
-        let config = Config::resolve(&args).expect("config");
+        let mut config = Config::resolve(&args).expect("config");
+        configure(&mut config);
         let running = roamkv_server::start(config).await.expect("server starts");
         let base = format!("http://{}", running.addr);
         Server {

@@ -22,10 +22,12 @@ mod cloud;
 mod engine;
 pub mod exposition;
 mod follow;
+mod mqtt;
 mod process;
 
 use cloud::CloudMetrics;
 use engine::EngineMetrics;
+use mqtt::MqttMetrics;
 use process::ProcessMetrics;
 
 pub use follow::{TierLabels, dir_bytes};
@@ -72,7 +74,8 @@ pub struct Metrics {
     pub rejected: Family<RejectLabels, Counter>,
     pub requests: Family<RequestLabels, Counter>,
     pub request_seconds: Family<RouteLabels, Histogram>,
-    pub mqtt_connected: Gauge,
+    /// MQTT ingest: the connection, the queue and the write slots (routes/mqtt).
+    pub mqtt: MqttMetrics,
     /// Exports being written (export.rs), and the readings they wrote.
     pub exports_in_flight: Gauge,
     pub exported_readings: Counter,
@@ -108,7 +111,7 @@ impl Metrics {
             rejected: Family::default(),
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(latency_histogram as fn() -> _),
-            mqtt_connected: Gauge::default(),
+            mqtt: MqttMetrics::default(),
             exports_in_flight: Gauge::default(),
             exported_readings: Counter::default(),
             republished: Family::default(),
@@ -122,6 +125,7 @@ impl Metrics {
         metrics.process.register(&mut root);
         let roamkv = root.sub_registry_with_prefix("roamkv");
         metrics.register_traffic(roamkv);
+        metrics.mqtt.register(roamkv);
         metrics.backup.register(roamkv);
         metrics.engine.register(roamkv);
         metrics.cloud.register(roamkv);
@@ -142,7 +146,7 @@ impl Metrics {
         }
     }
 
-    /// What the server counts itself: ingest, refusals, requests and their latency, MQTT.
+    /// What the server counts itself: ingest, refusals, requests and their latency.
     fn register_traffic(&self, r: &mut Registry) {
         let counters = [
             (
@@ -178,11 +182,6 @@ impl Metrics {
             "http_request_duration_seconds",
             "HTTP request latency by route",
             self.request_seconds.clone(),
-        );
-        r.register(
-            "mqtt_connected",
-            "1 while subscribed to the MQTT event topic",
-            self.mqtt_connected.clone(),
         );
         r.register(
             "exports_in_flight",

@@ -8,36 +8,41 @@
 //! and --mqtt-ca-file's), with an account (--mqtt-username, --mqtt-password-file). A refusal
 //! of the account or a failed TLS handshake at start is an error naming the setting (`start`).
 //!
-//! Payloads are EdgeX MessageEnvelopes: v3 carries the AddEventRequest base64-encoded in
-//! `payload` (JSON or CBOR per `contentType`), v4 carries it as an object. A message that is
-//! not an event is logged, counted in roamkv_rejected{source="mqtt"} and acked (redelivering it
-//! would only fail again).
+//! Payloads are EdgeX MessageEnvelopes (envelope.rs). A message that is not an event is logged,
+//! counted in roamkv_rejected{source="mqtt"} and acked (redelivering it would only fail again).
+//!
+//! Memory is bounded: messages read from the broker wait for one of `IN_FLIGHT_EVENTS_MAX`
+//! write slots in a queue of at most `--mqtt-queue-bytes-max` (queue.rs); at that bound the
+//! event loop stops reading from the broker, and TCP holds the broker back.
 
-use std::collections::VecDeque;
+mod envelope;
+mod queue;
+
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use base64::Engine as _;
 use roamkv_sink::explain::{self, Dialed, Peer};
-use roamkv_wire::edgex::{self, AddEventRequest, PathNames};
+use roamkv_wire::edgex::PathNames;
 use rumqttc::{
     AsyncClient, ConnectReturnCode, ConnectionError, Event, MqttOptions, Packet, Publish, QoS,
     TlsConfiguration, Transport,
 };
-use serde::Deserialize;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::http::error::ApiError;
 use crate::ingest::writers::{INGEST_GROUP_REQUESTS_MAX, INGEST_THREADS};
 use crate::settings::MqttConfig;
 use crate::state::Shared;
+pub use envelope::parse_envelope;
+use envelope::topic_names;
+use queue::Queue;
 
 /// Events being written at once from MQTT: enough to fill both ingest threads' groups (one being
 /// written while the other waits for its fdatasync), since an event's write takes a group commit
 /// or two and events in flight / write time is the rate (64 held QoS 1 at ~9 K events a second
 /// with a 4 ms fdatasync: docs/BENCHMARKS.md, "The message bus"). Messages beyond it wait,
-/// unacked, in the event loop (`Received`). Memory: the events' readings, ~1,024 x 10 KB at 10
+/// unacked, in the bounded `Queue`. Memory: the events' readings, ~1,024 x 10 KB at 10
 /// readings an event.
 const IN_FLIGHT_EVENTS_MAX: usize = INGEST_THREADS * INGEST_GROUP_REQUESTS_MAX;
 /// How long a stopping server lets the events being written finish and their acks go out.
@@ -46,76 +51,6 @@ const IN_FLIGHT_DRAIN_WAIT: Duration = Duration::from_secs(5);
 /// to `RECONNECT_DELAY_MAX`; a connection resets it.
 const RECONNECT_DELAY_MIN: Duration = Duration::from_secs(1);
 const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(30);
-/// Where EdgeX publishes events: edgex/events/device/{service}/{profile}/{device}/{source}.
-const EDGEX_EVENT_TOPIC_PREFIX: &str = "edgex/events/device/";
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MessageEnvelope {
-    #[serde(default)]
-    content_type: Option<String>,
-    payload: Payload,
-}
-
-/// An envelope's payload, read in the envelope's one pass: v4's object straight into the
-/// request (not through a `serde_json::Value` first: that detour was ~7 % of the bus's CPU),
-/// v3's base64 text kept for decoding once `contentType` is known (it may come after it).
-enum Payload {
-    Base64(String),
-    Event(Box<AddEventRequest>),
-}
-
-impl<'de> Deserialize<'de> for Payload {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Payload, D::Error> {
-        struct PayloadVisitor;
-        impl<'de> serde::de::Visitor<'de> for PayloadVisitor {
-            type Value = Payload;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("base64 text (v3) or an AddEventRequest object (v4)")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Payload, E> {
-                Ok(Payload::Base64(text.to_owned()))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Payload, A::Error> {
-                let object = serde::de::value::MapAccessDeserializer::new(map);
-                AddEventRequest::deserialize(object).map(|r| Payload::Event(Box::new(r)))
-            }
-        }
-        deserializer.deserialize_any(PayloadVisitor)
-    }
-}
-
-/// Decodes an envelope into the event it carries.
-pub fn parse_envelope(bytes: &[u8]) -> Result<AddEventRequest, ApiError> {
-    let envelope: MessageEnvelope = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request(format!("message is not an EdgeX MessageEnvelope: {e}"))
-    })?;
-    let cbor = envelope
-        .content_type
-        .as_deref()
-        .is_some_and(|t| t.starts_with("application/cbor"));
-    match envelope.payload {
-        Payload::Base64(b64) => {
-            let payload = base64::engine::general_purpose::STANDARD
-                .decode(b64.as_bytes())
-                .map_err(|e| {
-                    ApiError::bad_request(format!("envelope payload is not base64: {e}"))
-                })?;
-            Ok(edgex::parse_add_event(&payload, cbor)?)
-        }
-        Payload::Event(request) => Ok(*request),
-    }
-}
-
-/// The profile/device/source levels of an EdgeX event topic, when the topic has that form.
-fn topic_names(topic: &str) -> Option<(&str, &str, &str)> {
-    let rest = topic.strip_prefix(EDGEX_EVENT_TOPIC_PREFIX)?;
-    let levels: Vec<&str> = rest.split('/').collect();
-    match levels.as_slice() {
-        [_service, profile, device, source] => Some((profile, device, source)),
-        _ => None,
-    }
-}
 
 /// How long the start waits for the broker's first answer. A broker that refuses the
 /// credentials or fails the TLS handshake stops the start with an error naming the setting; one
@@ -263,16 +198,14 @@ fn report_failure(
 /// a republished event that finds the queue full is dropped from the bus (republish.rs).
 const MQTT_REQUESTS_QUEUED_MAX: usize = 64;
 
-/// Messages taken from the broker and not yet being written: they wait for a write slot.
-type Received = VecDeque<Publish>;
-
 /// The event loop: subscribes on every connection, writes each event it carries, reconnects
 /// (backing off from 1 s to 30 s) until the stop signal.
 ///
-/// It awaits nothing but the broker, the stop signal and, while messages wait, a write slot:
-/// only it drains the client's request queue, so awaiting a send into that queue (a
-/// subscription; an ack, through a write slot whose writer is stuck on its ack) while the queue
-/// is full of republished events would stop it for good.
+/// It awaits nothing but the broker (while the queue has room), the stop signal and, while
+/// messages wait, a write slot: only it drains the client's request queue, so awaiting a send
+/// into that queue (a subscription) while the queue is full of republished events would stop it
+/// for good. For the same reason a write slot is freed when its write ends, before its ack is
+/// queued: with the queue at its bound the loop waits for a slot, not for an ack it alone sends.
 async fn run(
     state: Shared,
     config: MqttConfig,
@@ -283,20 +216,28 @@ async fn run(
     let (client, mut events) = AsyncClient::new(options, MQTT_REQUESTS_QUEUED_MAX);
     state.republisher.attach(client.clone());
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_EVENTS_MAX));
-    let mut received = Received::new();
+    let unfinished = Arc::new(Unfinished::default());
+    let acks = spawn_acker(client.clone());
+    state
+        .metrics
+        .mqtt
+        .writes_in_flight_max
+        .set(IN_FLIGHT_EVENTS_MAX as i64);
+    let mut queue = Queue::new(config.queue_bytes_max, &state.metrics);
     let mut first_answer = Some(first_answer);
     let mut reconnect_delay = RECONNECT_DELAY_MIN;
     loop {
         let event = tokio::select! {
             _ = stop.changed() => break,
-            permit = Arc::clone(&in_flight).acquire_owned(), if !received.is_empty() => {
-                let (Ok(permit), Some(publish)) = (permit, received.pop_front()) else {
+            permit = Arc::clone(&in_flight).acquire_owned(), if !queue.is_empty() => {
+                let (Ok(permit), Some(publish)) = (permit, queue.pop(&state.metrics)) else {
                     break;
                 };
-                spawn_write(&state, &client, publish, permit);
+                spawn_write(&state, &acks, publish, permit, &unfinished);
                 continue;
             }
-            event = events.poll() => event,
+            // Not polled at the queue's bound: rumqttc reads the socket only when polled.
+            event = events.poll(), if queue.has_room() => event,
         };
         match event {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
@@ -314,14 +255,14 @@ async fn run(
             }
             Ok(Event::Incoming(Packet::SubAck(_))) => {
                 // Subscribed: from here on the broker routes the topic's events to us.
-                state.metrics.mqtt_connected.set(1);
+                state.metrics.mqtt.connected.set(1);
             }
-            Ok(Event::Incoming(Packet::Publish(publish))) => received.push_back(publish),
+            Ok(Event::Incoming(Packet::Publish(publish))) => queue.push(publish, &state.metrics),
             Ok(_) => {}
             Err(e) => {
-                state.metrics.mqtt_connected.set(0);
+                state.metrics.mqtt.connected.set(0);
                 // Not acked on this connection: the broker delivers them again on the next.
-                received.clear();
+                queue.clear(&state.metrics);
                 if report_failure(&config, &e, &mut first_answer, reconnect_delay) {
                     // Refused at start: the start fails with it; nothing was received yet.
                     return;
@@ -334,26 +275,99 @@ async fn run(
             }
         }
     }
-    drain_and_disconnect(&client, &mut events, &in_flight).await;
-    state.metrics.mqtt_connected.set(0);
+    drain_and_disconnect(&client, &mut events, &unfinished).await;
+    state.metrics.mqtt.connected.set(0);
 }
 
-/// Writes a received message's event on a task of its own, acking it once written.
+/// Writes and acks not finished yet: the stop waits for them (`all_finished`).
+#[derive(Default)]
+struct Unfinished {
+    count: AtomicUsize,
+    finished: Notify,
+}
+
+/// One write and its ack, counted in `Unfinished` until dropped.
+struct UnfinishedGuard(Arc<Unfinished>);
+
+impl Unfinished {
+    fn start(self: &Arc<Self>) -> UnfinishedGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        UnfinishedGuard(Arc::clone(self))
+    }
+
+    async fn all_finished(&self) {
+        loop {
+            let finished = self.finished.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            finished.await;
+        }
+    }
+}
+
+impl Drop for UnfinishedGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.finished.notify_waiters();
+        }
+    }
+}
+
+/// A written event's ack, on its way to the client's request queue: the packet id, and the
+/// write counted in `Unfinished` until the ack is queued.
+struct Ack {
+    publish: Publish,
+    _unfinished: UnfinishedGuard,
+}
+
+/// Queues the acks of written events into the client's request queue, one at a time, in the
+/// order the writes ended. One task awaits that queue when it is full, not one per event:
+/// flume's bounded channel (rumqttc's request queue) keeps its waiting senders in a list it
+/// scans on every wake-up, so a writer task per event awaiting its ack cost each send O(waiters)
+/// (1-reading events at QoS 1: 73 µs of server CPU a reading against 21, 28 % of the profile in
+/// `VecDeque::retain`, with the acks of ~18,000 events a second waiting). The acks waiting here
+/// are bounded by the broker: a session has at most 65,535 packet ids unacked.
+fn spawn_acker(client: AsyncClient) -> mpsc::UnboundedSender<Ack> {
+    let (acks, mut waiting) = mpsc::unbounded_channel::<Ack>();
+    tokio::spawn(async move {
+        while let Some(ack) = waiting.recv().await {
+            if let Err(e) = client.ack(&ack.publish).await {
+                tracing::warn!(error = %e, "MQTT ack failed");
+            }
+        }
+    });
+    acks
+}
+
+/// Writes a received message's event on a task of its own, and hands its ack to the acker once
+/// written. The write slot and the message's bytes are freed when the write ends; the ack keeps
+/// only the packet id.
 fn spawn_write(
     state: &Shared,
-    client: &AsyncClient,
+    acks: &mpsc::UnboundedSender<Ack>,
     publish: Publish,
     permit: OwnedSemaphorePermit,
+    unfinished: &Arc<Unfinished>,
 ) {
     let state = Arc::clone(state);
-    let client = client.clone();
+    let acks = acks.clone();
+    let unfinished = unfinished.start();
+    state.metrics.mqtt.writes_in_flight.inc();
     tokio::spawn(async move {
-        if handle(&state, &publish).await
-            && let Err(e) = client.ack(&publish).await
-        {
-            tracing::warn!(error = %e, "MQTT ack failed");
-        }
+        let written = handle(&state, &publish).await;
+        let mut ack = Publish::new("", publish.qos, Vec::new());
+        ack.pkid = publish.pkid;
+        drop(publish);
         drop(permit);
+        state.metrics.mqtt.writes_in_flight.dec();
+        // QoS 0 has no ack; an event not written is not acked (the broker sends it again).
+        if written && ack.qos != QoS::AtMostOnce {
+            let _ = acks.send(Ack {
+                publish: ack,
+                _unfinished: unfinished,
+            });
+        }
     });
 }
 
@@ -363,9 +377,9 @@ fn spawn_write(
 async fn drain_and_disconnect(
     client: &AsyncClient,
     events: &mut rumqttc::EventLoop,
-    in_flight: &Arc<Semaphore>,
+    unfinished: &Unfinished,
 ) {
-    let all_written = in_flight.acquire_many(IN_FLIGHT_EVENTS_MAX as u32);
+    let all_written = unfinished.all_finished();
     tokio::pin!(all_written);
     let drained = tokio::time::timeout(IN_FLIGHT_DRAIN_WAIT, async {
         loop {
@@ -421,60 +435,5 @@ async fn handle(state: &Shared, publish: &Publish) -> bool {
             tracing::error!(topic = %publish.topic, error = %e.message, "MQTT event not written");
             false
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use serde_json::Value;
-
-    fn event_json() -> Value {
-        serde_json::json!({
-            "apiVersion": "v3",
-            "event": {
-                "id": "040bd523-ec33-440d-9d72-e5813a465f37",
-                "deviceName": "d", "profileName": "p", "sourceName": "s", "origin": 5,
-                "readings": [{"deviceName": "d", "resourceName": "r", "profileName": "p",
-                              "origin": 5, "valueType": "Int8", "value": "1"}]
-            }
-        })
-    }
-
-    #[test]
-    fn v3_and_v4_envelopes_carry_events() {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(event_json().to_string());
-        let v3 = serde_json::json!({"apiVersion": "v3", "contentType": "application/json", "payload": b64});
-        let v4 = serde_json::json!({"apiVersion": "v3", "contentType": "application/json", "payload": event_json()});
-        for envelope in [v3, v4] {
-            let request = parse_envelope(envelope.to_string().as_bytes()).expect("event");
-            assert_eq!(request.event.device_name, "d");
-        }
-        assert!(parse_envelope(b"hello").is_err());
-        assert!(parse_envelope(br#"{"payload": 5}"#).is_err());
-        assert!(parse_envelope(br#"{"payload": "%%%"}"#).is_err());
-        assert!(parse_envelope(br#"{"payload": {"apiVersion": "v3"}}"#).is_err());
-        assert!(parse_envelope(br#"{"payload": null}"#).is_err());
-    }
-
-    #[test]
-    fn a_v3_payload_is_decoded_by_the_content_type_that_follows_it() {
-        let mut cbor = Vec::new();
-        ciborium::into_writer(&event_json(), &mut cbor).expect("CBOR");
-        let b64 = base64::engine::general_purpose::STANDARD.encode(cbor);
-        let envelope = format!(r#"{{"payload":"{b64}","contentType":"application/cbor"}}"#);
-        let request = parse_envelope(envelope.as_bytes()).expect("event");
-        assert_eq!(request.event.device_name, "d");
-    }
-
-    #[test]
-    fn edgex_topics_name_profile_device_and_source() {
-        assert_eq!(
-            topic_names("edgex/events/device/svc/prof/dev/src"),
-            Some(("prof", "dev", "src"))
-        );
-        assert_eq!(topic_names("edgex/events/device/svc/prof"), None);
-        assert_eq!(topic_names("other/topic"), None);
     }
 }
