@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use roamkv_engine::{DeviceTier, Engine, LowerTierKind, ReadView, Reading, ScanCursor};
+use roamkv_engine::{DeviceTier, Engine, LowerTierKind, ReadView, Reading, Record, ScanCursor};
 
 const SENSORS: [&str; 3] = ["alt", "speed", "temp"];
 
@@ -324,4 +324,63 @@ fn pages_over_many_windows_match_a_model_of_the_writes() {
         .map(|r| (r.sensor, r.ts_ns, r.value))
         .collect();
     assert_eq!(got, b_only);
+}
+
+/// Scans of readings still in the log, where each batch is a few PUTS records of many readings
+/// (and the read path reads each record once for all the readings it chooses from it, chunk by
+/// chunk): every page of every window holds what a model of the writes holds, the later of two
+/// writes of one (sensor, ts) in a batch included.
+#[test]
+fn scans_of_batches_in_the_log_match_a_model_of_the_writes() {
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = clock();
+    let engine = open(dir.path(), &clock);
+    let mut model: BTreeMap<(String, i64), Vec<u8>> = BTreeMap::new();
+    for batch in 0..6i64 {
+        let mut writes: Vec<(&str, i64, Vec<u8>)> = Vec::new();
+        for i in 0..400i64 {
+            let sensor = SENSORS[(i % 3) as usize];
+            // Each batch rewrites a few readings of the one before, and one reading twice.
+            let ts = batch * 380 + i / 3 * 3 + (i % 3);
+            writes.push((sensor, ts, value("bus-1", sensor, ts * 7 + batch, 24)));
+        }
+        writes.push(("speed", batch * 380 + 1, b"twice, the later".to_vec()));
+        let records: Vec<Record<'_>> = writes
+            .iter()
+            .map(|(sensor, ts_ns, value)| Record {
+                device: "bus-1",
+                sensor,
+                ts_ns: *ts_ns,
+                value,
+            })
+            .collect();
+        engine.put_batch(&records).expect("put_batch");
+        for (sensor, ts, value) in writes {
+            model.insert((sensor.to_string(), ts), value);
+        }
+    }
+    assert_eq!(engine.devices()[0].tier, DeviceTier::Upper);
+    let expected = |sensor: Option<&str>, from: i64, to: i64| -> Vec<(String, i64, Vec<u8>)> {
+        let mut readings: Vec<_> = model
+            .iter()
+            .filter(|((s, ts), _)| sensor.is_none_or(|x| x == s) && (from..to).contains(ts))
+            .map(|((s, ts), v)| (s.clone(), *ts, v.clone()))
+            .collect();
+        readings.sort();
+        readings
+    };
+    for (sensor, from, to) in [(None, i64::MIN, i64::MAX), (Some("temp"), 500, 1700)] {
+        for limit in [1_000, 10_000] {
+            let got: Vec<_> = all_pages(&engine, "bus-1", sensor, from, to, limit)
+                .into_iter()
+                .map(|r| (r.sensor, r.ts_ns, r.value))
+                .collect();
+            assert_eq!(
+                got,
+                expected(sensor, from, to),
+                "{sensor:?} {from}..{to} limit {limit}"
+            );
+        }
+    }
 }

@@ -13,6 +13,7 @@
 //! Owns the mapping table (`mapping`) and each device's log index (`upper`). It may not do file
 //! I/O (the lock rule) nor call the commit path, maintenance or queries: those rooms sit above it.
 
+pub(crate) mod at_index;
 pub(crate) mod mapping;
 pub(crate) mod upper;
 

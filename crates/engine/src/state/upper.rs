@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::mem::size_of;
 
 use crate::commit_log::position::LogPosition;
-use crate::commit_log::record::{self, Body, Decode};
+use crate::commit_log::record;
 use crate::model::ids::SegmentSeq;
 
 /// One indexed reading: 24 bytes.
@@ -59,63 +59,6 @@ impl IndexEntry {
             segment_seq: self.segment_seq,
             offset: self.offset as u64,
         }
-    }
-}
-
-/// What the log holds where an index entry points.
-pub(crate) enum AtIndex<'a> {
-    /// The indexed reading (same sensor and timestamp): its device and value.
-    Put { device: &'a str, value: &'a [u8] },
-    /// Not the indexed reading: the segment was retired and reused meanwhile (why, in words).
-    Elsewhere(String),
-    /// Bytes of this segment that fail their checksum: damage on disk. (A reused segment fails
-    /// the sequence check instead, which reads as `Elsewhere`.)
-    Corrupt(String),
-}
-
-/// Decodes the record at an index entry (`bytes` = the entry's `record_len` bytes at its
-/// offset) and finds the entry's reading of `sensor` in it.
-pub(crate) fn at_index<'a>(
-    bytes: &'a [u8],
-    seq_low: u32,
-    entry: &IndexEntry,
-    sensor: &str,
-) -> AtIndex<'a> {
-    in_decoded(&record::decode(bytes, seq_low), sensor, entry.ts_ns)
-}
-
-/// `at_index` on a record already decoded (the move to the lower tier decodes a record once
-/// for all its readings).
-pub(crate) fn in_decoded<'a>(record: &Decode<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
-    match record {
-        Decode::Record(d) => reading_in(&d.body, sensor, ts_ns),
-        Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
-        Decode::Corrupt(reason) => AtIndex::Corrupt(reason.clone()),
-    }
-}
-
-/// The reading of `sensor` at `ts_ns` in a decoded record: of a PUTS record, the last such
-/// (a later one replaces an earlier one of the same sensor and ts, as the index did).
-fn reading_in<'a>(body: &Body<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
-    let found = match *body {
-        Body::Put {
-            device,
-            sensor: s,
-            ts_ns: t,
-            value,
-        } if t == ts_ns && s == sensor => Some((device, value)),
-        Body::Puts { device, readings } => readings
-            .iter()
-            .filter(|r| r.ts_ns == ts_ns && r.sensor == sensor)
-            .last()
-            .map(|r| (device, r.value)),
-        _ => None,
-    };
-    match found {
-        Some((device, value)) => AtIndex::Put { device, value },
-        None => AtIndex::Elsewhere(format!(
-            "the index points at a record without the reading of {sensor} at {ts_ns}"
-        )),
     }
 }
 

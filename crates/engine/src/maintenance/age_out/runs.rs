@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::commit_log::record::{self, Decode};
+use crate::commit_log::record;
 use crate::commit_log::segment::Segment;
 use crate::lower::keys::{self, Place};
 use crate::lower::{CatalogOp, PreparedRun, Space};
@@ -13,7 +13,7 @@ use crate::model::ids::{DeviceId, LowerId, WindowId};
 use crate::model::limits::{MOVE_READ_CHUNK_BYTES, MOVE_READ_GAP_BYTES, WINDOW_BYTES_MAX};
 use crate::options::failpoints::PassStep;
 use crate::state::Inner;
-use crate::state::upper::{AtIndex, in_decoded};
+use crate::state::at_index::{AtIndex, RecordLookup};
 use crate::stats::Counters;
 
 use super::snapshot::{Moving, Snapshot};
@@ -56,9 +56,9 @@ pub(super) fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<Window
         segment.read_into(&mut buffer, start, len)?;
         Counters::add(&inner.counters.maintenance_read_bytes, len as u64);
         // The readings of one record are next to each other in `order`: it is decoded (and its
-        // checksum computed) once for all of them.
-        let mut decoded: Option<(u32, Decode<'_>)> = None;
-        for &i in &order[at..last] {
+        // checksum computed) once for all of them, and its readings found by a map of them.
+        let mut decoded: Option<(u32, RecordLookup<'_>)> = None;
+        for (k, &i) in order[at..last].iter().enumerate() {
             let m = &snapshot.moving[i];
             if decoded
                 .as_ref()
@@ -66,7 +66,12 @@ pub(super) fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<Window
             {
                 let from = (m.entry.offset as u64 - start) as usize;
                 let bytes = &buffer[from..from + m.entry.record_len() as usize];
-                decoded = Some((m.entry.offset, record::decode(bytes, segment.seq_low())));
+                let wanted = order[at + k..last]
+                    .iter()
+                    .take_while(|&&j| snapshot.moving[j].entry.offset == m.entry.offset)
+                    .count();
+                let record = record::decode(bytes, segment.seq_low());
+                decoded = Some((m.entry.offset, RecordLookup::new(record, wanted)));
             }
             let (_, record) = decoded.as_ref().expect("decoded above");
             values[i] = checked_value(segment, m, record)?;
@@ -78,13 +83,17 @@ pub(super) fn read_runs(inner: &Inner, snapshot: &Snapshot) -> Result<Vec<Window
 }
 
 /// The value of a moving reading in its decoded record, after checking the record holds it.
-pub(super) fn checked_value(segment: &Segment, m: &Moving, record: &Decode<'_>) -> Result<Vec<u8>> {
+pub(super) fn checked_value(
+    segment: &Segment,
+    m: &Moving,
+    record: &RecordLookup<'_>,
+) -> Result<Vec<u8>> {
     let corrupt = |reason: String| Error::Corrupt {
         file: segment.path.clone(),
         offset: m.entry.offset as u64,
         reason,
     };
-    match in_decoded(record, &m.sensor, m.entry.ts_ns) {
+    match record.find(&m.sensor, m.entry.ts_ns) {
         AtIndex::Put { value, .. } => Ok(value.to_vec()),
         AtIndex::Elsewhere(reason) | AtIndex::Corrupt(reason) => Err(corrupt(reason)),
     }
