@@ -4,8 +4,9 @@
 //! A PUTS record holds up to 255 readings of one device, and a scan in (sensor, ts) order
 //! chooses readings from many records in turn (an event's ten sensors are in one record): the
 //! chosen readings are taken record by record, in log order, each record read, checked and
-//! decoded once for all the readings chosen from it (found in it by a map of its readings), and then put back in the scan's order.
-//! What is held at once is the readings found and one record.
+//! decoded once for all the readings chosen from it (found in it by a map of its readings,
+//! state/at_index.rs), and then put back in the scan's order. What is held at once is the
+//! readings found and one record.
 
 use std::sync::Arc;
 

@@ -18,9 +18,8 @@ pub(crate) enum AtIndex<'a> {
     Corrupt(String),
 }
 
-/// What a decoded record holds of an index entry's reading (`sensor` at `ts_ns`). The record is
-/// decoded once for all the readings read from it: the move to the lower tier's and the read
-/// path's (query/log.rs).
+/// What a decoded record holds of an index entry's reading (`sensor` at `ts_ns`), found by
+/// walking the record's readings: `RecordLookup`'s way when one reading of a record is wanted.
 pub(crate) fn in_decoded<'a>(record: &Decode<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
     match record {
         Decode::Record(d) => reading_in(&d.body, sensor, ts_ns),
