@@ -22,13 +22,11 @@ pub(super) fn read_log(
     device: &str,
     chosen: Vec<(String, IndexEntry, Arc<Segment>)>,
 ) -> Result<Vec<Reading>, ReadError> {
+    let record_at = |i: usize| (chosen[i].1.segment_seq, chosen[i].1.offset);
     let mut in_log_order: Vec<usize> = (0..chosen.len()).collect();
-    in_log_order.sort_unstable_by_key(|&i| (chosen[i].1.segment_seq, chosen[i].1.offset));
+    in_log_order.sort_unstable_by_key(|&i| record_at(i));
     let mut found: Vec<Option<Reading>> = (0..chosen.len()).map(|_| None).collect();
-    for same_record in in_log_order.chunk_by(|&a, &b| {
-        (chosen[a].1.segment_seq, chosen[a].1.offset)
-            == (chosen[b].1.segment_seq, chosen[b].1.offset)
-    }) {
+    for same_record in in_log_order.chunk_by(|&a, &b| record_at(a) == record_at(b)) {
         let (_, first, segment) = &chosen[same_record[0]];
         let bytes = segment.read_record(first.offset as u64, first.record_len())?;
         let lookup =

@@ -20,7 +20,7 @@ pub(crate) enum AtIndex<'a> {
 
 /// What a decoded record holds of an index entry's reading (`sensor` at `ts_ns`), found by
 /// walking the record's readings: `RecordLookup`'s way when one reading of a record is wanted.
-pub(crate) fn in_decoded<'a>(record: &Decode<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
+fn in_decoded<'a>(record: &Decode<'a>, sensor: &str, ts_ns: i64) -> AtIndex<'a> {
     match record {
         Decode::Record(d) => reading_in(&d.body, sensor, ts_ns),
         Decode::End => AtIndex::Elsewhere("the index points at no record of this segment".into()),
