@@ -99,7 +99,9 @@ async fn start_serving(
     let fences = Arc::new(departing_fences(&departing)?);
     let handoffs = handoff::book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
-    let ingest = ingest::writers::Ingest::start(Arc::clone(&engine), Arc::clone(&fences))?;
+    let commits_flush = config.durability == roamkv_engine::Durability::Sync;
+    let ingest =
+        ingest::writers::Ingest::start(Arc::clone(&engine), Arc::clone(&fences), commits_flush)?;
     let (stop, stop_rx) = watch::channel(false);
     let sink = match &config.sink {
         Some(settings) => Some(cloud::start(&engine, settings, &edge_id, stop_rx.clone()).await?),
