@@ -15,6 +15,8 @@
 //! count and length is bounded before anything is allocated for it: a block from disk is
 //! untrusted bytes (`fuzz/fuzz_targets/reading_block.rs`).
 
+use std::cell::RefCell;
+
 use integer_encoding::VarInt;
 
 /// The first byte of every block: its format.
@@ -82,11 +84,28 @@ pub fn encode(readings: &[(i64, &[u8])]) -> Vec<u8> {
     out
 }
 
+thread_local! {
+    /// Each thread that writes blocks (maintenance's moves and consolidations, a delete that
+    /// cuts a block) keeps one zstd context and reuses it: `zstd::bulk::compress` made one per
+    /// block, and making it (its tables allocated and zeroed) took ~6 % of the engine's CPU
+    /// under `bench steady` (docs/BENCHMARKS.md, "Footprint"), more than the compression. The
+    /// cost is the context's memory, under 1 MiB at level 3 for a block's size, per such thread.
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
 /// (compression, uncompressed length, stored bytes): zstd only where it is smaller.
 fn compressed(body: Vec<u8>) -> (u8, usize, Vec<u8>) {
     let len = body.len();
-    match zstd::bulk::compress(&body, ZSTD_LEVEL) {
-        Ok(z) if z.len() < len => (COMPRESSION_ZSTD, len, z),
+    let z = COMPRESSOR.with(|compressor| {
+        let mut compressor = compressor.borrow_mut();
+        if compressor.is_none() {
+            *compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+        }
+        compressor.as_mut().map(|c| c.compress(&body))
+    });
+    match z {
+        Some(Ok(z)) if z.len() < len => (COMPRESSION_ZSTD, len, z),
         _ => (COMPRESSION_NONE, len, body),
     }
 }
