@@ -285,3 +285,149 @@ fn write_gathered(shared: &Shared, engine: &Engine, fences: &Fences, jobs: Vec<J
         let _ = job.answer.send(answer.map_err(ApiError::from_engine));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn shared(gather_while_committing: bool) -> Shared {
+        Shared {
+            queue: Mutex::new(Queue::default()),
+            job_queued: Condvar::new(),
+            commit_done: Condvar::new(),
+            gather_while_committing,
+        }
+    }
+
+    /// Queues `n` empty jobs as `Ingest::put` does (waking a waiting thread).
+    fn queue_jobs(shared: &Shared, n: usize) {
+        let mut queue = shared.queue.lock();
+        for _ in 0..n {
+            queue.jobs.push_back(Job {
+                readings: Vec::new(),
+                what: "test",
+                answer: oneshot::channel().0,
+            });
+            if queue.idle > 0 {
+                shared.job_queued.notify_one();
+            }
+            if queue.gathering > 0 && queue.jobs.len() == queue.wake_at_jobs {
+                shared.commit_done.notify_all();
+            }
+        }
+    }
+
+    /// Runs `take_group` on a thread; `check` sees whether it has returned, then the group's
+    /// size is returned.
+    fn taken_after(shared: &Shared, check: impl FnOnce(&AtomicBool)) -> usize {
+        let taken = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let thread = s.spawn(|| {
+                let jobs = take_group(shared).map_or(0, |jobs| jobs.len());
+                taken.store(true, Ordering::Release);
+                jobs
+            });
+            check(&taken);
+            thread.join().expect("take_group panicked")
+        })
+    }
+
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    #[test]
+    fn under_sync_a_group_gathers_until_the_other_call_commits() {
+        let shared = shared(true);
+        let call = Committing {
+            shared: &shared,
+            requests: 1,
+        };
+        shared.queue.lock().committing = 1;
+        queue_jobs(&shared, 1);
+        let n = taken_after(&shared, |taken| {
+            settle();
+            assert!(
+                !taken.load(Ordering::Acquire),
+                "took while the other committed"
+            );
+            queue_jobs(&shared, 3);
+            settle();
+            assert!(!taken.load(Ordering::Acquire));
+            // The call commits: its 1 request and the 4 queued are expected (for at most
+            // COMPANY_WAIT_MAX); nothing more comes, and the 4 go.
+            drop(call);
+        });
+        assert_eq!(
+            n, 4,
+            "everything that arrived during the commit is one group"
+        );
+    }
+
+    #[test]
+    fn a_small_group_waits_for_its_company_and_goes_once_it_is_there() {
+        let shared = shared(true);
+        shared.queue.lock().company = Some((3, Instant::now() + Duration::from_secs(60)));
+        queue_jobs(&shared, 1);
+        let started = Instant::now();
+        let n = taken_after(&shared, |taken| {
+            settle();
+            assert!(!taken.load(Ordering::Acquire), "went without its company");
+            queue_jobs(&shared, 2);
+        });
+        assert_eq!(n, 3);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "woken, not timed out"
+        );
+    }
+
+    #[test]
+    fn company_is_waited_for_at_most_until_its_deadline() {
+        let shared = shared(true);
+        shared.queue.lock().company = Some((5, Instant::now() + Duration::from_millis(100)));
+        queue_jobs(&shared, 2);
+        assert_eq!(taken_after(&shared, |_| {}), 2);
+    }
+
+    #[test]
+    fn a_large_group_expects_no_company() {
+        let shared = shared(true);
+        shared.queue.lock().committing = 1;
+        let call = Committing {
+            shared: &shared,
+            requests: COMPANY_REQUESTS_MAX,
+        };
+        queue_jobs(&shared, 1);
+        drop(call);
+        assert!(shared.queue.lock().company.is_none());
+        assert_eq!(taken_after(&shared, |_| {}), 1);
+    }
+
+    #[test]
+    fn without_sync_a_thread_writes_at_once() {
+        let shared = shared(false);
+        {
+            let mut queue = shared.queue.lock();
+            queue.committing = 1;
+            queue.company = Some((10, Instant::now() + Duration::from_secs(60)));
+        }
+        queue_jobs(&shared, 1);
+        assert_eq!(taken_after(&shared, |_| {}), 1);
+    }
+
+    #[test]
+    fn stopping_ends_the_gathering_and_the_queue_is_written() {
+        let shared = shared(true);
+        shared.queue.lock().committing = 1;
+        queue_jobs(&shared, 2);
+        let n = taken_after(&shared, |taken| {
+            settle();
+            assert!(!taken.load(Ordering::Acquire));
+            shared.queue.lock().stopped = true;
+            shared.commit_done.notify_all();
+        });
+        assert_eq!(n, 2);
+    }
+}
