@@ -440,5 +440,14 @@ async fn settled_devices_are_served_and_deleted_from_the_lower_tier() {
         metric(&text, "roamkv_moved_readings_total").is_some_and(|m| m >= 1.0),
         "{text}"
     );
+    // Under sync (the default) the commits were device flushes, and each wrote whole blocks.
+    let commits = metric(&text, "roamkv_group_commits_total").unwrap_or(0.0);
+    let syncs = metric(&text, "roamkv_fdatasyncs_total").unwrap_or(0.0);
+    assert!(commits >= 1.0 && syncs >= 1.0, "{text}");
+    assert!(
+        metric(&text, "roamkv_log_block_written_bytes_total")
+            .is_some_and(|b| b >= 4096.0 * commits),
+        "{text}"
+    );
     server.stop().await;
 }

@@ -34,6 +34,9 @@ pub(super) struct EngineMetrics {
     pub(super) trims: Counter,
     pub(super) write_stalls: Counter,
     pub(super) no_space_errors: Counter,
+    pub(super) group_commits: Counter,
+    pub(super) fdatasyncs: Counter,
+    pub(super) log_block_written_bytes: Counter,
 }
 
 impl EngineMetrics {
@@ -82,7 +85,7 @@ impl EngineMetrics {
         ]
     }
 
-    pub(super) fn counters(&self) -> [(&'static str, &'static str, &Counter); 8] {
+    pub(super) fn counters(&self) -> [(&'static str, &'static str, &Counter); 11] {
         [
             (
                 "log_written_bytes",
@@ -119,6 +122,21 @@ impl EngineMetrics {
                 "no_space_errors",
                 "Writes refused for lack of log room",
                 &self.no_space_errors,
+            ),
+            (
+                "group_commits",
+                "Groups of batches the log committed together",
+                &self.group_commits,
+            ),
+            (
+                "fdatasyncs",
+                "fdatasyncs of log segments (under sync durability, each segment a commit wrote to, once)",
+                &self.fdatasyncs,
+            ),
+            (
+                "log_block_written_bytes",
+                "Bytes of whole 4 KiB log blocks written: the records, and a partly filled block's earlier bytes written again by each commit that ends in it",
+                &self.log_block_written_bytes,
             ),
         ]
     }
@@ -190,5 +208,8 @@ impl EngineMetrics {
         follow(&self.trims, stats.trims);
         follow(&self.write_stalls, stats.write_stalls);
         follow(&self.no_space_errors, stats.no_space_errors);
+        follow(&self.group_commits, stats.group_commits);
+        follow(&self.fdatasyncs, stats.fdatasyncs);
+        follow(&self.log_block_written_bytes, stats.log_block_bytes_written);
     }
 }
