@@ -146,17 +146,14 @@ impl Ingest {
                     "the server is shutting down",
                 ));
             }
-            queue.jobs.push_back(Job {
-                readings,
-                what,
-                answer,
-            });
-            if queue.idle > 0 {
-                self.shared.job_queued.notify_one();
-            }
-            if queue.gathering > 0 && queue.jobs.len() == queue.wake_at_jobs {
-                self.shared.commit_done.notify_all();
-            }
+            self.shared.enqueue(
+                &mut queue,
+                Job {
+                    readings,
+                    what,
+                    answer,
+                },
+            );
         }
         answered
             .await
@@ -171,6 +168,19 @@ impl Ingest {
         self.shared.commit_done.notify_all();
         for thread in self.threads.lock().drain(..) {
             let _ = thread.join();
+        }
+    }
+}
+
+impl Shared {
+    /// Queues a job, waking an idle thread, or a gathering one once its group is there.
+    fn enqueue(&self, queue: &mut Queue, job: Job) {
+        queue.jobs.push_back(job);
+        if queue.idle > 0 {
+            self.job_queued.notify_one();
+        }
+        if queue.gathering > 0 && queue.jobs.len() == queue.wake_at_jobs {
+            self.commit_done.notify_all();
         }
     }
 }
@@ -300,21 +310,16 @@ mod tests {
         }
     }
 
-    /// Queues `n` empty jobs as `Ingest::put` does (waking a waiting thread).
+    /// Queues `n` empty jobs as `Ingest::put` does.
     fn queue_jobs(shared: &Shared, n: usize) {
         let mut queue = shared.queue.lock();
         for _ in 0..n {
-            queue.jobs.push_back(Job {
+            let job = Job {
                 readings: Vec::new(),
                 what: "test",
                 answer: oneshot::channel().0,
-            });
-            if queue.idle > 0 {
-                shared.job_queued.notify_one();
-            }
-            if queue.gathering > 0 && queue.jobs.len() == queue.wake_at_jobs {
-                shared.commit_done.notify_all();
-            }
+            };
+            shared.enqueue(&mut queue, job);
         }
     }
 
