@@ -48,7 +48,19 @@ impl Edge {
         log_budget_mib: u64,
         out: &Path,
     ) -> Result<Edge> {
+        Edge::start_on_with(fixture, management_time_ms, log_budget_mib, out, &[])
+    }
+
+    /// `start_on`, with settings of the server's given as its environment (`ROAMKV_...`).
+    pub fn start_on_with(
+        fixture: Fixture,
+        management_time_ms: u64,
+        log_budget_mib: u64,
+        out: &Path,
+        settings: &[(&str, &str)],
+    ) -> Result<Edge> {
         let mut child = Command::new(roamkv_exe()?)
+            .envs(settings.iter().copied())
             // Readings at ts 0, 1, ... (1970): the default retention would delete them.
             .env("ROAMKV_RETENTION_DEFAULT_H", "0")
             .args(["serve", "--listen", "127.0.0.1:0", "--management-time-ms"])

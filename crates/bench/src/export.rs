@@ -11,7 +11,9 @@
 //!   Parquet export in-process into nothing (`roamkv_export`): the export's rate as a share of
 //!   the scan's;
 //! - **ingest during exports**: the server again, `--clients` writers for `--seconds` alone and
-//!   as long again with exports of everything back to back; the share of ingest lost;
+//!   as long again with exports of everything back to back; the share of ingest lost. Twice:
+//!   the server with exports unpaced (`--export-rate-mib 0`), then at its default pace while
+//!   ingest runs (docs/SERVER.md, "Export");
 //! - **Python** (with `--python PY`, a Python with the package, pandas and pyarrow):
 //!   `Client.scan` of ten devices (1 M readings) into pandas against the native scan's JSON
 //!   pages into pandas (python/bench/scan_vs_json.py).
@@ -32,6 +34,7 @@ use roamkv_testbed::report::{Html, MachineHeader, line_chart_svg, terminal_table
 
 use crate::edge_rig::{Edge, Load, LoadSpec, acknowledged_chart, sample};
 use crate::error::{BenchError, Result};
+use crate::serve::load::scrape_metric;
 
 /// The engine scan's page (the ceiling): the export's largest.
 const SCAN_PAGE_READINGS: usize = 4096;
@@ -106,16 +109,29 @@ pub struct ExportResults {
     /// The Parquet export's rate as a share of the scan's: in-process, and over HTTP.
     pub export_share_of_scan: f64,
     pub http_export_share_of_scan: f64,
-    pub alone: Vec<u64>,
-    pub during: Vec<u64>,
-    pub exports_during_ingest: usize,
-    pub ingest_alone_per_sec: f64,
-    pub ingest_during_exports_per_sec: f64,
-    /// The share of ingest lost while exports ran (1 - during / alone).
-    pub ingest_cost: f64,
+    /// Ingest during exports, the server's exports unpaced, then at its default pace.
+    pub unpaced: DuringExports,
+    pub paced: DuringExports,
     /// python/bench/scan_vs_json.py's line, if it ran.
     pub python: Option<serde_json::Value>,
     pub python_speedup: Option<f64>,
+}
+
+/// Ingest alone, then during back-to-back exports, on one server.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct DuringExports {
+    /// Readings acknowledged each second: alone, then during the exports.
+    pub alone: Vec<u64>,
+    pub during: Vec<u64>,
+    pub exports: usize,
+    /// The server's pace for exports while ingest runs (`--export-rate-mib`, 0: none), and
+    /// the seconds the exports waited to keep to it (its /metrics).
+    pub export_rate_limit_mib: Option<f64>,
+    pub exports_paced_s: Option<f64>,
+    pub alone_per_sec: f64,
+    pub during_per_sec: f64,
+    /// The share of ingest lost while exports ran (1 - during / alone).
+    pub cost: f64,
 }
 
 pub fn run(args: &ExportBenchArgs) -> ExitCode {
@@ -181,13 +197,21 @@ fn bench(args: &ExportBenchArgs) -> Result<()> {
     }
     let fixture = edge.stop();
     ceiling(&fixture.mount_dir().join("data"), args, &mut r)?;
-    let edge = Edge::start_on(
+    let edge = Edge::start_on_with(
         fixture,
         args.management_time_ms,
         args.log_budget_mib,
         &args.out,
+        &[("ROAMKV_EXPORT_RATE_MIB", "0")],
     )?;
-    ingest_during_exports(&edge, args, &mut r)?;
+    r.unpaced = ingest_during_exports(&edge, args, 1 << 40)?;
+    let edge = Edge::start_on(
+        edge.stop(),
+        args.management_time_ms,
+        args.log_budget_mib,
+        &args.out,
+    )?;
+    r.paced = ingest_during_exports(&edge, args, 1 << 42)?;
     drop(edge);
     summarize(&mut r);
     report(args, &header, &r)
@@ -397,12 +421,18 @@ impl Write for CountingSink {
     }
 }
 
-/// Ingest alone for `--seconds`, then as long again with exports of everything back to back.
-fn ingest_during_exports(edge: &Edge, args: &ExportBenchArgs, r: &mut ExportResults) -> Result<()> {
-    let load = Load::start(edge.addr, &load_spec(args), 1 << 40, true);
+/// Ingest alone for `--seconds`, then as long again with exports of everything back to back;
+/// the writers' timestamps from `first_ts`.
+fn ingest_during_exports(
+    edge: &Edge,
+    args: &ExportBenchArgs,
+    first_ts: i64,
+) -> Result<DuringExports> {
+    let mut r = DuringExports::default();
+    let load = Load::start(edge.addr, &load_spec(args), first_ts, true);
     r.alone = sample(&load, args.seconds, None);
     load.stop()?;
-    let load = Load::start(edge.addr, &load_spec(args), 1 << 41, true);
+    let load = Load::start(edge.addr, &load_spec(args), first_ts * 2, true);
     let (addr, seconds) = (edge.addr, args.seconds);
     let exporter = std::thread::spawn(move || -> Result<usize> {
         let started = Instant::now();
@@ -415,10 +445,17 @@ fn ingest_during_exports(edge: &Edge, args: &ExportBenchArgs, r: &mut ExportResu
     });
     r.during = sample(&load, args.seconds, None);
     load.stop()?;
-    r.exports_during_ingest = exporter
+    r.exports = exporter
         .join()
         .map_err(|_| BenchError::Run("the exporter panicked".into()))??;
-    Ok(())
+    r.export_rate_limit_mib =
+        scrape_metric(edge.addr, "roamkv_export_rate_limit_bytes_per_second")?
+            .map(|bytes| bytes / 1_048_576.0);
+    r.exports_paced_s = scrape_metric(edge.addr, "roamkv_export_paced_seconds_total")?;
+    r.alone_per_sec = median(r.alone.iter().map(|v| *v as f64));
+    r.during_per_sec = median(r.during.iter().map(|v| *v as f64));
+    r.cost = 1.0 - r.during_per_sec / r.alone_per_sec.max(1e-9);
+    Ok(r)
 }
 
 /// python/bench/scan_vs_json.py on ten devices (1 M readings at the default fill).
@@ -447,9 +484,6 @@ fn summarize(r: &mut ExportResults) {
     r.export_share_of_scan = r.export_in_process_per_sec / r.scan_per_sec.max(1e-9);
     r.http_export_share_of_scan = r.http_export_per_sec / r.scan_per_sec.max(1e-9);
     r.http_rss_peak_mib = r.http_rss_mib.iter().map(|(_, m)| *m).fold(0.0, f64::max);
-    r.ingest_alone_per_sec = median(r.alone.iter().map(|v| *v as f64));
-    r.ingest_during_exports_per_sec = median(r.during.iter().map(|v| *v as f64));
-    r.ingest_cost = 1.0 - r.ingest_during_exports_per_sec / r.ingest_alone_per_sec.max(1e-9);
     r.python_speedup = r
         .python
         .as_ref()
@@ -468,17 +502,31 @@ fn summary_line(r: &ExportResults) -> String {
         _ => String::new(),
     };
     format!(
-        "engine scan {:.0} readings/s; Parquet export in-process {:.0} ({:.0} % of the scan), over HTTP {:.0} ({:.0} %), server memory peak {:.0} MiB; ingest alone {:.0} readings/s, during {} back-to-back exports {:.0} (cost {:.1} %){python}",
+        "engine scan {:.0} readings/s; Parquet export in-process {:.0} ({:.0} % of the scan), over HTTP {:.0} ({:.0} %), server memory peak {:.0} MiB; ingest during back-to-back exports: {}; {}{python}",
         r.scan_per_sec,
         r.export_in_process_per_sec,
         r.export_share_of_scan * 100.0,
         r.http_export_per_sec,
         r.http_export_share_of_scan * 100.0,
         r.http_rss_peak_mib,
-        r.ingest_alone_per_sec,
-        r.exports_during_ingest,
-        r.ingest_during_exports_per_sec,
-        r.ingest_cost * 100.0,
+        during_line("unpaced", &r.unpaced),
+        during_line("paced", &r.paced),
+    )
+}
+
+/// "unpaced: alone N readings/s, during M exports K (cost C %)", and the pace kept.
+fn during_line(name: &str, d: &DuringExports) -> String {
+    let pace = match (d.export_rate_limit_mib, d.exports_paced_s) {
+        (Some(mib), Some(s)) if mib > 0.0 => format!(" at {mib:.0} MiB/s, {s:.1} s of waits"),
+        (Some(_), _) => " at no limit".to_string(),
+        _ => String::new(),
+    };
+    format!(
+        "{name}{pace}: alone {:.0} readings/s, during {} exports {:.0} (cost {:.1} %)",
+        d.alone_per_sec,
+        d.exports,
+        d.during_per_sec,
+        d.cost * 100.0
     )
 }
 
@@ -517,7 +565,16 @@ fn report(args: &ExportBenchArgs, header: &MachineHeader, r: &ExportResults) -> 
     );
     html.paragraph(&summary);
     html.table(&columns, &rows);
-    html.svg(&acknowledged_chart(&r.alone, &r.during, "during exports"));
+    html.svg(&acknowledged_chart(
+        &r.unpaced.alone,
+        &r.unpaced.during,
+        "during unpaced exports",
+    ));
+    html.svg(&acknowledged_chart(
+        &r.paced.alone,
+        &r.paced.during,
+        "during paced exports",
+    ));
     html.svg(&line_chart_svg(
         "The server's resident memory during an export over HTTP",
         "s",

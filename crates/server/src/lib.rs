@@ -100,8 +100,12 @@ async fn start_serving(
     let handoffs = handoff::book::Handoffs::open(&config.data)?;
     let engine = Arc::new(engine);
     let commits_flush = config.durability == roamkv_engine::Durability::Sync;
-    let ingest =
-        ingest::writers::Ingest::start(Arc::clone(&engine), Arc::clone(&fences), commits_flush)?;
+    let ingest = ingest::writers::Ingest::start(
+        Arc::clone(&engine),
+        Arc::clone(&fences),
+        commits_flush,
+        config.commit_delay,
+    )?;
     let (stop, stop_rx) = watch::channel(false);
     let sink = match &config.sink {
         Some(settings) => Some(cloud::start(&engine, settings, &edge_id, stop_rx.clone()).await?),

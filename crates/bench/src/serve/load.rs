@@ -186,6 +186,24 @@ impl HttpClient {
     }
 }
 
+/// The value of `name` (a metric without labels) in a roamkv server's /metrics; None when the
+/// server does not report it.
+pub fn scrape_metric(addr: SocketAddr, name: &str) -> Result<Option<f64>> {
+    let answer = HttpClient::new(addr).request("GET", "/metrics", "text/plain", b"")?;
+    let text = String::from_utf8_lossy(&answer.body);
+    let Some(value) = text
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+    else {
+        return Ok(None);
+    };
+    value
+        .trim()
+        .parse()
+        .map(Some)
+        .map_err(|e| BenchError::Run(format!("{name} {value:?} in /metrics: {e}")))
+}
+
 fn bad_data(what: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, what)
 }

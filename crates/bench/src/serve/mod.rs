@@ -268,8 +268,10 @@ fn run_one(
     )?;
     let senders = up.senders(plan.clients, size)?;
     let (server_cpu_0, client_cpu_0) = (up.cpu_seconds(), process_cpu_seconds("/proc/self/stat"));
+    let commits_0 = up.group_commits()?;
     let outcome = drive(senders, size, pace, plan.warmup, plan.measured, now_ms());
     let (server_cpu_1, client_cpu_1) = (up.cpu_seconds(), process_cpu_seconds("/proc/self/stat"));
+    let commits_1 = up.group_commits()?;
     let stored = up.finish(plan.clients)?;
     let server_cpu_s = server_cpu_1 - server_cpu_0;
     let check = if stored == outcome.acked_readings {
@@ -314,6 +316,9 @@ fn run_one(
         measured_s: outcome.measured_s,
         broker_cpu_s: None,
         drain_s: None,
+        readings_per_commit: commits_0
+            .zip(commits_1)
+            .map(|(c0, c1)| outcome.acked_readings as f64 / c1.saturating_sub(c0).max(1) as f64),
     })
 }
 
@@ -338,6 +343,11 @@ fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
                 median(&mut runs.iter().map(|r| f(r)).collect::<Vec<_>>())
             };
             let half_med = |f: fn(&ServeRun) -> f64| (!half.is_empty()).then(|| med(&half, f));
+            // Per phase, the median of the runs that counted their commits (roamkv's).
+            let per_commit = |runs: &[&ServeRun]| {
+                let mut v: Vec<f64> = runs.iter().filter_map(|r| r.readings_per_commit).collect();
+                (!v.is_empty()).then(|| median(&mut v))
+            };
             let mut repeats: Vec<f64> = peak.iter().map(|r| r.readings_per_sec).collect();
             repeats.sort_by(|a, b| a.total_cmp(b));
             out.push(ServeSummary {
@@ -352,6 +362,8 @@ fn summarize(plan: &Plan, runs: &[ServeRun]) -> Vec<ServeSummary> {
                 half_peak_achieved: half_med(|r| r.readings_per_sec),
                 half_peak_p50_ms: half_med(|r| r.p50_ms),
                 half_peak_p99_ms: half_med(|r| r.p99_ms),
+                readings_per_commit: per_commit(&peak),
+                half_peak_readings_per_commit: per_commit(&half),
                 checks_ok: peak
                     .iter()
                     .chain(&half)

@@ -23,6 +23,8 @@ pub(super) fn terminal_table(summaries: &[ServeSummary]) -> String {
         "half-peak readings/s",
         "half p50 ms",
         "half p99 ms",
+        "readings/commit",
+        "half readings/commit",
         "CPU µs/reading",
         "checks",
     ]);
@@ -45,6 +47,8 @@ pub(super) fn terminal_table(summaries: &[ServeSummary]) -> String {
             opt(s.half_peak_achieved, 0),
             opt(s.half_peak_p50_ms, 2),
             opt(s.half_peak_p99_ms, 2),
+            opt(s.readings_per_commit, 1),
+            opt(s.half_peak_readings_per_commit, 1),
             format!("{:.1}", s.server_cpu_us_per_reading),
             if s.checks_ok {
                 "ok".into()
@@ -210,6 +214,8 @@ fn medians_table(html: &mut Html, summaries: &[ServeSummary]) {
         "p99 ms",
         "half-peak readings/s",
         "half p99 ms",
+        "readings/commit",
+        "half readings/commit",
         "CPU µs/reading",
         "checks",
     ];
@@ -230,6 +236,10 @@ fn medians_table(html: &mut Html, summaries: &[ServeSummary]) {
                 s.half_peak_achieved
                     .map_or("-".into(), |v| format!("{v:.0}")),
                 s.half_peak_p99_ms.map_or("-".into(), |v| format!("{v:.2}")),
+                s.readings_per_commit
+                    .map_or("-".into(), |v| format!("{v:.1}")),
+                s.half_peak_readings_per_commit
+                    .map_or("-".into(), |v| format!("{v:.1}")),
                 format!("{:.1}", s.server_cpu_us_per_reading),
                 if s.checks_ok {
                     "ok".into()

@@ -34,6 +34,11 @@ pub struct ServeRun {
     pub broker_cpu_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_s: Option<f64>,
+    /// roamkv (server or in-process engine): readings acknowledged per group commit over the
+    /// run (under `sync` each commit is one fdatasync and one rewrite of the log's last block:
+    /// what the server's gathering trades against latency). None for the peers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readings_per_commit: Option<f64>,
 }
 
 /// Medians of a configuration's repeats.
@@ -50,6 +55,9 @@ pub struct ServeSummary {
     pub half_peak_achieved: Option<f64>,
     pub half_peak_p50_ms: Option<f64>,
     pub half_peak_p99_ms: Option<f64>,
+    /// roamkv: readings per group commit at the peak and at half of it (medians).
+    pub readings_per_commit: Option<f64>,
+    pub half_peak_readings_per_commit: Option<f64>,
     pub checks_ok: bool,
     /// Bus rows: the broker's CPU per reading, and the subscriber's drain after the
     /// publishers stopped (medians).

@@ -29,7 +29,7 @@ use roamkv_testbed::postgres::Cluster;
 use crate::error::{BenchError, Result};
 use crate::serve::load::{
     EventSpec, HttpClient, HttpSender, PROFILE, SOURCE, Sender, device_name, edgex_json,
-    influx_lines, resource_name,
+    influx_lines, resource_name, scrape_metric,
 };
 use crate::serve::peers;
 pub use crate::serve::systems::Target;
@@ -438,6 +438,22 @@ impl Up {
         match self {
             Up::Server(server) => process_cpu_seconds(&format!("/proc/{}/stat", server.child.id())),
             Up::Engine { .. } => process_cpu_seconds("/proc/self/stat"),
+        }
+    }
+
+    /// Group commits roamkv has made so far: the in-process engine's count, or the server's
+    /// `roamkv_group_commits_total` from its /metrics. None for the peers.
+    pub fn group_commits(&self) -> Result<Option<u64>> {
+        let server = match self {
+            Up::Engine { engine, .. } => return Ok(Some(engine.stats().group_commits)),
+            Up::Server(server) if server.target.is_peer() => return Ok(None),
+            Up::Server(server) => server,
+        };
+        match scrape_metric(server.addr, "roamkv_group_commits_total")? {
+            Some(commits) => Ok(Some(commits as u64)),
+            None => Err(BenchError::Run(
+                "the server's /metrics has no roamkv_group_commits_total".into(),
+            )),
         }
     }
 

@@ -25,16 +25,20 @@
 //! (PostgreSQL's `commit_delay` and `commit_siblings`, sized from what was just seen): when a
 //! call commits, the requests it answered are expected back; while the expected group is at
 //! most `COMPANY_REQUESTS_MAX` requests, the thread waits for it to be queued, for at most
-//! `COMPANY_WAIT_MAX`. A large group (many clients, the CPU the bound) never waits. The bound is
-//! the clients' round trip, not the fdatasync's time: bounded by the last call's time (~0.3 ms
-//! here) the waits ran out before 4 local EdgeX clients were back and a commit took 2.5
-//! events; with 2 ms it takes 3.8, and the rate rose 1.7x (fewer fdatasyncs, fewer wake-ups).
+//! `--commit-delay-us` (2 ms by default; 0 turns the wait off). A large group (many clients, the
+//! CPU the bound) never waits. The bound is the clients' round trip, not the fdatasync's time:
+//! bounded by the last call's time (~0.3 ms here) the waits ran out before 4 local EdgeX
+//! clients were back and a commit took 2.5 events; with 2 ms it takes 3.8, and the rate rose
+//! 1.7x (fewer fdatasyncs, fewer wake-ups). Its price is latency where the clients do not come
+//! straight back but others arrive (an open loop of many clients below the peak): there a
+//! group waits until as many have arrived (docs/SERVER.md, "How a write reaches the engine").
 //!
 //! Fences are checked here, under one shared hold for the whole call (departures/fence.rs: a fence waits
 //! for the writes already past its check).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -56,9 +60,6 @@ pub const INGEST_GROUP_REQUESTS_MAX: usize = 512;
 /// The largest group (requests) that waits for company: below it a commit's 4 KiB log block is
 /// mostly rewritten bytes (a 10-reading EdgeX event is ~1.2 KB of log records).
 const COMPANY_REQUESTS_MAX: usize = 16;
-/// The longest wait for company: a request's added latency at most, and the time a client
-/// that has gone costs the next group once (then the expected group shrinks).
-const COMPANY_WAIT_MAX: Duration = Duration::from_millis(2);
 
 struct Job {
     readings: Vec<KeyedReading>,
@@ -90,6 +91,13 @@ struct Shared {
     commit_done: Condvar,
     /// The engine's commits are device flushes (`Durability::Sync`): gather while one runs.
     gather_while_committing: bool,
+    /// The longest wait for company (`--commit-delay-us`; zero: none): a request's added
+    /// latency at most, and the time a client that has gone costs the next group once (then
+    /// the expected group shrinks).
+    company_wait: Duration,
+    /// Requests written so far (taken by an engine call): how background work sees that
+    /// ingest runs (routes/export.rs).
+    requests_written: AtomicU64,
 }
 
 pub struct Ingest {
@@ -99,17 +107,21 @@ pub struct Ingest {
 
 impl Ingest {
     /// Starts the ingest threads, writing to `engine`, refusing fenced devices.
-    /// `commits_flush`: the engine's durability is `sync` (each commit an fdatasync).
+    /// `commits_flush`: the engine's durability is `sync` (each commit an fdatasync);
+    /// `company_wait`: `--commit-delay-us`.
     pub fn start(
         engine: Arc<Engine>,
         fences: Arc<Fences>,
         commits_flush: bool,
+        company_wait: Duration,
     ) -> Result<Ingest, String> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             job_queued: Condvar::new(),
             commit_done: Condvar::new(),
             gather_while_committing: commits_flush,
+            company_wait,
+            requests_written: AtomicU64::new(0),
         });
         let mut threads = Vec::with_capacity(INGEST_THREADS);
         for i in 0..INGEST_THREADS {
@@ -158,6 +170,11 @@ impl Ingest {
         answered
             .await
             .map_err(|_| ApiError::internal("the ingest thread ended before it answered"))?
+    }
+
+    /// Requests written so far: it moves while ingest runs.
+    pub fn requests_written(&self) -> u64 {
+        self.shared.requests_written.load(Ordering::Relaxed)
     }
 
     /// Stops taking requests; the threads write what is queued, then end (joined here:
@@ -255,8 +272,9 @@ impl Drop for Committing<'_> {
         let mut queue = self.shared.queue.lock();
         queue.committing -= 1;
         let expected = self.requests + queue.jobs.len();
-        queue.company = (expected <= COMPANY_REQUESTS_MAX)
-            .then(|| (expected, Instant::now() + COMPANY_WAIT_MAX));
+        let wait = self.shared.company_wait;
+        queue.company = (expected <= COMPANY_REQUESTS_MAX && !wait.is_zero())
+            .then(|| (expected, Instant::now() + wait));
         if queue.gathering > 0 {
             self.shared.commit_done.notify_all();
         }
@@ -286,6 +304,9 @@ fn write_gathered(shared: &Shared, engine: &Engine, fences: &Fences, jobs: Vec<J
         .collect();
     let batches: Vec<&[Record<'_>]> = records.iter().map(Vec::as_slice).collect();
     let answers = engine.put_batches(&batches);
+    shared
+        .requests_written
+        .fetch_add(batches.len() as u64, Ordering::Relaxed);
     drop(committing);
     drop(fenced);
     drop(batches);
@@ -299,7 +320,7 @@ fn write_gathered(shared: &Shared, engine: &Engine, fences: &Fences, jobs: Vec<J
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
 
     fn shared(gather_while_committing: bool) -> Shared {
         Shared {
@@ -307,6 +328,8 @@ mod tests {
             job_queued: Condvar::new(),
             commit_done: Condvar::new(),
             gather_while_committing,
+            company_wait: Duration::from_millis(2),
+            requests_written: AtomicU64::new(0),
         }
     }
 
@@ -361,7 +384,7 @@ mod tests {
             settle();
             assert!(!taken.load(Ordering::Acquire));
             // The call commits: its 1 request and the 4 queued are expected (for at most
-            // COMPANY_WAIT_MAX); nothing more comes, and the 4 go.
+            // `company_wait`); nothing more comes, and the 4 go.
             drop(call);
         });
         assert_eq!(
@@ -403,6 +426,21 @@ mod tests {
         let call = Committing {
             shared: &shared,
             requests: COMPANY_REQUESTS_MAX,
+        };
+        queue_jobs(&shared, 1);
+        drop(call);
+        assert!(shared.queue.lock().company.is_none());
+        assert_eq!(taken_after(&shared, |_| {}), 1);
+    }
+
+    #[test]
+    fn a_commit_delay_of_zero_expects_no_company() {
+        let mut shared = shared(true);
+        shared.company_wait = Duration::ZERO;
+        shared.queue.lock().committing = 1;
+        let call = Committing {
+            shared: &shared,
+            requests: 1,
         };
         queue_jobs(&shared, 1);
         drop(call);

@@ -8,11 +8,13 @@
 //! that wrote nothing: an unknown format, an empty range (400), a device not here (404). The
 //! export then writes from a blocking thread through a bounded channel (`stream.rs`): its
 //! memory is `roamkv_export::limits` plus `STREAM_CHUNKS_MAX` chunks, whatever the range. A
-//! client that leaves ends it at its next write.
+//! client that leaves ends it at its next write. While ingest runs, the output is paced at
+//! `--export-rate-mib` (`PacedOutput`).
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -21,6 +23,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::metrics::gauge::Gauge;
+use roamkv_engine::background::Pace;
 use roamkv_export::limits::OUTPUT_BUFFER_BYTES;
 use roamkv_export::{Export, ExportError, Format, Request, Selection};
 
@@ -39,6 +42,48 @@ use crate::state::Shared;
 fn lower_priority() {
     if let Err(e) = roamkv_engine::background::lower_this_thread() {
         tracing::debug!(error = %e, "export at normal priority");
+    }
+}
+
+/// The export's output on its way to the client, paced at `--export-rate-mib` while ingest runs
+/// (the ingest threads wrote a request within `INGEST_QUIET`) and at full speed otherwise: an
+/// export's work (the scan, the encoding, the body's copies, the client's reading) grows with
+/// its rate, and unpaced, back-to-back exports took 40 % of full ingest on two cores even at a
+/// lower priority (docs/BENCHMARKS.md, "Ingest during exports, paced"). Each chunk (at most
+/// `OUTPUT_BUFFER_BYTES`) waits for its share of the rate before it goes, so an ingest that
+/// pauses lets the rest go at once.
+struct PacedOutput {
+    inner: stream::ChannelWriter,
+    pace: Arc<Pace>,
+    state: Shared,
+    /// The ingest threads' count of requests written when last read, and when it last moved.
+    written: (u64, Option<Instant>),
+}
+
+/// Ingest counts as running until this long after its last write: longer than the gaps of a
+/// steady stream of requests, short enough that an export after ingest stops runs unpaced.
+const INGEST_QUIET: Duration = Duration::from_millis(500);
+
+impl PacedOutput {
+    fn ingest_runs(&mut self) -> bool {
+        let written = self.state.ingest.requests_written();
+        if written != self.written.0 {
+            self.written = (written, Some(Instant::now()));
+        }
+        self.written.1.is_some_and(|at| at.elapsed() < INGEST_QUIET)
+    }
+}
+
+impl Write for PacedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.ingest_runs() {
+            self.pace.take(buf.len() as u64);
+        }
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -158,17 +203,34 @@ fn stream_export(state: &Shared, plan: Export, slot: InFlight) -> Result<Respons
     let format = plan.format();
     let (writer, chunks) = stream::channel(STREAM_CHUNKS_MAX);
     let engine = Arc::clone(&state.engine);
-    let exported = state.metrics.exported_readings.clone();
+    let rate = state.config.export_bytes_per_sec;
+    state
+        .metrics
+        .export_rate_limit_bytes_per_second
+        .set(i64::try_from(rate).unwrap_or(i64::MAX));
+    let pace = Arc::new(Pace::new(rate));
+    let paced = PacedOutput {
+        inner: writer.clone(),
+        pace: Arc::clone(&pace),
+        state: Arc::clone(state),
+        written: (state.ingest.requests_written(), None),
+    };
+    let state = Arc::clone(state);
     let spawned = std::thread::Builder::new()
         .name("roamkv-export".into())
         .spawn(move || {
             lower_priority();
-            let out = std::io::BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, writer.clone());
+            let out = std::io::BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, paced);
             let done = plan.write(&engine, out).and_then(|(summary, mut out)| {
                 out.flush()?;
                 Ok(summary)
             });
             drop(slot);
+            let metrics = &state.metrics;
+            metrics
+                .export_paced_seconds
+                .inc_by(pace.slept().as_secs_f64());
+            let exported = &metrics.exported_readings;
             match done {
                 Ok(summary) => {
                     exported.inc_by(summary.readings);
@@ -177,6 +239,7 @@ fn stream_export(state: &Shared, plan: Export, slot: InFlight) -> Result<Respons
                         devices = summary.devices,
                         view = %summary.view,
                         exact = summary.exact,
+                        paced_s = pace.slept().as_secs_f64(),
                         "export sent"
                     );
                 }

@@ -72,6 +72,12 @@ pub struct ServeArgs {
     /// Requests served at once; more get 429 at once rather than queueing [default: 256].
     #[arg(long, env = "ROAMKV_CONCURRENT_REQUESTS_MAX")]
     pub concurrent_requests_max: Option<usize>,
+    /// Under `--durability sync`, how long a small group of writes waits for the clients the
+    /// last commit answered to come back, in microseconds [default: 2000; at most 100000]:
+    /// fewer, larger commits (fewer fdatasyncs and log-block rewrites on the flash) for at most
+    /// this much more latency. 0: never wait.
+    #[arg(long, env = "ROAMKV_COMMIT_DELAY_US")]
+    pub commit_delay_us: Option<u64>,
     /// Most readings one query may read before answering 416 [default: 200000].
     #[arg(long, env = "ROAMKV_QUERY_READINGS_MAX")]
     pub query_readings_max: Option<usize>,
@@ -126,6 +132,12 @@ pub struct ServeArgs {
     /// than ingest. A rate under ingest's makes a backup of a busy log hold it longer.
     #[arg(long, env = "ROAMKV_BACKUP_RATE_MIB")]
     pub backup_rate_mib: Option<u64>,
+    /// The rate an export (GET /api/roamkv/v1/export) writes its output at while ingest runs
+    /// (a write in the last half second), in MiB/s; 0: no limit [default: 2]. With ingest
+    /// idle an export runs at full speed; its thread always runs at a lower CPU and I/O
+    /// priority than ingest.
+    #[arg(long, env = "ROAMKV_EXPORT_RATE_MIB")]
+    pub export_rate_mib: Option<u64>,
     /// Hours the readings of a device without a retention setting of its own are kept, applied
     /// every --retention-interval-s, as core-data's age-based retention; 0: kept until deleted
     /// [default: 168, core-data's week, for a data directory this server made; off for one
@@ -197,6 +209,7 @@ pub(super) struct FileConfig {
     pub(super) body_bytes_max: Option<usize>,
     pub(super) batch_readings_max: Option<usize>,
     pub(super) concurrent_requests_max: Option<usize>,
+    pub(super) commit_delay_us: Option<u64>,
     pub(super) query_readings_max: Option<usize>,
     pub(super) max_result_count: Option<usize>,
     pub(super) mqtt_broker: Option<String>,
@@ -212,6 +225,7 @@ pub(super) struct FileConfig {
     pub(super) drain_timeout_s: Option<u64>,
     pub(super) retention_interval_s: Option<u64>,
     pub(super) backup_rate_mib: Option<u64>,
+    pub(super) export_rate_mib: Option<u64>,
     pub(super) retention_default_h: Option<u64>,
     pub(super) event_id_index: Option<bool>,
     pub(super) sink: Option<String>,

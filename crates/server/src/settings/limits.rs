@@ -55,6 +55,24 @@ impl Limits {
     }
 }
 
+/// The longest a small group of writes waits for company under `sync` (`--commit-delay-us`,
+/// ingest/writers.rs): 2 ms, the clients' round trip on this project's machine; at most
+/// `COMMIT_DELAY_US_MAX`, beyond which it is a stall, not a wait.
+pub(super) fn commit_delay(args: &ServeArgs, file: &FileConfig) -> Result<Duration, String> {
+    match args
+        .commit_delay_us
+        .or(file.commit_delay_us)
+        .unwrap_or(2_000)
+    {
+        us if us > COMMIT_DELAY_US_MAX => Err(format!(
+            "commit_delay_us must be at most {COMMIT_DELAY_US_MAX} (100 ms), not {us}"
+        )),
+        us => Ok(Duration::from_micros(us)),
+    }
+}
+
+const COMMIT_DELAY_US_MAX: u64 = 100_000;
+
 /// Timeouts and intervals, each at least one second.
 pub(super) struct Timeouts {
     pub(super) header: Duration,
@@ -120,6 +138,12 @@ pub(super) fn retention_default_ms(
 /// 80 s.
 pub const BACKUP_RATE_MIB_DEFAULT: u64 = 128;
 
+/// An export's output rate while ingest runs by default, MiB/s (docs/BENCHMARKS.md, "Ingest
+/// during exports, paced"): unpaced, back-to-back Parquet exports of everything took 40 % of
+/// full ingest on the 2-core benchmark machine; at 2 MiB/s (~500,000 readings/s of Parquet
+/// with 16-byte values) an export of a day of 1,000 readings/s (86 M readings) takes ~3 min.
+pub const EXPORT_RATE_MIB_DEFAULT: u64 = 2;
+
 /// `--backup-rate-mib` in bytes per second; 0: no limit.
 pub(super) fn backup_bytes_per_sec(args: &ServeArgs, file: &FileConfig) -> Result<u64, String> {
     let mib = args
@@ -128,6 +152,16 @@ pub(super) fn backup_bytes_per_sec(args: &ServeArgs, file: &FileConfig) -> Resul
         .unwrap_or(BACKUP_RATE_MIB_DEFAULT);
     mib.checked_mul(1 << 20)
         .ok_or_else(|| format!("backup_rate_mib {mib} MiB/s is too large"))
+}
+
+/// What an export writes per second while ingest runs (`--export-rate-mib`; 0: no limit).
+pub(super) fn export_bytes_per_sec(args: &ServeArgs, file: &FileConfig) -> Result<u64, String> {
+    let mib = args
+        .export_rate_mib
+        .or(file.export_rate_mib)
+        .unwrap_or(EXPORT_RATE_MIB_DEFAULT);
+    mib.checked_mul(1 << 20)
+        .ok_or_else(|| format!("export_rate_mib {mib} MiB/s is too large"))
 }
 
 /// The defaults are sized for a gateway with 2-4 GB of RAM and 8-32 GB of eMMC (a Raspberry

@@ -37,7 +37,10 @@ pub use limits::{
     BACKUP_RATE_MIB_DEFAULT, INDEX_MEMORY_MIB_DEFAULT, LOG_BUDGET_MIB_DEFAULT,
     LOWER_MEMORY_MIB_DEFAULT, SEGMENT_MIB_DEFAULT, Sizes,
 };
-use limits::{Limits, Timeouts, backup_bytes_per_sec, retention_default_ms};
+use limits::{
+    Limits, Timeouts, backup_bytes_per_sec, commit_delay, export_bytes_per_sec,
+    retention_default_ms,
+};
 use logs::resolve_logs;
 pub use logs::{LogFormat, LogSettings};
 use mqtt::resolve_mqtt;
@@ -67,6 +70,9 @@ pub struct Config {
     pub body_bytes_max: usize,
     pub batch_readings_max: usize,
     pub concurrent_requests_max: usize,
+    /// How long a small group of writes waits for company under `sync` (`--commit-delay-us`);
+    /// zero: never.
+    pub commit_delay: Duration,
     pub query_readings_max: usize,
     pub max_result_count: usize,
     pub mqtt: Option<MqttConfig>,
@@ -76,6 +82,8 @@ pub struct Config {
     pub retention_interval: Duration,
     /// What a backup reads per second (`--backup-rate-mib`); 0: no limit.
     pub backup_bytes_per_sec: u64,
+    /// What an export writes per second while ingest runs (`--export-rate-mib`); 0: no limit.
+    pub export_bytes_per_sec: u64,
     /// The maximum age of the readings of devices without a setting of their own
     /// (`--retention-default-h`); None: no default. Until `start` settles it, the value given
     /// (if `retention_default_given`); then the one in force (retention/store.rs).
@@ -136,6 +144,7 @@ impl Config {
             body_bytes_max: limits.body_bytes_max,
             batch_readings_max: limits.batch_readings_max,
             concurrent_requests_max: limits.concurrent_requests_max,
+            commit_delay: commit_delay(args, &file)?,
             query_readings_max: limits.query_readings_max,
             max_result_count: limits.max_result_count,
             mqtt: resolve_mqtt(args, &file)?,
@@ -144,6 +153,7 @@ impl Config {
             drain_timeout: timeouts.drain,
             retention_interval: timeouts.retention_interval,
             backup_bytes_per_sec: backup_bytes_per_sec(args, &file)?,
+            export_bytes_per_sec: export_bytes_per_sec(args, &file)?,
             retention_default_ms: retention_default_ms(args, &file)?,
             retention_default_given: args
                 .retention_default_h
@@ -201,6 +211,7 @@ impl Config {
             "bodyBytesMax": self.body_bytes_max,
             "batchReadingsMax": self.batch_readings_max,
             "concurrentRequestsMax": self.concurrent_requests_max,
+            "commitDelayUs": self.commit_delay.as_micros() as u64,
             "queryReadingsMax": self.query_readings_max,
             "maxResultCount": self.max_result_count,
             "mqtt": self.mqtt.as_ref().map(|m| serde_json::json!({

@@ -19,6 +19,25 @@ fn defaults_listen_on_loopback_with_sync_durability() {
 }
 
 #[test]
+fn the_commit_delay_and_the_export_rate_take_their_defaults_and_bounds() {
+    let config = Config::resolve(&args("/tmp/x")).expect("resolve");
+    assert_eq!(config.commit_delay, std::time::Duration::from_millis(2));
+    assert_eq!(config.export_bytes_per_sec, 2 << 20);
+    let mut a = args("/tmp/x");
+    a.commit_delay_us = Some(0);
+    a.export_rate_mib = Some(0);
+    let config = Config::resolve(&a).expect("zero: off");
+    assert!(config.commit_delay.is_zero());
+    assert_eq!(config.export_bytes_per_sec, 0);
+    a.commit_delay_us = Some(100_001);
+    let error = Config::resolve(&a).expect_err("a stall, not a wait");
+    assert!(
+        error.contains("commit_delay_us must be at most 100000"),
+        "{error}"
+    );
+}
+
+#[test]
 fn non_loopback_without_token_is_refused_unless_insecure() {
     let mut a = args("/tmp/x");
     a.listen = Some("0.0.0.0:59880".parse().expect("addr"));

@@ -140,6 +140,7 @@ pub(super) fn run(
         measured_s,
         broker_cpu_s: Some(cpu_1[1] - cpu_0[1]),
         drain_s: Some(drain_s),
+        readings_per_commit: None,
     })
 }
 

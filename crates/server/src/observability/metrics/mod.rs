@@ -76,9 +76,12 @@ pub struct Metrics {
     pub request_seconds: Family<RouteLabels, Histogram>,
     /// MQTT ingest: the connection, the queue and the write slots (routes/mqtt).
     pub mqtt: MqttMetrics,
-    /// Exports being written (export.rs), and the readings they wrote.
+    /// Exports being written (export.rs), the readings they wrote, their output's budget while
+    /// ingest runs, and the time they slept to keep to it.
     pub exports_in_flight: Gauge,
     pub exported_readings: Counter,
+    pub export_rate_limit_bytes_per_second: Gauge,
+    pub export_paced_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// REST-posted events published to the bus, or dropped from it (ingest/republish.rs).
     pub republished: Family<OutcomeLabels, Counter>,
     /// Backups (routes/backup.rs): their read budget, what they read, the time they slept to
@@ -114,6 +117,8 @@ impl Metrics {
             mqtt: MqttMetrics::default(),
             exports_in_flight: Gauge::default(),
             exported_readings: Counter::default(),
+            export_rate_limit_bytes_per_second: Gauge::default(),
+            export_paced_seconds: Counter::default(),
             republished: Family::default(),
             backup: BackupMetrics::default(),
             engine: EngineMetrics::default(),
@@ -192,6 +197,16 @@ impl Metrics {
             "exported_readings",
             "Readings written by exports that finished",
             self.exported_readings.clone(),
+        );
+        r.register(
+            "export_rate_limit_bytes_per_second",
+            "What an export writes per second at most while ingest runs (--export-rate-mib; 0: no limit)",
+            self.export_rate_limit_bytes_per_second.clone(),
+        );
+        r.register(
+            "export_paced_seconds",
+            "Time exports waited to keep to their rate while ingest ran",
+            self.export_paced_seconds.clone(),
         );
         r.register(
             "republished_events",
