@@ -293,18 +293,7 @@ fn http_export(edge: &Edge, query: &str) -> Result<(Pass, Vec<(f64, f64)>)> {
 /// the server's counter (`roamkv_exported_readings_total`, before and after).
 fn read_export(addr: std::net::SocketAddr, query: &str) -> Result<(u64, u64)> {
     let exported = |addr| -> Result<u64> {
-        let answer = crate::serve::load::HttpClient::new(addr).request(
-            "GET",
-            "/metrics",
-            "text/plain",
-            b"",
-        )?;
-        let text = String::from_utf8_lossy(&answer.body);
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix("roamkv_exported_readings_total "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0) as u64)
+        Ok(scrape_metric(addr, "roamkv_exported_readings_total")?.unwrap_or(0.0) as u64)
     };
     let before = exported(addr)?;
     let mut stream =

@@ -215,7 +215,8 @@ fn stream_export(state: &Shared, plan: Export, slot: InFlight) -> Result<Respons
         state: Arc::clone(state),
         written: (state.ingest.requests_written(), None),
     };
-    let state = Arc::clone(state);
+    let exported = state.metrics.exported_readings.clone();
+    let paced_seconds = state.metrics.export_paced_seconds.clone();
     let spawned = std::thread::Builder::new()
         .name("roamkv-export".into())
         .spawn(move || {
@@ -226,11 +227,7 @@ fn stream_export(state: &Shared, plan: Export, slot: InFlight) -> Result<Respons
                 Ok(summary)
             });
             drop(slot);
-            let metrics = &state.metrics;
-            metrics
-                .export_paced_seconds
-                .inc_by(pace.slept().as_secs_f64());
-            let exported = &metrics.exported_readings;
+            paced_seconds.inc_by(pace.slept().as_secs_f64());
             match done {
                 Ok(summary) => {
                     exported.inc_by(summary.readings);
